@@ -1,0 +1,251 @@
+//! The reference interpreter: the definition of what every op means, at every rung.
+//!
+//! It is written for obviousness, not speed: each op reads its arguments as plain row-major
+//! vectors, computes, and builds a result; view ops return real strided views over their
+//! argument's storage and in-place ops write through them. Nodes run in graph order, which
+//! for graphs with mutation is program order.
+//!
+//! Each op computes in its own dtype: every result is rounded to the result's dtype (f16 and
+//! bf16 compute in f32 precision and round on write), and reductions accumulate in it. The
+//! `precise` mode skips that rounding, so float ops evaluate in f64: the reference that
+//! numerics tests compare decompositions and backends against.
+//!
+//! Untrusted graphs cannot hang it or make it allocate without bound: every node is charged
+//! fuel for the elements it touches, and a node whose result would exceed `max_elements`
+//! fails before anything is allocated.
+
+mod view;
+
+use std::collections::HashMap;
+
+pub use view::{contiguous_strides, float_to_int, round_float, wrap_int, Data, View};
+
+use cranelift_entity::EntityRef;
+
+use crate::ir::{Dim, DimError, Graph, Value};
+use crate::ops::OpKind;
+use crate::tensor::Tensor;
+
+/// Interpreter settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Evaluate float ops in f64 (no rounding to the op's dtype); float outputs come back f64.
+    pub precise: bool,
+    /// Budget of element-operations for the whole run.
+    pub fuel: u64,
+    /// Largest number of elements any one value may have.
+    pub max_elements: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { precise: false, fuel: 1 << 40, max_elements: 1 << 28 }
+    }
+}
+
+/// State threaded through op implementations.
+#[derive(Debug)]
+pub struct EvalCtx {
+    pub precise: bool,
+    fuel: u64,
+}
+
+impl EvalCtx {
+    pub fn new(precise: bool, fuel: u64) -> EvalCtx {
+        EvalCtx { precise, fuel }
+    }
+
+    /// Spends `n` units of fuel.
+    pub fn charge(&mut self, n: u64) -> Result<(), EvalError> {
+        self.fuel = self.fuel.checked_sub(n).ok_or(EvalError::OutOfFuel)?;
+        Ok(())
+    }
+
+    /// Rounds a float result to `dtype` (a no-op in precise mode).
+    pub fn round(&self, dtype: crate::ir::DType, x: f64) -> f64 {
+        if self.precise {
+            x
+        } else {
+            round_float(dtype, x)
+        }
+    }
+}
+
+/// Why one op failed on its concrete arguments.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error("integer division by zero")]
+    DivisionByZero,
+    #[error("index {index} is out of range for a dim of size {size}")]
+    IndexOutOfRange { index: i64, size: usize },
+    #[error("in-place write into a view where several elements share one memory location")]
+    OverlappingWrite,
+    #[error("cannot view a tensor of shape {shape:?} with strides {strides:?} as shape {target:?} without copying")]
+    NotViewable { shape: Vec<usize>, strides: Vec<isize>, target: Vec<usize> },
+    #[error("the result would have {elements} elements, more than the limit of {limit}")]
+    TooLarge { elements: u64, limit: u64 },
+    #[error("out of fuel")]
+    OutOfFuel,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InterpError {
+    #[error("the graph has {expected} inputs but {got} were given")]
+    InputCount { expected: usize, got: usize },
+    #[error("input `{name}` must be {expected}, got {got}")]
+    InputDType { name: String, expected: crate::ir::DType, got: crate::ir::DType },
+    #[error("input `{name}` must have shape {expected}, got {got:?}")]
+    InputShape { name: String, expected: String, got: Vec<usize> },
+    #[error("input `{name}`: dim {dim} is {got} but `{symbol}` is already {bound}")]
+    SymbolConflict { name: String, dim: usize, symbol: String, bound: u64, got: u64 },
+    #[error("{value} = {op}: result shape {shape}: {error}")]
+    Shape { value: String, op: &'static str, shape: String, error: DimError },
+    #[error("{value} = {op}: {error}")]
+    Eval { value: String, op: &'static str, error: EvalError },
+    #[error("{value} = {op}: interpreter result {got} disagrees with the inferred type {expected} (a bug in this op)")]
+    Internal { value: String, op: &'static str, expected: String, got: String },
+}
+
+/// What a run produced.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// One tensor per graph output, in order.
+    pub outputs: Vec<Tensor>,
+    /// The graph inputs after the run: differs from what was passed where the graph mutates
+    /// an input in place.
+    pub inputs_after: Vec<Tensor>,
+}
+
+/// Runs `graph` on `inputs` (one per graph input, in order).
+pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcome, InterpError> {
+    let bindings = bind_symbols(graph, inputs)?;
+    let lookup = |s: &str| bindings.get(s).copied();
+    let mut ctx = EvalCtx::new(options.precise, options.fuel);
+    let mut values: Vec<Option<View>> = Vec::with_capacity(graph.len());
+
+    for (v, node) in graph.nodes() {
+        let value_name = || graph.display_value(v);
+        let op = node.op.name();
+        let dims: Result<Vec<u64>, DimError> = node.ty.shape.dims().iter().map(|d: &Dim| d.eval(&lookup)).collect();
+        let dims = dims.map_err(|error| InterpError::Shape {
+            value: value_name(),
+            op,
+            shape: node.ty.shape.to_string(),
+            error,
+        })?;
+        let eval_err = |error| InterpError::Eval { value: value_name(), op, error };
+        let elements = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).unwrap_or(u64::MAX);
+        if elements > options.max_elements {
+            return Err(eval_err(EvalError::TooLarge { elements, limit: options.max_elements }));
+        }
+        let result = match node.op {
+            OpKind::Input => {
+                let index = node.attrs.int("index") as usize;
+                View::from_tensor(&inputs[index])
+            }
+            OpKind::Const => match graph.const_blob(v) {
+                Some(blob) => View::from_tensor(&graph.blob(blob).tensor),
+                None => {
+                    return Err(eval_err(EvalError::Invalid(format!(
+                        "const refers to missing blob `{}`",
+                        node.attrs.str("blob")
+                    ))))
+                }
+            },
+            kind => {
+                let args: Vec<View> = node
+                    .args
+                    .iter()
+                    .map(|a| values[a.index()].clone().unwrap_or_else(|| panic!("{a} used before it is defined")))
+                    .collect();
+                let touched: u64 = args.iter().map(|a| a.numel() as u64).sum::<u64>().saturating_add(elements);
+                ctx.charge(touched.max(1)).map_err(eval_err)?;
+                (kind.spec().eval)(kind, &mut ctx, &node.attrs, &args, &node.ty).map_err(eval_err)?
+            }
+        };
+        let got_shape: Vec<u64> = result.shape().iter().map(|&d| d as u64).collect();
+        if got_shape != dims || result.dtype() != node.ty.dtype {
+            return Err(InterpError::Internal {
+                value: value_name(),
+                op,
+                expected: format!("{}{:?}", node.ty.dtype, dims),
+                got: format!("{}{:?}", result.dtype(), result.shape()),
+            });
+        }
+        values.push(Some(result));
+    }
+
+    let finish = |v: &View| {
+        if options.precise {
+            v.widened_to_f64().to_tensor()
+        } else {
+            v.to_tensor()
+        }
+    };
+    let get = |v: Value| values[v.index()].as_ref().map(finish).unwrap_or_else(|| panic!("{v} has no value"));
+    Ok(Outcome {
+        outputs: graph.outputs().iter().map(|o| get(o.value)).collect(),
+        inputs_after: graph.inputs().iter().map(|&v| get(v)).collect(),
+    })
+}
+
+/// Checks inputs against the graph's declared input types and binds every size symbol.
+pub fn bind_symbols(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, u64>, InterpError> {
+    if inputs.len() != graph.inputs().len() {
+        return Err(InterpError::InputCount { expected: graph.inputs().len(), got: inputs.len() });
+    }
+    let mut bindings: HashMap<String, u64> = HashMap::new();
+    let mut deferred = Vec::new();
+    for (i, (&v, t)) in graph.inputs().iter().zip(inputs).enumerate() {
+        let name = graph.input_name(i);
+        let ty = graph.ty(v);
+        if t.dtype() != ty.dtype {
+            return Err(InterpError::InputDType { name, expected: ty.dtype, got: t.dtype() });
+        }
+        let shape_err =
+            || InterpError::InputShape { name: name.clone(), expected: ty.shape.to_string(), got: t.shape().to_vec() };
+        if t.shape().len() != ty.rank() {
+            return Err(shape_err());
+        }
+        for (axis, (dim, &got)) in ty.shape.dims().iter().zip(t.shape()).enumerate() {
+            let got = got as u64;
+            if let Some(n) = dim.as_const() {
+                if n != got {
+                    return Err(shape_err());
+                }
+            } else if let Some(sym) = dim.as_symbol() {
+                match bindings.get(sym.as_ref()) {
+                    Some(&bound) if bound != got => {
+                        return Err(InterpError::SymbolConflict {
+                            name,
+                            dim: axis,
+                            symbol: sym.to_string(),
+                            bound,
+                            got,
+                        })
+                    }
+                    _ => {
+                        bindings.insert(sym.to_string(), got);
+                    }
+                }
+            } else {
+                deferred.push((i, axis, dim.clone(), got));
+            }
+        }
+    }
+    for (i, _axis, dim, got) in deferred {
+        let ok = dim.eval(&|s| bindings.get(s).copied()).is_ok_and(|n| n == got);
+        if !ok {
+            let v = graph.inputs()[i];
+            return Err(InterpError::InputShape {
+                name: graph.input_name(i),
+                expected: graph.ty(v).shape.to_string(),
+                got: inputs[i].shape().to_vec(),
+            });
+        }
+    }
+    Ok(bindings)
+}

@@ -1,0 +1,18 @@
+//! ladder: a tensor-graph compiler and runtime.
+//!
+//! A model (built with [`GraphBuilder`], written in the text IR, or imported) is a [`Graph`] of
+//! operators. The [`ops`] module is the operator contract; the [`interp`] module is the
+//! reference interpreter that defines what every operator means; [`text`] prints and parses
+//! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
+
+pub mod builder;
+pub mod interp;
+pub mod ir;
+pub mod ops;
+pub mod tensor;
+pub mod text;
+
+pub use builder::GraphBuilder;
+pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
+pub use ops::OpKind;
+pub use tensor::{Tensor, TensorData};

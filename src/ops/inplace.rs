@@ -1,0 +1,5 @@
+//! (family placeholder; filled in by its spec rows)
+
+use super::OpSpec;
+
+pub static SPECS: &[OpSpec] = &[];

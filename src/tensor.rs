@@ -1,0 +1,205 @@
+//! Host tensors: what callers pass in and get back, and what constants (blobs) hold.
+//!
+//! A `Tensor` is dense and row-major. Its data is typed storage, so a caller's `Vec<f32>`
+//! moves in without conversion.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+use crate::ir::DType;
+
+/// Typed, contiguous element storage.
+#[derive(Clone, Debug)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl TensorData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F64(_) => DType::F64,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::F64(v) => v.len(),
+            TensorData::F16(v) => v.len(),
+            TensorData::BF16(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Zeros (false for bool) of the given type.
+    pub fn zeros(dtype: DType, len: usize) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(vec![0.0; len]),
+            DType::F64 => TensorData::F64(vec![0.0; len]),
+            DType::F16 => TensorData::F16(vec![f16::ZERO; len]),
+            DType::BF16 => TensorData::BF16(vec![bf16::ZERO; len]),
+            DType::I32 => TensorData::I32(vec![0; len]),
+            DType::I64 => TensorData::I64(vec![0; len]),
+            DType::Bool => TensorData::Bool(vec![false; len]),
+        }
+    }
+}
+
+/// Why a tensor could not be made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    #[error("shape {shape:?} holds {expected} elements but {got} were given")]
+    LengthMismatch { shape: Vec<usize>, expected: usize, got: usize },
+    #[error("shape {shape:?} has too many elements")]
+    TooLarge { shape: Vec<usize> },
+}
+
+/// A dense row-major host tensor.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+impl Tensor {
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Tensor, TensorError> {
+        let expected = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge { shape: shape.clone() })?;
+        if expected != data.len() {
+            return Err(TensorError::LengthMismatch { shape, expected, got: data.len() });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    pub fn from_f32(shape: &[usize], values: Vec<f32>) -> Result<Tensor, TensorError> {
+        Tensor::new(shape.to_vec(), TensorData::F32(values))
+    }
+
+    pub fn from_i64(shape: &[usize], values: Vec<i64>) -> Result<Tensor, TensorError> {
+        Tensor::new(shape.to_vec(), TensorData::I64(values))
+    }
+
+    pub fn from_bool(shape: &[usize], values: Vec<bool>) -> Result<Tensor, TensorError> {
+        Tensor::new(shape.to_vec(), TensorData::Bool(values))
+    }
+
+    pub fn scalar_f32(v: f32) -> Tensor {
+        Tensor { shape: Vec::new(), data: TensorData::F32(vec![v]) }
+    }
+
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let n = checked_numel(shape).ok_or_else(|| TensorError::TooLarge { shape: shape.to_vec() })?;
+        Ok(Tensor { shape: shape.to_vec(), data: TensorData::zeros(dtype, n) })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    pub fn into_data(self) -> TensorData {
+        self.data
+    }
+
+    /// Every element widened to f64 (bool as 0/1, integers converted; i64 beyond 2^53 rounds).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match &self.data {
+            TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::F64(v) => v.clone(),
+            TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+
+    /// The f32 elements, if this is an f32 tensor.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Element-by-element bitwise equality of shape, dtype and data (NaN equals the same NaN).
+    pub fn bit_eq(&self, other: &Tensor) -> bool {
+        if self.shape != other.shape {
+            return false;
+        }
+        match (&self.data, &other.data) {
+            (TensorData::F32(a), TensorData::F32(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (TensorData::F64(a), TensorData::F64(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (TensorData::F16(a), TensorData::F16(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (TensorData::BF16(a), TensorData::BF16(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (TensorData::I32(a), TensorData::I32(b)) => a == b,
+            (TensorData::I64(a), TensorData::I64(b)) => a == b,
+            (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// The product of `shape`, or `None` on overflow.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl fmt::Display for Tensor {
+    /// A short summary: dtype, shape and up to eight leading values.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype(), self.shape)?;
+        let shown = self.numel().min(8);
+        f.write_str(" [")?;
+        match &self.data {
+            TensorData::Bool(v) => {
+                for (i, x) in v.iter().take(shown).enumerate() {
+                    write!(f, "{}{x}", if i > 0 { ", " } else { "" })?;
+                }
+            }
+            TensorData::I32(_) | TensorData::I64(_) => {
+                for (i, x) in self.to_f64_vec().iter().take(shown).enumerate() {
+                    write!(f, "{}{}", if i > 0 { ", " } else { "" }, *x as i64)?;
+                }
+            }
+            _ => {
+                for (i, x) in self.to_f64_vec().iter().take(shown).enumerate() {
+                    write!(f, "{}{x:.6}", if i > 0 { ", " } else { "" })?;
+                }
+            }
+        }
+        if self.numel() > shown {
+            f.write_str(", ...")?;
+        }
+        f.write_str("]")
+    }
+}
