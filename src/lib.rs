@@ -6,8 +6,10 @@
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
 pub mod builder;
+pub mod fuzzing;
 pub mod interp;
 pub mod ir;
+pub mod models;
 pub mod ops;
 pub mod tensor;
 pub mod text;
