@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde_json::{json, Value as Json};
 
-use ladder::ir::{write_float, AttrDefault, AttrSpec};
+use ladder::ir::{write_float, AttrDefault, AttrSpec, AttrValue};
 use ladder::ops::{all_specs, coverage, Arity, OpSpec, Rung};
 
 use super::Error;
@@ -69,20 +69,27 @@ fn json_text() -> String {
 }
 
 /// An attribute's default as JSON: `null` when required; non-finite floats as their text
-/// (`"nan"`, `"inf"`), which JSON numbers cannot hold.
+/// (`"nan"`, `"inf"`), which JSON numbers cannot hold; symbolic dims as their text (`"batch"`).
 fn default_json(a: &AttrSpec) -> Json {
-    match a.default {
-        AttrDefault::Required => Json::Null,
-        AttrDefault::Int(v) => json!(v),
-        AttrDefault::Float(v) => serde_json::Number::from_f64(v).map(Json::Number).unwrap_or_else(|| {
+    let Some(v) = a.default_value() else { return Json::Null };
+    match v {
+        AttrValue::Int(v) => json!(v),
+        AttrValue::Float(v) => serde_json::Number::from_f64(v).map(Json::Number).unwrap_or_else(|| {
             let mut s = String::new();
             let _ = write_float(&mut s, v);
             Json::String(s)
         }),
-        AttrDefault::Bool(v) => json!(v),
-        AttrDefault::Empty => json!([]),
-        AttrDefault::DType(d) => json!(d.name()),
-        AttrDefault::Str(s) => json!(s),
+        AttrValue::Bool(v) => json!(v),
+        AttrValue::Ints(v) => json!(v),
+        AttrValue::Dims(v) => {
+            let dim = |d: &Option<ladder::Dim>| match d {
+                None => json!(-1),
+                Some(d) => d.as_const().map_or_else(|| json!(d.to_string()), |n| json!(n)),
+            };
+            Json::Array(v.iter().map(dim).collect())
+        }
+        AttrValue::DType(d) => json!(d.name()),
+        AttrValue::Str(s) => json!(s),
     }
 }
 
