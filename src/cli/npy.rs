@@ -227,7 +227,11 @@ fn parse_dict(text: &str) -> Result<(String, bool, Vec<u64>), String> {
             return Err(bad("expected `:`"));
         }
         p.skip_ws();
-        let value = p.value().ok_or_else(|| bad(&format!("unsupported value for `{key}`")))?;
+        let value = match p.value() {
+            Some(v) => v,
+            None if key == "descr" => return Err("structured (record) element types are not supported".into()),
+            None => return Err(bad(&format!("unsupported value for `{key}`"))),
+        };
         match (key.as_str(), value) {
             ("descr", PyValue::Str(s)) => descr = Some(s),
             ("descr", _) => return Err("structured (record) element types are not supported".into()),
