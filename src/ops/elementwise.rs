@@ -418,7 +418,10 @@ fn eval_convert(_: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], out: &Te
     let shape = x.shape().to_vec();
     Ok(match out.dtype {
         d if d.is_float() => View::from_floats(ctx, d, shape, x.floats()),
-        // Integer to integer keeps all 64 bits before wrapping; floats truncate and saturate.
+        // Floats truncate and saturate at the target's range; integers keep all 64 bits and wrap.
+        d if d.is_int() && x.dtype().is_float() => {
+            View::from_ints(d, shape, x.floats().into_iter().map(|v| crate::interp::float_to_int_as(d, v)).collect())
+        }
         d if d.is_int() => View::from_ints(d, shape, x.ints()),
         _ => View::from_bools(shape, x.bools()),
     })
