@@ -96,10 +96,7 @@ fn directives(text: &str) -> (Vec<Directive>, Vec<Failure>) {
             continue;
         }
         if !DIRECTIVES.contains(&word) {
-            bad.push(Failure::new(
-                i + 1,
-                format!("unknown directive `{word}:` (known: {})", DIRECTIVES.join(", ")),
-            ));
+            bad.push(Failure::new(i + 1, format!("unknown directive `{word}:` (known: {})", DIRECTIVES.join(", "))));
             continue;
         }
         out.push(Directive { line: i + 1, word: word.to_string(), value: rest[colon + 1..].trim().to_string() });
@@ -215,7 +212,11 @@ enum Literal {
     Scalar(Lit),
     List(Vec<Literal>),
     /// `dtype[dims] [flat values]`
-    Typed { dtype: DType, dims: Vec<usize>, flat: Vec<Lit> },
+    Typed {
+        dtype: DType,
+        dims: Vec<usize>,
+        flat: Vec<Lit>,
+    },
 }
 
 struct LitParser {
@@ -740,12 +741,17 @@ fn run_file(text: &str, bless: bool) -> Report {
                     if bless {
                         rewrites.push((d.line - 1, vec![format!("; error: {}", e.message)]));
                     } else {
-                        fail(&mut report, d.line, format!("the parse error is `{}`, which does not contain `{}`", e, d.value));
+                        fail(
+                            &mut report,
+                            d.line,
+                            format!("the parse error is `{}`, which does not contain `{}`", e, d.value),
+                        );
                     }
                 }
             }
             for d in &error_ats {
-                let want = d.value.split_once(':').and_then(|(l, c)| Some((l.trim().parse().ok()?, c.trim().parse().ok()?)));
+                let want =
+                    d.value.split_once(':').and_then(|(l, c)| Some((l.trim().parse().ok()?, c.trim().parse().ok()?)));
                 match want {
                     None => fail(&mut report, d.line, format!("bad position `{}` (write LINE:COL)", d.value)),
                     Some(pos) if pos == (e.line, e.col) => {}
@@ -951,7 +957,10 @@ fn filetests() {
         };
         let report = match catch_unwind(AssertUnwindSafe(|| run_file(&text, bless))) {
             Ok(r) => r,
-            Err(p) => Report { failures: vec![Failure::new(1, format!("panicked: {}", panic_message(&*p)))], ..Default::default() },
+            Err(p) => Report {
+                failures: vec![Failure::new(1, format!("panicked: {}", panic_message(&*p)))],
+                ..Default::default()
+            },
         };
         if let Some(new) = &report.blessed {
             match std::fs::write(path, new) {

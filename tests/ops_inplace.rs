@@ -25,10 +25,7 @@ const ALL: [OpKind; 9] = [
 /// Runs `src` and returns (outputs, inputs_after) as f64 vectors.
 fn run_all(src: &str, inputs: &[ladder::Tensor]) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
     let out = run(src, inputs).unwrap_or_else(|e| panic!("run failed: {e}\n{src}"));
-    (
-        out.outputs.iter().map(|t| t.to_f64_vec()).collect(),
-        out.inputs_after.iter().map(|t| t.to_f64_vec()).collect(),
-    )
+    (out.outputs.iter().map(|t| t.to_f64_vec()).collect(), out.inputs_after.iter().map(|t| t.to_f64_vec()).collect())
 }
 
 /// The parse error of `src`, which must fail on line `line` with `needle` in its message.
@@ -81,7 +78,8 @@ fn add_writes_into_its_input_and_later_uses_see_the_new_value() {
 
 #[test]
 fn uses_before_the_mutation_see_the_old_value() {
-    let src = "graph g(%x: f32[3]) {\n  %1 = mul(%x, %x)\n  %2 = fill_(%x) {value=7}\n  %3 = add(%1, %x)\n  return %1, %3\n}";
+    let src =
+        "graph g(%x: f32[3]) {\n  %1 = mul(%x, %x)\n  %2 = fill_(%x) {value=7}\n  %3 = add(%1, %x)\n  return %1, %3\n}";
     let (outs, after) = run_all(src, &[f32t(&[3], &[1., 2., 3.])]);
     assert_eq!(outs[0], vec![1., 4., 9.]);
     assert_eq!(outs[1], vec![8., 11., 16.]);
@@ -110,8 +108,12 @@ fn reads_happen_before_writes() {
 
 #[test]
 fn arithmetic_broadcasts_the_second_argument() {
-    let src = "graph g(%x: f32[2, 3], %y: f32[3], %z: f32[2, 1]) {\n  %3 = sub_(%x, %y)\n  %4 = div_(%x, %z)\n  return %4\n}";
-    let got = run1(src, &[f32t(&[2, 3], &[11., 22., 33., 14., 25., 36.]), f32t(&[3], &[1., 2., 3.]), f32t(&[2, 1], &[2., 4.])]);
+    let src =
+        "graph g(%x: f32[2, 3], %y: f32[3], %z: f32[2, 1]) {\n  %3 = sub_(%x, %y)\n  %4 = div_(%x, %z)\n  return %4\n}";
+    let got = run1(
+        src,
+        &[f32t(&[2, 3], &[11., 22., 33., 14., 25., 36.]), f32t(&[3], &[1., 2., 3.]), f32t(&[2, 1], &[2., 4.])],
+    );
     assert_eq!(got, vec![5., 10., 15., 3.25, 5.75, 8.25]);
 }
 
@@ -150,8 +152,10 @@ fn integer_arithmetic_wraps_truncates_and_converts_to_the_destination() {
     assert_eq!(out.outputs[0].dtype(), DType::I32);
     assert_eq!(out.outputs[0].to_f64_vec(), vec![i32::MIN as f64, -2., 7.]);
     // Integer div_ truncates toward zero; a bool operand counts as 0/1.
-    let src = "graph g(%x: i64[4], %y: i64[4], %b: bool[4]) {\n  %3 = div_(%x, %y)\n  %4 = mul_(%x, %b)\n  return %4\n}";
-    let got = run1(src, &[i64t(&[4], &[7, -7, 7, -7]), i64t(&[4], &[2, 2, -2, -2]), boolt(&[4], &[true, true, false, true])]);
+    let src =
+        "graph g(%x: i64[4], %y: i64[4], %b: bool[4]) {\n  %3 = div_(%x, %y)\n  %4 = mul_(%x, %b)\n  return %4\n}";
+    let got =
+        run1(src, &[i64t(&[4], &[7, -7, 7, -7]), i64t(&[4], &[2, 2, -2, -2]), boolt(&[4], &[true, true, false, true])]);
     assert_eq!(got, vec![3., -3., 0., 3.]);
     // A float x with an integer y computes in the float type.
     let src = "graph g(%x: f32[2], %y: i64[2]) {\n  %2 = div_(%x, %y)\n  return %2\n}";
@@ -305,7 +309,11 @@ fn infer_handles_symbolic_dims() {
     for o in g.outputs() {
         assert_eq!(g.ty(o.value).to_string(), "f32[batch, 4]");
     }
-    parse_err("graph g(%x: f32[batch, 4], %y: f32[n, 4]) {\n  %2 = add_(%x, %y)\n  return %2\n}", 2, "do not broadcast");
+    parse_err(
+        "graph g(%x: f32[batch, 4], %y: f32[n, 4]) {\n  %2 = add_(%x, %y)\n  return %2\n}",
+        2,
+        "do not broadcast",
+    );
     parse_err("graph g(%x: f32[1, 4], %y: f32[batch, 4]) {\n  %2 = copy_(%x, %y)\n  return %2\n}", 2, "enlarge");
     // A slice of a symbolic dim whose length is not a polynomial of it: checked when run.
     let src = "graph g(%x: f32[n], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=1}\n  return %x\n}";
@@ -324,27 +332,57 @@ fn bad_inputs_are_typed_errors_at_the_node() {
         ("graph g(%x: f32[2], %y: f32[3]) {\n  %2 = mul_(%x, %y)\n  return %2\n}", "do not broadcast"),
         ("graph g(%x: f32[2], %s: f32[3]) {\n  %2 = copy_(%x, %s)\n  return %2\n}", "do not broadcast"),
         // A float result cannot be written into an integer x.
-        ("graph g(%x: i64[2], %y: f32[2]) {\n  %2 = add_(%x, %y)\n  return %2\n}", "result type f32 can't be cast to i64 in place"),
-        ("graph g(%x: i32[2], %y: f64[]) {\n  %2 = div_(%x, %y)\n  return %2\n}", "result type f64 can't be cast to i32 in place"),
+        (
+            "graph g(%x: i64[2], %y: f32[2]) {\n  %2 = add_(%x, %y)\n  return %2\n}",
+            "result type f32 can't be cast to i64 in place",
+        ),
+        (
+            "graph g(%x: i32[2], %y: f64[]) {\n  %2 = div_(%x, %y)\n  return %2\n}",
+            "result type f64 can't be cast to i32 in place",
+        ),
         // Bool x for arithmetic and relu.
         ("graph g(%x: bool[2], %y: bool[2]) {\n  %2 = add_(%x, %y)\n  return %2\n}", "numeric"),
         ("graph g(%x: bool[2]) {\n  %1 = relu_(%x)\n  return %1\n}", "numeric"),
         // The mask must be bool and must not enlarge x.
         ("graph g(%x: f32[2], %m: f32[2]) {\n  %2 = masked_fill_(%x, %m) {value=0}\n  return %2\n}", "expected bool"),
-        ("graph g(%x: f32[2], %m: bool[3, 2]) {\n  %2 = masked_fill_(%x, %m) {value=0}\n  return %2\n}", "would enlarge"),
+        (
+            "graph g(%x: f32[2], %m: bool[3, 2]) {\n  %2 = masked_fill_(%x, %m) {value=0}\n  return %2\n}",
+            "would enlarge",
+        ),
         // Attributes.
         ("graph g(%x: f32[2]) {\n  %1 = fill_(%x)\n  return %1\n}", "`value` is required"),
         ("graph g(%x: f32[2]) {\n  %1 = fill_(%x) {value=true}\n  return %1\n}", "must be a float"),
         ("graph g(%x: f32[2], %m: bool[2]) {\n  %2 = masked_fill_(%x, %m)\n  return %2\n}", "`value` is required"),
         ("graph g(%x: f32[2], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s)\n  return %2\n}", "`axis` is required"),
-        ("graph g(%x: f32[2], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=1}\n  return %2\n}", "axis 1 is out of range for rank 1"),
-        ("graph g(%x: f32[], %s: f32[]) {\n  %2 = slice_assign_(%x, %s) {axis=0}\n  return %2\n}", "out of range for rank 0"),
-        ("graph g(%x: f32[4], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=0, step=0}\n  return %2\n}", "must be at least 1"),
-        ("graph g(%x: f32[4], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=0, step=-1}\n  return %2\n}", "must be at least 1"),
+        (
+            "graph g(%x: f32[2], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=1}\n  return %2\n}",
+            "axis 1 is out of range for rank 1",
+        ),
+        (
+            "graph g(%x: f32[], %s: f32[]) {\n  %2 = slice_assign_(%x, %s) {axis=0}\n  return %2\n}",
+            "out of range for rank 0",
+        ),
+        (
+            "graph g(%x: f32[4], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=0, step=0}\n  return %2\n}",
+            "must be at least 1",
+        ),
+        (
+            "graph g(%x: f32[4], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=0, step=-1}\n  return %2\n}",
+            "must be at least 1",
+        ),
         // src must broadcast to the slice's shape (here [2]).
-        ("graph g(%x: f32[4], %s: f32[3]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=2}\n  return %2\n}", "do not broadcast"),
-        ("graph g(%x: f32[4], %s: f32[2, 2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=2}\n  return %2\n}", "would enlarge"),
-        ("graph g(%x: f32[4], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=4}\n  return %2\n}", "do not broadcast"),
+        (
+            "graph g(%x: f32[4], %s: f32[3]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=2}\n  return %2\n}",
+            "do not broadcast",
+        ),
+        (
+            "graph g(%x: f32[4], %s: f32[2, 2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=2}\n  return %2\n}",
+            "would enlarge",
+        ),
+        (
+            "graph g(%x: f32[4], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=4}\n  return %2\n}",
+            "do not broadcast",
+        ),
         // Arity.
         ("graph g(%x: f32[2]) {\n  %1 = add_(%x)\n  return %1\n}", "takes 2 arguments, got 1"),
         ("graph g(%x: f32[2]) {\n  %1 = relu_(%x, %x)\n  return %1\n}", "takes 1 arguments, got 2"),
@@ -378,7 +416,12 @@ fn every_op_runs_in_precise_mode() {
     let precise = Options { precise: true, ..Default::default() };
     let out = ladder::interp::run(
         &parse(src),
-        &[f32t(&[3], &[1., -8., 3.]), f32t(&[3], &[3., 3., 0.5]), boolt(&[3], &[true, false, false]), f32t(&[], &[0.5])],
+        &[
+            f32t(&[3], &[1., -8., 3.]),
+            f32t(&[3], &[3., 3., 0.5]),
+            boolt(&[3], &[true, false, false]),
+            f32t(&[], &[0.5]),
+        ],
         &precise,
     )
     .unwrap();

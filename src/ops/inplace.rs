@@ -32,6 +32,10 @@
 //! - Writing through a view in which several elements share one storage location (an
 //!   expanded or broadcast view) fails with `EvalError::OverlappingWrite`, as in PyTorch.
 
+// `OpError` is large (its `Broadcast` variant holds two shapes); that is the contract's choice,
+// shared by every family, so the lint is silenced here rather than boxed per file.
+#![allow(clippy::result_large_err)]
+
 use super::elementwise::{binary_float, binary_int};
 use super::util::{broadcast_shapes, broadcast_view, expect_bool, int_attr, normalize_axis};
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
@@ -62,12 +66,8 @@ const fn inplace(
 }
 
 const VALUE: &[AttrSpec] = &[AttrSpec::required("value", AttrKind::Float)];
-const SLICE: &[AttrSpec] = &[
-    AttrSpec::required("axis", AttrKind::Int),
-    int_attr("start", 0),
-    int_attr("end", i64::MAX),
-    int_attr("step", 1),
-];
+const SLICE: &[AttrSpec] =
+    &[AttrSpec::required("axis", AttrKind::Int), int_attr("start", 0), int_attr("end", i64::MAX), int_attr("step", 1)];
 
 pub static SPECS: &[OpSpec] = &[
     inplace(OpKind::AddInplace, "add_", 2, &[], eval_arith, "x += y in place (y broadcasts to x); returns x"),
@@ -128,7 +128,11 @@ fn check_broadcasts_into(arg: usize, src: &Shape, target: &[Option<Dim>], full: 
             Some(t) if d == t || *d == one => {}
             Some(t) => {
                 // Distinguish "does not broadcast at all" from "would enlarge x".
-                return if *t == one { Err(enlarge()) } else { Err(OpError::Broadcast { a: full.clone(), b: src.clone() }) };
+                return if *t == one {
+                    Err(enlarge())
+                } else {
+                    Err(OpError::Broadcast { a: full.clone(), b: src.clone() })
+                };
             }
         }
     }
