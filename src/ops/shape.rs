@@ -7,10 +7,12 @@
 //! - View ops return strided views that share their argument's storage (`aliases: true`):
 //!   `broadcast_in_dim` and `expand` use stride 0, `slice` an offset and a multiplied stride,
 //!   `permute`/`transpose` permuted strides, `select`/`split`/`chunk` an offset.
-//!   `reshape` and `flatten` return a view when the argument's strides allow one (PyTorch's
-//!   `computeStride` rule) and a contiguous copy otherwise; `view` never copies and fails
-//!   with `EvalError::NotViewable` instead. `rev`, `pad`, `cat`, `stack` and `contiguous`
-//!   always copy.
+//!   `view` never copies: it aliases when the argument's strides allow (PyTorch's
+//!   `computeStride` rule) and fails with `EvalError::NotViewable` otherwise. `reshape` and
+//!   `flatten` always make a new value (PyTorch leaves "view or copy" unspecified; ladder
+//!   fixes it so that whether a mutation is seen never depends on run-time strides, which
+//!   lets functionalization decide aliasing statically). `rev`, `pad`, `cat`, `stack` and
+//!   `contiguous` always copy.
 //! - `broadcast_in_dim` is StableHLO's: operand dim `i` becomes output dim
 //!   `broadcast_dims[i]` (strictly increasing after normalising negative entries), and must
 //!   be 1 or equal to it. `expand` is PyTorch's: `-1` keeps a dim, new leading dims may be
@@ -90,8 +92,8 @@ pub static SPECS: &[OpSpec] = &[
             Rung::Prim,
             ONE,
             &[AttrSpec::required("shape", AttrKind::Dims)],
-            true,
-            "same elements in a new shape (one -1 is inferred); a view when strides allow, else a copy",
+            false,
+            "same elements in a new shape (one -1 is inferred); a new value, never an alias",
         )
     },
     row(
@@ -193,8 +195,8 @@ pub static SPECS: &[OpSpec] = &[
         Rung::High,
         ONE,
         &[int_attr("start", 0), int_attr("end", -1)],
-        true,
-        "merge dims start..=end into one (a view when strides allow, else a copy)",
+        false,
+        "merge dims start..=end into one (a new value, never an alias)",
     ),
     row(
         OpKind::Transpose,
@@ -737,18 +739,18 @@ fn eval_shape_op(
             if shape.iter().product::<usize>() != x.numel() {
                 return Err(EvalError::Invalid(format!("cannot reshape {:?} into {shape:?}", x.shape())));
             }
+            if kind != OpKind::View {
+                let c = x.copy();
+                let strides = contiguous_strides(&shape);
+                return Ok(c.restride(shape, strides, 0));
+            }
             match view_strides(x.shape(), x.strides(), &shape) {
                 Some(strides) => Ok(x.restride(shape, strides, x.offset())),
-                None if kind == OpKind::View => Err(EvalError::NotViewable {
+                None => Err(EvalError::NotViewable {
                     shape: x.shape().to_vec(),
                     strides: x.strides().to_vec(),
                     target: shape,
                 }),
-                None => {
-                    let c = x.copy();
-                    let strides = contiguous_strides(&shape);
-                    Ok(c.restride(shape, strides, 0))
-                }
             }
         }
         OpKind::Permute | OpKind::Transpose => {
