@@ -10,6 +10,7 @@ pub mod gen;
 pub mod interp;
 pub mod ir;
 pub mod ops;
+pub mod passes;
 pub mod tensor;
 pub mod text;
 

@@ -60,13 +60,10 @@ fn run_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     ladder::interp::run(g, inputs, &ladder::interp::Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
-type StageFn = fn(&Graph) -> Result<String, String>;
-
-/// The outputs `; check:` lines can look at, by `; stage:` name. Add a pass's output here.
-const STAGES: &[(&str, StageFn)] = &[("parsed", stage_parsed)];
-
-fn stage_parsed(g: &Graph) -> Result<String, String> {
-    Ok(ladder::text::print(g))
+/// The outputs `; check:` lines can look at, by `; stage:` name: every rung the pipeline
+/// can print (`ladder::passes::STAGES`), the first being the parsed graph itself.
+fn stage_text(stage: &str, g: &Graph) -> Result<String, String> {
+    ladder::passes::dump(g, stage, &ladder::text::PrintOptions::default()).map_err(|e| e.to_string())
 }
 
 const DIRECTIVES: &[&str] = &["run", "tolerance", "executors", "stage", "check", "error", "error-at", "requires"];
@@ -715,13 +712,13 @@ fn run_file(text: &str, bless: bool) -> Report {
         }
     };
     let stage = single(&mut report, "stage");
-    let stage_fn = match &stage {
-        None => Some(STAGES[0].1),
-        Some(d) => match STAGES.iter().find(|(n, _)| *n == d.value) {
-            Some((_, f)) => Some(*f),
+    let stage_name: Option<&'static str> = match &stage {
+        None => Some(ladder::passes::STAGES[0]),
+        Some(d) => match ladder::passes::STAGES.iter().find(|n| **n == d.value) {
+            Some(n) => Some(*n),
             None => {
-                let known: Vec<&str> = STAGES.iter().map(|(n, _)| *n).collect();
-                fail(&mut report, d.line, format!("unknown stage `{}` (known: {})", d.value, known.join(", ")));
+                let known = ladder::passes::STAGES.join(", ");
+                fail(&mut report, d.line, format!("unknown stage `{}` (known: {known})", d.value));
                 None
             }
         },
@@ -787,8 +784,8 @@ fn run_file(text: &str, bless: bool) -> Report {
 
     if let Some(g) = &graph {
         // Checks.
-        if let (Some(f), false) = (stage_fn, checks.is_empty()) {
-            match f(g) {
+        if let (Some(stage), false) = (stage_name, checks.is_empty()) {
+            match stage_text(stage, g) {
                 Err(e) => fail(&mut report, checks[0].line, format!("stage failed: {e}")),
                 Ok(out) => {
                     let problems = match_checks(&out, &checks);

@@ -865,19 +865,7 @@ fn chunk_values_and_errors() {
 #[test]
 fn spec_rows_declare_views_and_rungs() {
     use OpKind::*;
-    for k in [
-        BroadcastInDim,
-        Permute,
-        Slice,
-        View,
-        Transpose,
-        Expand,
-        Squeeze,
-        Unsqueeze,
-        Select,
-        Split,
-        Chunk,
-    ] {
+    for k in [BroadcastInDim, Permute, Slice, View, Transpose, Expand, Squeeze, Unsqueeze, Select, Split, Chunk] {
         assert!(k.is_view(), "{k} should be a view");
     }
     // reshape and flatten never alias, so whether a later mutation is seen never depends on

@@ -31,9 +31,10 @@
 //!   interpreter checks it when the sizes are known.
 //! - Writing through a view in which several elements share one storage location (an
 //!   expanded or broadcast view) fails with `EvalError::OverlappingWrite`, as in PyTorch.
-
-// `OpError` is large (its `Broadcast` variant holds two shapes); that is the contract's choice,
-// shared by every family, so the lint is silenced here rather than boxed per file.
+//!
+//! `slice_scatter(x, src)` is `slice_assign_`'s functional twin (PyTorch's `slice_scatter`):
+//! a new value equal to `x` with the slice replaced by `src`, touching no storage. It is what
+//! functionalization rewrites a write through a slice into.
 
 use super::elementwise::{binary_float, binary_int};
 use super::util::{broadcast_shapes, broadcast_view, expect_bool, int_attr, normalize_axis};
@@ -106,6 +107,18 @@ pub static SPECS: &[OpSpec] = &[
         eval_slice_assign,
         "x[start:end:step] along axis = src in place (src broadcasts to the slice); returns x",
     ),
+    OpSpec {
+        mutates: false,
+        aliases: false,
+        ..inplace(
+            OpKind::SliceScatter,
+            "slice_scatter",
+            2,
+            SLICE,
+            eval_slice_scatter,
+            "a copy of x with x[start:end:step] along axis replaced by src (slice_assign_ without mutation)",
+        )
+    },
 ];
 
 /// Checks that `src` (argument `arg`) broadcasts to `target` without enlarging it. A `None`
@@ -178,7 +191,7 @@ fn infer_inplace(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Te
             broadcast_shapes(&x.shape, &args[1].shape)?;
             check_broadcasts_into(1, &args[1].shape, &whole, &x.shape)?;
         }
-        SliceAssignInplace => {
+        SliceAssignInplace | SliceScatter => {
             let (axis, start, end, step) = slice_attrs(attrs, x.rank())?;
             let mut target = whole;
             target[axis] = symbolic_slice_len(&x.shape.dims()[axis], start, end, step);
@@ -347,4 +360,15 @@ fn eval_slice_assign(
     let src = broadcast_view(&args[1], &shape)?;
     dest.write(ctx, &src)?;
     Ok(x.clone())
+}
+
+fn eval_slice_scatter(
+    kind: OpKind,
+    ctx: &mut EvalCtx,
+    attrs: &Attrs,
+    args: &[View],
+    out: &TensorType,
+) -> Result<View, EvalError> {
+    let fresh = args[0].copy();
+    eval_slice_assign(kind, ctx, attrs, &[fresh, args[1].clone()], out)
 }

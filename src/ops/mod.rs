@@ -171,7 +171,8 @@ pub enum OpKind {
     Split,
     Chunk,
 
-    // --- In-place (inplace.rs) ---
+    // --- In-place, and the functional twin of slice assignment (inplace.rs) ---
+    SliceScatter,
     AddInplace,
     SubInplace,
     MulInplace,

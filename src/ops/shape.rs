@@ -662,7 +662,7 @@ fn normalize_index(index: i64, n: u64) -> Option<u64> {
 }
 
 /// The piece `split`/`chunk` returns along an axis of size `dim`: (start, size).
-fn piece(kind: OpKind, attrs: &Attrs, dim: &Dim, axis: usize) -> Result<(u64, u64), OpError> {
+pub(crate) fn piece(kind: OpKind, attrs: &Attrs, dim: &Dim, axis: usize) -> Result<(u64, u64), OpError> {
     let name = kind.name();
     let n = static_dim(dim, axis, name)?;
     let index = attrs.int("index");
