@@ -6,6 +6,7 @@
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
 pub mod builder;
+pub mod decomp;
 pub mod gen;
 pub mod interp;
 pub mod ir;

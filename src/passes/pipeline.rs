@@ -3,12 +3,13 @@
 
 use std::fmt::Write;
 
+use super::decompose::{decompose, DecomposeError};
 use super::functionalize::{functionalize, Functional, FunctionalizeError, OutputAlias};
 use crate::ir::verify::{verify, Stage, VerifyErrors};
 use crate::ir::Graph;
 
 /// The rungs that can be printed, top to bottom.
-pub const STAGES: &[&str] = &["parsed", "functional"];
+pub const STAGES: &[&str] = &["parsed", "functional", "prims"];
 
 /// Why lowering failed.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,8 @@ pub enum PipelineError {
     UnknownStage(String),
     #[error("functionalize: {0}")]
     Functionalize(#[from] FunctionalizeError),
+    #[error("decompose: {0}")]
+    Decompose(#[from] DecomposeError),
     #[error("{pass} produced an invalid graph (a bug in the pass): {errors}")]
     Invalid { pass: &'static str, errors: VerifyErrors },
 }
@@ -26,6 +29,8 @@ pub enum PipelineError {
 pub struct Lowered {
     pub parsed: Graph,
     pub functional: Functional,
+    /// The functional graph in prims (same inputs and outputs, same epilogue).
+    pub prims: Graph,
 }
 
 fn check(pass: &'static str, g: &Graph, stage: Stage) -> Result<(), PipelineError> {
@@ -37,19 +42,24 @@ pub fn lower(g: &Graph) -> Result<Lowered, PipelineError> {
     check("input", g, Stage::HighLevel)?;
     let functional = functionalize(g)?;
     check("functionalize", &functional.graph, Stage::Functional)?;
-    Ok(Lowered { parsed: g.clone(), functional })
+    let prims = decompose(&functional.graph)?;
+    check("decompose", &prims, Stage::Prims)?;
+    Ok(Lowered { parsed: g.clone(), functional, prims })
 }
 
-/// The text of one rung of `g`'s lowering.
+/// The text of one rung of `g`'s lowering; runs the passes only as far as that rung.
 pub fn dump(g: &Graph, stage: &str, options: &crate::text::PrintOptions) -> Result<String, PipelineError> {
-    if !STAGES.contains(&stage) {
-        return Err(PipelineError::UnknownStage(stage.to_string()));
+    check("input", g, Stage::HighLevel)?;
+    match stage {
+        "parsed" => Ok(crate::text::print_with(g, options)),
+        "functional" => {
+            let functional = functionalize(g)?;
+            check("functionalize", &functional.graph, Stage::Functional)?;
+            Ok(functional_text(&functional, options))
+        }
+        "prims" => Ok(crate::text::print_with(&lower(g)?.prims, options)),
+        _ => Err(PipelineError::UnknownStage(stage.to_string())),
     }
-    let lowered = lower(g)?;
-    Ok(match stage {
-        "parsed" => crate::text::print_with(&lowered.parsed, options),
-        _ => functional_text(&lowered.functional, options),
-    })
 }
 
 /// A functional graph's text, with its epilogue as `;` comment lines after it.
