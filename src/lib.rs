@@ -6,11 +6,14 @@
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
 pub mod builder;
+pub mod decomp;
 pub mod fuzzing;
+pub mod gen;
 pub mod interp;
 pub mod ir;
 pub mod models;
 pub mod ops;
+pub mod passes;
 pub mod tensor;
 pub mod text;
 

@@ -85,3 +85,10 @@ fn bad_inputs_are_typed_errors() {
         assert_eq!(err.line, 2, "{err}");
     }
 }
+
+#[test]
+fn float_to_i32_saturates_at_the_i32_range() {
+    let src = "graph g(%a: f32[5]) {\n  %1 = convert_element_type(%a) {dtype=i32}\n  return %1\n}";
+    let got = run1(src, &[f32t(&[5], &[f32::INFINITY, -1e10, 1e10, f32::NAN, -2.9])]);
+    assert_eq!(got, vec![i32::MAX as f64, i32::MIN as f64, i32::MAX as f64, 0.0, -2.0]);
+}

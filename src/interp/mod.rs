@@ -18,7 +18,7 @@ mod view;
 
 use std::collections::HashMap;
 
-pub use view::{contiguous_strides, float_to_int, round_float, wrap_int, Data, View};
+pub use view::{contiguous_strides, float_to_int, float_to_int_as, round_float, wrap_int, Data, View};
 
 use cranelift_entity::EntityRef;
 
@@ -47,12 +47,16 @@ impl Default for Options {
 #[derive(Debug)]
 pub struct EvalCtx {
     pub precise: bool,
+    /// The concrete shape of the node being evaluated (its inferred shape with this run's
+    /// symbols bound), set by the run loop before each `eval`. Ops whose result shape comes
+    /// from attributes that may be symbolic (`full`, `iota`, `reshape`, `expand`) read it.
+    pub out_shape: Option<Vec<usize>>,
     fuel: u64,
 }
 
 impl EvalCtx {
     pub fn new(precise: bool, fuel: u64) -> EvalCtx {
-        EvalCtx { precise, fuel }
+        EvalCtx { precise, out_shape: None, fuel }
     }
 
     /// Spends `n` units of fuel.
@@ -163,6 +167,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
                     .collect();
                 let touched: u64 = args.iter().map(|a| a.numel() as u64).sum::<u64>().saturating_add(elements);
                 ctx.charge(touched.max(1)).map_err(eval_err)?;
+                ctx.out_shape = Some(dims.iter().map(|&d| d as usize).collect());
                 (kind.spec().eval)(kind, &mut ctx, &node.attrs, &args, &node.ty).map_err(eval_err)?
             }
         };

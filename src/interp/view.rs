@@ -127,7 +127,7 @@ impl View {
         if dtype.is_float() {
             View::from_floats(ctx, dtype, shape, values)
         } else if dtype.is_int() {
-            View::from_ints(dtype, shape, values.into_iter().map(float_to_int).collect())
+            View::from_ints(dtype, shape, values.into_iter().map(|x| float_to_int_as(dtype, x)).collect())
         } else {
             View::from_bools(shape, values.into_iter().map(|x| x != 0.0).collect())
         }
@@ -329,8 +329,16 @@ impl View {
     }
 }
 
-/// Float to integer the way `convert_element_type` defines it: truncate toward zero, saturate
-/// at the i64 range, NaN → 0 (Rust's `as`).
+/// Float to i64 the way `convert_element_type` defines it: truncate toward zero, saturate at
+/// the i64 range, NaN → 0 (Rust's `as`).
 pub fn float_to_int(x: f64) -> i64 {
     x as i64
+}
+
+/// Float to an integer dtype: truncate toward zero, saturate at that dtype's range, NaN → 0.
+pub fn float_to_int_as(dtype: DType, x: f64) -> i64 {
+    match dtype {
+        DType::I32 => x as i32 as i64,
+        _ => x as i64,
+    }
 }

@@ -144,6 +144,8 @@ pub enum AttrDefault {
     Bool(bool),
     /// An empty int or dim list.
     Empty,
+    /// A non-empty int list (`stride = [1, 1]`).
+    Ints(&'static [i64]),
     DType(DType),
     Str(&'static str),
 }
@@ -176,6 +178,7 @@ impl AttrSpec {
                 AttrKind::Dims => AttrValue::Dims(Vec::new()),
                 _ => AttrValue::Ints(Vec::new()),
             },
+            AttrDefault::Ints(v) => AttrValue::Ints(v.to_vec()),
             AttrDefault::DType(d) => AttrValue::DType(d),
             AttrDefault::Str(s) => AttrValue::Str(s.to_string()),
         })

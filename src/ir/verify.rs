@@ -197,3 +197,86 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), VerifyErrors> {
         Err(VerifyErrors(errors))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AttrValue, DType, Shape, TensorType};
+    use crate::text::parse;
+
+    fn sample() -> Graph {
+        parse(
+            "blob @w: f32[2] = [1.0, 2.0]\n\
+             graph g(%x: f32[2], %m: bool[2]) {\n  %c = const @w\n  %3 = add(%x, %c)\n  %4 = exp(%3)\n  return %4\n}",
+        )
+        .unwrap()
+    }
+
+    fn messages(g: &Graph, stage: Stage) -> Vec<String> {
+        match verify(g, stage) {
+            Ok(()) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_built_graph_verifies() {
+        assert!(messages(&sample(), Stage::HighLevel).is_empty());
+        assert!(messages(&sample(), Stage::Prims).is_empty());
+    }
+
+    #[test]
+    fn forward_reference_and_wrong_type_are_both_reported() {
+        let mut g = sample();
+        let v3 = Value::from_u32(4);
+        g.nodes[Value::from_u32(3)].args[0] = v3;
+        g.nodes[v3].ty = TensorType::new(DType::F64, Shape::from_static(&[2]));
+        let m = messages(&g, Stage::HighLevel);
+        assert!(m.iter().any(|e| e.contains("not defined before this node")), "{m:?}");
+        assert!(m.iter().any(|e| e.contains("recorded as f64[2] but infers f32[2]")), "{m:?}");
+        assert!(m.len() >= 2, "errors are collected, not stopped at the first: {m:?}");
+    }
+
+    #[test]
+    fn arity_attrs_and_const_blob_checked() {
+        let mut g = sample();
+        g.nodes[Value::from_u32(4)].args.push(Value::from_u32(0));
+        g.nodes[Value::from_u32(2)].ty = TensorType::new(DType::F32, Shape::from_static(&[3]));
+        let m = messages(&g, Stage::HighLevel);
+        assert!(m.iter().any(|e| e.contains("exp takes 1 arguments, has 2")), "{m:?}");
+        assert!(m.iter().any(|e| e.contains("its blob is f32[2]")), "{m:?}");
+
+        let mut g = sample();
+        g.nodes[Value::from_u32(4)].attrs = Attrs::resolve(
+            OpKind::ConvertElementType.spec().attrs,
+            vec![("dtype".into(), AttrValue::DType(DType::F32))],
+        )
+        .unwrap();
+        let m = messages(&g, Stage::HighLevel);
+        assert!(m.iter().any(|e| e.contains("not in spec order") || e.contains("unknown attribute")), "{m:?}");
+    }
+
+    #[test]
+    fn names_inputs_and_outputs_checked() {
+        let mut g = sample();
+        g.names[Value::from_u32(3)] = Some("x".into());
+        g.outputs.push(crate::ir::Output { name: "3".into(), value: Value::from_u32(2) });
+        g.outputs.push(crate::ir::Output { name: "3".into(), value: Value::from_u32(99) });
+        g.inputs.swap(0, 1);
+        let m = messages(&g, Stage::HighLevel);
+        for needle in ["value name `x` is used twice", "output name `3` is used twice", "not in the graph", "in order"]
+        {
+            assert!(m.iter().any(|e| e.contains(needle)), "missing {needle:?} in {m:?}");
+        }
+    }
+
+    #[test]
+    fn prims_rung_requires_explicit_elementwise_operands() {
+        let g = parse("graph g(%x: f32[2, 3], %y: f32[3]) {\n  %2 = add(%x, %y)\n  return %2\n}").unwrap();
+        assert!(messages(&g, Stage::HighLevel).is_empty());
+        let m = messages(&g, Stage::Prims);
+        assert!(m.iter().any(|e| e.contains("not in explicit prim form")), "{m:?}");
+        let g = parse("graph g(%x: f32[2], %y: i64[2]) {\n  %2 = mul(%x, %y)\n  return %2\n}").unwrap();
+        assert!(messages(&g, Stage::Prims).iter().any(|e| e.contains("argument 1 is i64")));
+    }
+}

@@ -8,7 +8,8 @@
 //! is NaN and `sign(±0)` is ±0. Integer arithmetic wraps; integer `div` truncates toward
 //! zero and, like `rem`, fails on a zero divisor. Comparisons with NaN are false except `ne`.
 //!
-//! At the high rung these ops broadcast NumPy-style and promote dtypes; at the prims rung
+//! At the high rung these ops broadcast NumPy-style and promote dtypes (a bool operand of
+//! arithmetic promotes to the other operand's type, as in PyTorch); at the prims rung
 //! their operands must already agree (`explicit_same_shape_and_dtype`).
 
 use super::util::{broadcast_all, broadcast_concrete, broadcast_view, explicit_same_shape_and_dtype, promote_all};
@@ -156,8 +157,16 @@ fn check_accepts(kind: OpKind, arg: usize, dtype: DType) -> Result<(), OpError> 
 
 /// The shape and dtype rule of every unary and binary elementwise op.
 pub fn infer_elementwise(kind: OpKind, _: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
+    // A bool operand of arithmetic promotes like PyTorch's (`f32 * bool` is f32); only the
+    // type the op computes in must be numeric.
+    let promoted = promote_all(args);
     for (i, a) in args.iter().enumerate() {
-        check_accepts(kind, i, a.dtype)?;
+        let checked =
+            if accepts(kind) == Accepts::Numeric && args.len() == 2 && a.dtype.is_bool() { promoted } else { a.dtype };
+        check_accepts(kind, i, checked).map_err(|e| match e {
+            OpError::DType { arg, expected, .. } => OpError::DType { arg, got: a.dtype, expected },
+            e => e,
+        })?;
     }
     let shape = broadcast_all(args)?;
     let dtype = if returns_bool(kind) { DType::Bool } else { promote_all(args) };
@@ -418,7 +427,10 @@ fn eval_convert(_: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], out: &Te
     let shape = x.shape().to_vec();
     Ok(match out.dtype {
         d if d.is_float() => View::from_floats(ctx, d, shape, x.floats()),
-        // Integer to integer keeps all 64 bits before wrapping; floats truncate and saturate.
+        // Floats truncate and saturate at the target's range; integers keep all 64 bits and wrap.
+        d if d.is_int() && x.dtype().is_float() => {
+            View::from_ints(d, shape, x.floats().into_iter().map(|v| crate::interp::float_to_int_as(d, v)).collect())
+        }
         d if d.is_int() => View::from_ints(d, shape, x.ints()),
         _ => View::from_bools(shape, x.bools()),
     })

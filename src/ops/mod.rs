@@ -174,7 +174,8 @@ pub enum OpKind {
     Split,
     Chunk,
 
-    // --- In-place (inplace.rs) ---
+    // --- In-place, and the functional twin of slice assignment (inplace.rs) ---
+    SliceScatter,
     AddInplace,
     SubInplace,
     MulInplace,
@@ -271,7 +272,7 @@ pub enum OpError {
     #[error("argument {arg} has dtype {got}, expected {expected}")]
     DType { arg: usize, got: DType, expected: String },
     #[error("shapes {a} and {b} do not broadcast")]
-    Broadcast { a: Shape, b: Shape },
+    Broadcast { a: Box<Shape>, b: Box<Shape> },
     #[error("axis {axis} is out of range for rank {rank}")]
     Axis { axis: i64, rank: usize },
     #[error("shape mismatch: {0}")]

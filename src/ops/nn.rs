@@ -1,5 +1,260 @@
-//! (family placeholder; filled in by its spec rows)
+//! Activations (high-level, shape-preserving): `relu`, `gelu`, `silu`, `sigmoid`, `softplus`,
+//! `leaky_relu`, `hardsigmoid`, `hardswish`, `elu`, `clamp`, and `dropout` in eval mode.
+//!
+//! Each is computed per element in f64 and rounded once to the result dtype. All are float-only
+//! except `relu` and `clamp`, which also take integers (the result keeps the input's dtype).
+//! Semantic choices, beyond the torch definitions:
+//! - NaN in gives NaN out everywhere. At ±inf each op gives its limit, including where the
+//!   textbook formula would make `inf * 0` (`gelu(-inf)`, `silu(-inf)`, `hardswish(-inf)` are
+//!   -0); `relu(-0)` is +0.
+//! - `gelu` "none" is `x * Φ(x)`, evaluated as `x * 0.5 * erfc(-x / √2)` (equal to
+//!   `x * 0.5 * (1 + erf(x / √2))`, without the cancellation for large negative x); "tanh" is
+//!   `0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 x³)))`, evaluated as `x * sigmoid(2u)`. Any
+//!   other `approximate` is an attribute error.
+//! - `sigmoid` uses `1 / (1 + e^-x)` for x >= 0 and `e^x / (1 + e^x)` below, so it never
+//!   overflows to NaN. `silu` is `x * sigmoid(x)`.
+//! - `softplus` is `x` where `beta * x > threshold`, else `log1p(exp(beta * x)) / beta`;
+//!   `beta` must be finite and non-zero.
+//! - `clamp` is `min(max(x, min), max)`: a NaN bound gives NaN, and `min > max` makes every
+//!   element `max` (torch). On integers the bounds must be integral (or ±inf, meaning no bound).
+//! - `dropout` supports eval mode only (the identity, as a copy): `train = true` or `p`
+//!   outside [0, 1] is an attribute error.
 
-use super::OpSpec;
+use super::util::{bool_attr, expect_float, float_attr};
+use super::{Arity, OpError, OpKind, OpSpec, Rung};
+use crate::interp::{EvalCtx, EvalError, View};
+use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, TensorType};
 
-pub static SPECS: &[OpSpec] = &[];
+const fn act(kind: OpKind, name: &'static str, attrs: &'static [AttrSpec], doc: &'static str) -> OpSpec {
+    OpSpec {
+        kind,
+        name,
+        rung: Rung::High,
+        arity: Arity::Exactly(1),
+        attrs,
+        infer: infer_activation,
+        eval: eval_activation,
+        explicit: None,
+        mutates: false,
+        aliases: false,
+        doc,
+    }
+}
+
+pub static SPECS: &[OpSpec] = &[
+    act(OpKind::Relu, "relu", &[], "max(x, 0) (ints too; NaN stays NaN)"),
+    act(
+        OpKind::Gelu,
+        "gelu",
+        &[AttrSpec::optional("approximate", AttrKind::Str, AttrDefault::Str("none"))],
+        "x * Φ(x); approximate=\"tanh\" for the tanh form",
+    ),
+    act(OpKind::Silu, "silu", &[], "x * sigmoid(x)"),
+    act(OpKind::Sigmoid, "sigmoid", &[], "1 / (1 + e^-x), stable for large |x|"),
+    act(
+        OpKind::Softplus,
+        "softplus",
+        &[float_attr("beta", 1.0), float_attr("threshold", 20.0)],
+        "log(1 + e^(beta*x)) / beta, x where beta*x > threshold",
+    ),
+    act(OpKind::LeakyRelu, "leaky_relu", &[float_attr("negative_slope", 0.01)], "x > 0 ? x : negative_slope * x"),
+    act(OpKind::Hardsigmoid, "hardsigmoid", &[], "relu6(x + 3) / 6"),
+    act(OpKind::Hardswish, "hardswish", &[], "x * relu6(x + 3) / 6"),
+    act(OpKind::Elu, "elu", &[float_attr("alpha", 1.0)], "x > 0 ? x : alpha * (e^x - 1)"),
+    act(
+        OpKind::Clamp,
+        "clamp",
+        &[float_attr("min", f64::NEG_INFINITY), float_attr("max", f64::INFINITY)],
+        "min(max(x, min), max) (ints too; min > max gives max)",
+    ),
+    act(
+        OpKind::Dropout,
+        "dropout",
+        &[float_attr("p", 0.5), bool_attr("train", false)],
+        "identity (eval mode only; train=true is rejected)",
+    ),
+];
+
+fn attr_err(name: &'static str, problem: String) -> OpError {
+    OpError::AttrValue { name, problem }
+}
+
+fn infer_activation(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
+    let x = args[0];
+    match kind {
+        OpKind::Relu | OpKind::Clamp => {
+            if x.dtype.is_bool() {
+                return Err(OpError::DType { arg: 0, got: x.dtype, expected: "a numeric (int or float) type".into() });
+            }
+        }
+        _ => expect_float(0, x)?,
+    }
+    match kind {
+        OpKind::Gelu => {
+            let a = attrs.str("approximate");
+            if a != "none" && a != "tanh" {
+                return Err(attr_err("approximate", format!("must be \"none\" or \"tanh\", got {a:?}")));
+            }
+        }
+        OpKind::Softplus => {
+            let beta = attrs.float("beta");
+            if !beta.is_finite() || beta == 0.0 {
+                return Err(attr_err("beta", format!("must be finite and non-zero, got {beta}")));
+            }
+        }
+        OpKind::Clamp if x.dtype.is_int() => {
+            for name in ["min", "max"] {
+                let v = attrs.float(name);
+                if v.is_nan() || (v.is_finite() && v.fract() != 0.0) {
+                    return Err(attr_err(name, format!("must be integral (or ±inf) for an integer tensor, got {v}")));
+                }
+            }
+        }
+        OpKind::Dropout => {
+            let p = attrs.float("p");
+            if !(0.0..=1.0).contains(&p) {
+                return Err(attr_err("p", format!("must be in [0, 1], got {p}")));
+            }
+            if attrs.bool("train") {
+                return Err(attr_err("train", "training-mode dropout is not supported".into()));
+            }
+        }
+        _ => {}
+    }
+    Ok(x.clone())
+}
+
+/// A numerically stable logistic sigmoid.
+pub fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// An activation with its attributes read, applicable per element.
+#[derive(Clone, Copy, Debug)]
+pub struct Activation {
+    kind: OpKind,
+    a: f64,
+    b: f64,
+    tanh: bool,
+}
+
+impl Activation {
+    /// The activation of a node of `kind` with `attrs` (already checked by `infer`).
+    pub fn new(kind: OpKind, attrs: &Attrs) -> Activation {
+        let (mut a, mut b, mut tanh) = (0.0, 0.0, false);
+        match kind {
+            OpKind::Gelu => tanh = attrs.str("approximate") == "tanh",
+            OpKind::Softplus => (a, b) = (attrs.float("beta"), attrs.float("threshold")),
+            OpKind::LeakyRelu => a = attrs.float("negative_slope"),
+            OpKind::Elu => a = attrs.float("alpha"),
+            OpKind::Clamp => (a, b) = (attrs.float("min"), attrs.float("max")),
+            _ => {}
+        }
+        Activation { kind, a, b, tanh }
+    }
+
+    /// The activation of one float value, in f64.
+    pub fn apply(&self, x: f64) -> f64 {
+        use OpKind::*;
+        if x.is_nan() {
+            return x;
+        }
+        match self.kind {
+            Relu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            Gelu if x == f64::NEG_INFINITY => -0.0,
+            Gelu if self.tanh => {
+                let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+                x * sigmoid(2.0 * u)
+            }
+            Gelu => x * 0.5 * libm::erfc(-x / std::f64::consts::SQRT_2),
+            Silu if x == f64::NEG_INFINITY => -0.0,
+            Silu => x * sigmoid(x),
+            Sigmoid => sigmoid(x),
+            Softplus => {
+                let (beta, threshold) = (self.a, self.b);
+                if beta * x > threshold {
+                    x
+                } else {
+                    (beta * x).exp().ln_1p() / beta
+                }
+            }
+            LeakyRelu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    x * self.a
+                }
+            }
+            Hardsigmoid => (x + 3.0).clamp(0.0, 6.0) / 6.0,
+            Hardswish if x == f64::NEG_INFINITY => -0.0,
+            Hardswish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+            Elu => {
+                if x > 0.0 {
+                    x
+                } else {
+                    self.a * x.exp_m1()
+                }
+            }
+            Clamp => {
+                let (lo, hi) = (self.a, self.b);
+                if lo.is_nan() || hi.is_nan() {
+                    f64::NAN
+                } else {
+                    x.max(lo).min(hi)
+                }
+            }
+            _ => x,
+        }
+    }
+
+    /// The activation of one integer (`relu` and `clamp` only; others return `x`).
+    pub fn apply_int(&self, dtype: DType, x: i64) -> i64 {
+        match self.kind {
+            OpKind::Relu => x.max(0),
+            OpKind::Clamp => {
+                let (tmin, tmax) = if dtype == DType::I32 {
+                    (i32::MIN as f64, i32::MAX as f64)
+                } else {
+                    (i64::MIN as f64, i64::MAX as f64)
+                };
+                // Bounds are integral or infinite (checked by infer); saturate them to the dtype.
+                let lo = self.a.clamp(tmin, tmax) as i64;
+                let hi = self.b.clamp(tmin, tmax) as i64;
+                x.max(lo).min(hi)
+            }
+            _ => x,
+        }
+    }
+}
+
+fn eval_activation(
+    kind: OpKind,
+    ctx: &mut EvalCtx,
+    attrs: &Attrs,
+    args: &[View],
+    out: &TensorType,
+) -> Result<View, EvalError> {
+    let x = &args[0];
+    let shape = x.shape().to_vec();
+    if kind == OpKind::Dropout {
+        return Ok(x.copy());
+    }
+    let f = Activation::new(kind, attrs);
+    if x.dtype().is_int() {
+        let vals = x.ints().into_iter().map(|v| f.apply_int(out.dtype, v)).collect();
+        return Ok(View::from_ints(out.dtype, shape, vals));
+    }
+    let vals = x.floats().into_iter().map(|v| f.apply(v)).collect();
+    Ok(View::from_floats(ctx, out.dtype, shape, vals))
+}

@@ -90,7 +90,7 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, OpError> {
         } else if *da == one {
             db.clone()
         } else {
-            return Err(OpError::Broadcast { a: a.clone(), b: b.clone() });
+            return Err(OpError::Broadcast { a: Box::new(a.clone()), b: Box::new(b.clone()) });
         };
         out.push(d);
     }

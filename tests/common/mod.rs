@@ -41,3 +41,36 @@ pub fn assert_close(got: &[f64], want: &[f64], tol: f64) {
         assert!(ok, "element {i}: got {g}, want {w}\n got: {got:?}\nwant: {want:?}");
     }
 }
+
+/// Lowers graph text to prims (functionalize + decompose), checks the result verifies at the
+/// prims rung, then runs the original in precise (f64) mode and the prims graph in f32 mode on
+/// `inputs` and compares every output: non-finite values must match exactly (NaN with NaN,
+/// inf with inf of the same sign), finite ones within `atol + rtol * |reference|`.
+/// Returns the prims graph's text for golden checks.
+pub fn check_decomposition(src: &str, inputs: &[Tensor], atol: f64, rtol: f64) -> String {
+    use ladder::ir::verify::{verify, Stage};
+    let g = parse(src);
+    let f = ladder::passes::functionalize(&g).unwrap_or_else(|e| panic!("functionalize: {e}\n{src}"));
+    let p = ladder::passes::decompose(&f.graph).unwrap_or_else(|e| panic!("decompose: {e}\n{src}"));
+    let text = ladder::text::print(&p);
+    verify(&p, Stage::Prims).unwrap_or_else(|e| panic!("prims graph invalid: {e}\n{text}"));
+    let precise = Options { precise: true, ..Options::default() };
+    let want = interp::run(&g, inputs, &precise).unwrap_or_else(|e| panic!("reference run failed: {e}\n{src}"));
+    let got = interp::run(&p, inputs, &Options::default()).unwrap_or_else(|e| panic!("prims run failed: {e}\n{text}"));
+    for (i, (w, o)) in want.outputs.iter().zip(&got.outputs).enumerate() {
+        assert_eq!(w.shape(), o.shape(), "output {i} shape\n{text}");
+        let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
+        for (k, (&x, &y)) in w.iter().zip(&o).enumerate() {
+            let ok = if x.is_finite() {
+                y.is_finite() && (x - y).abs() <= atol + rtol * x.abs()
+            } else {
+                x.is_nan() && y.is_nan() || x == y
+            };
+            assert!(
+                ok,
+                "output {i} element {k}: reference {x}, decomposed {y}\nreference: {w:?}\ndecomposed: {o:?}\n{text}"
+            );
+        }
+    }
+    text
+}

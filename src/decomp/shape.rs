@@ -1,0 +1,11 @@
+//! Decompositions of the shape family's high-level ops.
+
+use super::DecompFn;
+use crate::ops::OpKind;
+
+/// The decomposition of `op`, if this family has one.
+pub fn rule(op: OpKind) -> Option<DecompFn> {
+    match op {
+        _ => None,
+    }
+}
