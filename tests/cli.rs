@@ -114,6 +114,9 @@ fn ops_json_lists_every_op_with_its_coverage() {
             assert!(op[key].is_boolean(), "{name}: `{key}` is not a bool");
         }
         assert_eq!(op["interp"], true, "{name}: every op has an interpreter implementation");
+        if rung != "high" {
+            assert_eq!(op["decomp"], true, "{name}: prims and opaque ops are on the prims rung already");
+        }
         assert!(op["arity"]["min"].is_u64(), "{name}: arity");
         assert!(op["attrs"].is_array(), "{name}: attrs");
         assert!(op["doc"].as_str().is_some_and(|d| !d.is_empty()), "{name}: doc");
@@ -228,6 +231,24 @@ fn dump_round_trips_through_the_parser() {
     assert!(elided.contains("blob @w: f32[3] = elided"), "{elided}");
     let e = ladder::text::parse(&elided).unwrap_err();
     assert!(e.message.contains("elided"), "{e}");
+
+    // Lower rungs print as graphs too: the prims rung verifies as prims and computes the same.
+    let functional = ok(&["dump", s(&model), "--stage", "functional"]);
+    ladder::text::parse(&functional).unwrap_or_else(|e| panic!("{e}\n{functional}"));
+    let prims_text = ok(&["dump", s(&model), "--stage", "prims"]);
+    let prims = ladder::text::parse(&prims_text).unwrap_or_else(|e| panic!("{e}\n{prims_text}"));
+    ladder::ir::verify::verify(&prims, ladder::ir::verify::Stage::Prims).unwrap();
+    let inputs = [
+        Tensor::from_f32(&[2, 3], vec![0.5, -1.0, 2.0, 0.0, 3.0, -0.25]).unwrap(),
+        Tensor::from_i64(&[2, 3], vec![1, -2, 3, 4, 5, 6]).unwrap(),
+        Tensor::from_bool(&[3], vec![false, true, true]).unwrap(),
+    ];
+    let want = interp::run(&ladder::text::parse(SMALL).unwrap(), &inputs, &Options::default()).unwrap();
+    let got = interp::run(&prims, &inputs, &Options::default()).unwrap();
+    for (w, g) in want.outputs.iter().zip(&got.outputs) {
+        assert!(w.bit_eq(g), "prims rung computes {g}, the model {w}");
+    }
+    fails(&["dump", s(&model), "--stage", "bogus"], &["unknown stage `bogus`", "parsed, functional, prims"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -240,6 +261,13 @@ fn built_in_model_runs_and_dumps() {
     let g = ladder::text::parse(&text).unwrap();
     assert_eq!(g, ladder::models::example_encoder().unwrap());
     assert!(ok(&["dump"]).contains("elided"));
+}
+
+#[test]
+fn built_in_model_lowers_to_prims() {
+    // Needs the decompositions of layer_norm, linear, view, transpose, attention and gelu.
+    let prims = ladder::text::parse(&ok(&["dump", "--stage", "prims", "--elide", "100000"])).unwrap();
+    ladder::ir::verify::verify(&prims, ladder::ir::verify::Stage::Prims).unwrap();
 }
 
 #[test]

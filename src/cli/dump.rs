@@ -3,7 +3,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ladder::text::{print_with, PrintOptions};
+use ladder::passes::STAGES;
+use ladder::text::PrintOptions;
 
 use super::{model, Error};
 
@@ -15,10 +16,19 @@ pub struct DumpArgs {
     /// for reading only: it does not parse). Use a large N to print everything.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub elide: usize,
+    /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
+    /// epilogue as comments) or `prims` (decomposed).
+    #[arg(long, value_name = "NAME", default_value = "parsed")]
+    pub stage: String,
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
+    if !STAGES.contains(&args.stage.as_str()) {
+        return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
+    }
     let g = model::load(args.model.as_deref())?;
-    let text = print_with(&g, &PrintOptions { elide_blobs_over: Some(args.elide) });
+    let options = PrintOptions { elide_blobs_over: Some(args.elide) };
+    let text = ladder::passes::dump(&g, &args.stage, &options)
+        .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", args.stage)))?;
     out.write_all(text.as_bytes()).map_err(Error::Stdout)
 }
