@@ -117,7 +117,7 @@ fn masked_fill_is_a_where() {
 #[test]
 fn masked_fill_converts_the_value_like_the_op() {
     let m = boolt(&[4], &[true, false, true, false]);
-    // Integers: truncate to i64 (saturating, NaN → 0), then wrap to the dtype.
+    // Integers: truncate toward zero, saturating at the dtype's range (NaN → 0).
     for value in ["3e9", "-3e9", "1e20", "-1e20", "nan", "inf", "-inf", "-2.7", "2.7", "-0.0"] {
         let node = format!("masked_fill(%x, %m) {{value={value}}}");
         exact(&one("%x: i32[4], %m: bool[4]", &node), &[i32t(&[4], &[1, 2, 3, 4]), m.clone()]);

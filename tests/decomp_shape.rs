@@ -321,7 +321,7 @@ fn slice_scatter_converts_src_like_the_write() {
         &scatter("%x: f32[4], %s: f64[2]", "axis=0, start=1, end=3"),
         &[specials(&[4]), f64t(&[2], &[-0.0, f64::NAN])],
     );
-    // Float → int truncates to i64 (saturating, NaN → 0), then i32 wraps.
+    // Float → int truncates toward zero and saturates at the i32 range (NaN → 0).
     let vals = [3e9, -3e9, f32::NAN, f32::INFINITY, -2.7, 1e20];
     exact_same_mode(
         &scatter("%x: i32[8], %s: f32[6]", "axis=0, start=1, end=7"),

@@ -12,8 +12,8 @@
 //!   rejects goes unnoticed and the run succeeds (with an empty result).
 //! - `masked_fill(x, mask) {value}` → `where(mask, full(value), x)`. The fill converts as the
 //!   interpreter does: floats round to `x`'s dtype, bool is `value != 0`, and integers
-//!   truncate to i64 (saturating, NaN → 0) and then wrap to `x`'s dtype, so for i32 the
-//!   `full` is made in i64 and converted.
+//!   truncate toward zero and saturate at `x`'s dtype's range (NaN → 0): exactly `full`'s
+//!   conversion, so the `full` is made directly in `x`'s dtype.
 //! - `tril`/`triu {diagonal}` → `where(cmp(col - row, diagonal), x, 0)` with `row` and `col`
 //!   `iota`s over the last two dims (i64), broadcast over the leading ones.
 
@@ -60,12 +60,7 @@ fn masked_fill(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, De
     let (x, mask) = (args[0], args[1]);
     let dtype = e.dtype(x);
     let value = node.attrs.float("value");
-    let fill = if dtype.is_int() {
-        let wide = e.full(value, DType::I64, &Shape::scalar())?;
-        e.convert(wide, dtype)?
-    } else {
-        e.full(value, dtype, &Shape::scalar())?
-    };
+    let fill = e.full(value, dtype, &Shape::scalar())?;
     e.select(mask, fill, x)
 }
 

@@ -268,10 +268,9 @@ fn place(
     Ok(v)
 }
 
-/// `src` converted to `dtype` the way an in-place write converts it.
+/// `src` converted to `dtype` the way an in-place write converts it: exactly
+/// `convert_element_type` (floats saturate at the destination's range).
 fn convert_as_written(e: &mut Emitter, src: Value, dtype: DType) -> Result<Value, DecompError> {
-    // The write truncates a float to i64 (saturating) and then wraps to the destination.
-    let src = if dtype.is_int() && e.dtype(src).is_float() { e.convert(src, DType::I64)? } else { src };
     e.convert(src, dtype)
 }
 
