@@ -375,3 +375,26 @@ fn readme_text_form_examples_parse() {
     }
     assert_eq!(found, 2, "README has two graph examples");
 }
+
+#[test]
+fn dump_stats_counts_nodes_per_op_and_rung() {
+    let dir = scratch("dump_stats");
+    let model = dir.join("m.lad");
+    std::fs::write(
+        &model,
+        "graph g(%x: f32[n, 4], %m: bool[n, 4]) {\n  %v = view(%x) {shape=[-1]}\n  %a = masked_fill_(%x, %m) {value=0.0}\n  %t = transpose(%x) {axis0=0, axis1=1}\n  return %v, %t\n}\n",
+    )
+    .unwrap();
+    let out = ok(&["dump", s(&model), "--stats"]);
+    let row = |op: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(op))
+            .unwrap_or_else(|| panic!("no {op} row:\n{out}"))
+            .to_string()
+    };
+    // In-place masked_fill_ becomes masked_fill; the view is regenerated after the write.
+    assert_eq!(row("masked_fill_").split_whitespace().collect::<Vec<_>>()[1..3], ["1", "0"], "{out}");
+    assert_eq!(row("masked_fill").split_whitespace().collect::<Vec<_>>()[1..3], ["0", "1"], "{out}");
+    assert!(out.lines().next().unwrap().contains("parsed") && out.contains("functional"), "{out}");
+    assert!(row("total").split_whitespace().count() >= 3, "{out}");
+}

@@ -20,6 +20,9 @@ pub struct DumpArgs {
     /// epilogue as comments) or `prims` (decomposed).
     #[arg(long, value_name = "NAME", default_value = "parsed")]
     pub stage: String,
+    /// Print node counts per op (rows) and per rung (columns) instead of the graph.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -27,6 +30,9 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
     }
     let g = model::load(args.model.as_deref())?;
+    if args.stats {
+        return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
+    }
     let options = PrintOptions { elide_blobs_over: Some(args.elide) };
     let text = ladder::passes::dump(&g, &args.stage, &options)
         .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", args.stage)))?;

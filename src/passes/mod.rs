@@ -4,6 +4,7 @@
 pub mod decompose;
 pub mod functionalize;
 pub mod rewrite;
+pub mod stats;
 
 pub use decompose::{decompose, DecomposeError};
 pub use functionalize::{functionalize, Epilogue, Functional, FunctionalizeError};
