@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::decompose::decompose;
 use super::functionalize::functionalize;
+use super::simplify::{simplify, SimplifyOptions};
 use crate::ir::Graph;
 
 /// Each rung that could be reached, with its graph, and why the next one could not.
@@ -15,9 +16,14 @@ pub fn rungs(g: &Graph) -> (Vec<(&'static str, Graph)>, Option<String>) {
         Err(e) => return (out, Some(format!("functionalize: {e}"))),
     };
     out.push(("functional", functional.clone()));
-    match decompose(&functional) {
-        Ok(p) => out.push(("prims", p)),
+    let prims = match decompose(&functional) {
+        Ok(p) => p,
         Err(e) => return (out, Some(format!("decompose: {e}"))),
+    };
+    out.push(("prims", prims.clone()));
+    match simplify(&prims, &SimplifyOptions::default()) {
+        Ok(s) => out.push(("simplified", s.graph)),
+        Err(e) => return (out, Some(format!("simplify: {e}"))),
     }
     (out, None)
 }
