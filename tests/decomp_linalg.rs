@@ -117,7 +117,10 @@ fn addmm_factors_and_special_bias() {
     // Integers: i64 wraps; i32 factors beyond i32's range wrap like the op's arithmetic.
     let src = graph("%c: i64[1, 1], %a: i64[1, 1], %b: i64[1, 1]", "addmm(%c, %a, %b) {beta=3.0, alpha=-2.0}");
     bit_exact("addmm i64", &src, &[i64t(&[1, 1], &[i64::MAX]), i64t(&[1, 1], &[5]), i64t(&[1, 1], &[7])]);
-    let src = graph("%c: i32[1, 2], %a: i32[1, 1], %b: i32[1, 2]", "addmm(%c, %a, %b) {beta=4294967297.0, alpha=3000000000.0}");
+    let src = graph(
+        "%c: i32[1, 2], %a: i32[1, 1], %b: i32[1, 2]",
+        "addmm(%c, %a, %b) {beta=4294967297.0, alpha=3000000000.0}",
+    );
     bit_exact("addmm i32 wrap", &src, &[i32t(&[1, 2], &[5, -7]), i32t(&[1, 1], &[3]), i32t(&[1, 2], &[1, -2])]);
     // Symbolic and empty.
     let src = graph("%c: f32[n], %a: f32[m, k], %b: f32[k, n]", "addmm(%c, %a, %b) {beta=0.5}");
@@ -164,7 +167,8 @@ fn conv2d_geometries_and_bias() {
     let src = graph("%x: f32[n, 2, h, w], %w: f32[3, 2, 2, 2], %b: f32[3]", "conv2d(%x, %w, %b) {padding=[1, 0]}");
     let (_, p, _) = lower(&src);
     assert_eq!(p.ty(p.outputs()[0].value).to_string(), "f32[n, 3, h + 1, w - 1]");
-    let ins = [f32t(&[2, 2, 3, 4], &rng.vec(48, 1.0)), f32t(&[3, 2, 2, 2], &rng.vec(24, 1.0)), f32t(&[3], &[1.0, 2.0, 3.0])];
+    let ins =
+        [f32t(&[2, 2, 3, 4], &rng.vec(48, 1.0)), f32t(&[3, 2, 2, 2], &rng.vec(24, 1.0)), f32t(&[3], &[1.0, 2.0, 3.0])];
     bit_exact("conv2d symbolic", &src, &ins);
 }
 
@@ -291,15 +295,30 @@ fn pools_special_values_unbatched_and_hand_values() {
     // Unbatched [C, H, W].
     let mut rng = Rng::new(27);
     let x = f32t(&[3, 4, 5], &rng.vec(60, 0.9));
-    bit_exact("max_pool2d unbatched", &graph("%x: f32[3, 4, 5]", "max_pool2d(%x) {kernel=[2, 3], stride=[1, 2], padding=[1, 1]}"), std::slice::from_ref(&x));
-    case("avg_pool2d unbatched", &graph("%x: f32[3, 4, 5]", "avg_pool2d(%x) {kernel=[3, 2], padding=[1, 1], ceil_mode=true}"), std::slice::from_ref(&x), Tol { atol: 10.0 * U, rtol: 4.0 * U });
-    case("adaptive unbatched", &graph("%x: f32[3, 4, 5]", "adaptive_avg_pool2d(%x) {output_size=[3, 2]}"), &[x], Tol { atol: 10.0 * U, rtol: 4.0 * U });
+    bit_exact(
+        "max_pool2d unbatched",
+        &graph("%x: f32[3, 4, 5]", "max_pool2d(%x) {kernel=[2, 3], stride=[1, 2], padding=[1, 1]}"),
+        std::slice::from_ref(&x),
+    );
+    case(
+        "avg_pool2d unbatched",
+        &graph("%x: f32[3, 4, 5]", "avg_pool2d(%x) {kernel=[3, 2], padding=[1, 1], ceil_mode=true}"),
+        std::slice::from_ref(&x),
+        Tol { atol: 10.0 * U, rtol: 4.0 * U },
+    );
+    case(
+        "adaptive unbatched",
+        &graph("%x: f32[3, 4, 5]", "adaptive_avg_pool2d(%x) {output_size=[3, 2]}"),
+        &[x],
+        Tol { atol: 10.0 * U, rtol: 4.0 * U },
+    );
 }
 
 #[test]
 fn pools_symbolic_spatial_dims() {
     let mut rng = Rng::new(28);
-    let src = graph("%x: f32[n, c, h, w]", "max_pool2d(%x) {kernel=[3, 2], stride=[1, 1], padding=[1, 1], dilation=[1, 2]}");
+    let src =
+        graph("%x: f32[n, c, h, w]", "max_pool2d(%x) {kernel=[3, 2], stride=[1, 1], padding=[1, 1], dilation=[1, 2]}");
     let (_, p, _) = lower(&src);
     assert_eq!(p.ty(p.outputs()[0].value).to_string(), "f32[n, c, h, w]");
     for (h, w) in [(4usize, 5usize), (1, 1), (2, 3)] {
@@ -343,9 +362,17 @@ fn adaptive_avg_pool2d_sweep() {
                     if v.len() > 3 {
                         v[3] = [INF, NAN, 1e30, -1e-40][rng.below(4) as usize];
                     }
-                    let src = graph(&format!("%x: f32[2, {h}, {w}]"), &format!("adaptive_avg_pool2d(%x) {{output_size=[{oh}, {ow}]}}"));
+                    let src = graph(
+                        &format!("%x: f32[2, {h}, {w}]"),
+                        &format!("adaptive_avg_pool2d(%x) {{output_size=[{oh}, {ow}]}}"),
+                    );
                     let tol = Tol { atol: 16.0 * U * 2.0, rtol: 4.0 * U };
-                    st = st.merge(measure(&format!("adaptive {h}x{w} -> {oh}x{ow}"), &src, &[f32t(&[2, h, w], &v)], tol));
+                    st = st.merge(measure(
+                        &format!("adaptive {h}x{w} -> {oh}x{ow}"),
+                        &src,
+                        &[f32t(&[2, h, w], &v)],
+                        tol,
+                    ));
                     n += 1;
                 }
             }
@@ -362,7 +389,17 @@ fn half_precision_pools_and_linear() {
     let mut rng = Rng::new(30);
     let x = f16t(&[1, 2, 4, 4], &rng.vec(32, 8.0));
     let tol = Tol { atol: 1e-6, rtol: 1.0 / 1024.0 };
-    measure("avg_pool2d f16", &graph("%x: f16[1, 2, 4, 4]", "avg_pool2d(%x) {kernel=[3, 3], stride=[1, 1], padding=[1, 1]}"), std::slice::from_ref(&x), tol);
-    measure("adaptive f16", &graph("%x: f16[1, 2, 4, 4]", "adaptive_avg_pool2d(%x) {output_size=[3, 3]}"), std::slice::from_ref(&x), tol);
+    measure(
+        "avg_pool2d f16",
+        &graph("%x: f16[1, 2, 4, 4]", "avg_pool2d(%x) {kernel=[3, 3], stride=[1, 1], padding=[1, 1]}"),
+        std::slice::from_ref(&x),
+        tol,
+    );
+    measure(
+        "adaptive f16",
+        &graph("%x: f16[1, 2, 4, 4]", "adaptive_avg_pool2d(%x) {output_size=[3, 3]}"),
+        std::slice::from_ref(&x),
+        tol,
+    );
     bit_exact("max_pool2d f16", &graph("%x: f16[1, 2, 4, 4]", "max_pool2d(%x) {kernel=[2, 2]}"), &[x]);
 }

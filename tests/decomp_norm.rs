@@ -92,7 +92,12 @@ fn softmax_long_rows() {
         let v: Vec<f32> = rng.vec(3 * n, scale).into_iter().map(|x| x + offset).collect();
         let x = f32t(&[3, n], &v);
         let sig = format!("%x: f32[3, {n}]");
-        case(&format!("softmax n={n} offset={offset}"), &graph(&sig, "softmax(%x)"), std::slice::from_ref(&x), tol_softmax(n));
+        case(
+            &format!("softmax n={n} offset={offset}"),
+            &graph(&sig, "softmax(%x)"),
+            std::slice::from_ref(&x),
+            tol_softmax(n),
+        );
         case(&format!("log_softmax n={n} offset={offset}"), &graph(&sig, "log_softmax(%x)"), &[x], tol_log_softmax(n));
     }
 }
@@ -108,9 +113,19 @@ fn softmax_every_axis_of_rank_three() {
     let x = f32t(&[2, 3, 4], &v);
     for (axis, n) in [(0i64, 2usize), (1, 3), (2, 4), (-1, 4), (-2, 3), (-3, 2)] {
         let node = format!("softmax(%x) {{axis={axis}}}");
-        case(&format!("softmax axis {axis}"), &graph("%x: f32[2, 3, 4]", &node), std::slice::from_ref(&x), tol_softmax(n));
+        case(
+            &format!("softmax axis {axis}"),
+            &graph("%x: f32[2, 3, 4]", &node),
+            std::slice::from_ref(&x),
+            tol_softmax(n),
+        );
         let node = format!("log_softmax(%x) {{axis={axis}}}");
-        case(&format!("log_softmax axis {axis}"), &graph("%x: f32[2, 3, 4]", &node), std::slice::from_ref(&x), tol_log_softmax(n));
+        case(
+            &format!("log_softmax axis {axis}"),
+            &graph("%x: f32[2, 3, 4]", &node),
+            std::slice::from_ref(&x),
+            tol_log_softmax(n),
+        );
     }
 }
 
@@ -133,8 +148,18 @@ fn softmax_symbolic_dims() {
     for (n, len) in [(3usize, 5usize), (1, 7), (0, 2)] {
         let x = f32t(&[n, len], &rng.vec(n * len, 50.0));
         let sig = "%x: f32[n, len]";
-        case(&format!("softmax symbolic [{n}, {len}]"), &graph(sig, "softmax(%x)"), std::slice::from_ref(&x), tol_softmax(len));
-        case(&format!("log_softmax symbolic [{n}, {len}]"), &graph(sig, "log_softmax(%x) {axis=0}"), &[x], tol_log_softmax(n));
+        case(
+            &format!("softmax symbolic [{n}, {len}]"),
+            &graph(sig, "softmax(%x)"),
+            std::slice::from_ref(&x),
+            tol_softmax(len),
+        );
+        case(
+            &format!("log_softmax symbolic [{n}, {len}]"),
+            &graph(sig, "log_softmax(%x) {axis=0}"),
+            &[x],
+            tol_log_softmax(n),
+        );
     }
     let (_, p, text) = lower(&graph("%x: f32[n, len]", "softmax(%x)"));
     assert_eq!(p.ty(p.outputs()[0].value).to_string(), "f32[n, len]", "{text}");
@@ -177,8 +202,9 @@ fn naive_softmax_fails_on_large_logits() {
     .unwrap()
     .outputs[0]
         .to_f64_vec();
-    let naive_out = ladder::interp::run(&parse(naive), std::slice::from_ref(&x), &Default::default()).unwrap().outputs[0]
-        .to_f64_vec();
+    let naive_out = ladder::interp::run(&parse(naive), std::slice::from_ref(&x), &Default::default()).unwrap().outputs
+        [0]
+    .to_f64_vec();
     let failed = std::panic::catch_unwind(|| compare("naive", &naive_out, &reference, tol_softmax(3), naive)).is_err();
     assert!(failed, "the naive softmax should fail: {naive_out:?} vs {reference:?}");
     assert!(naive_out[..2].iter().all(|v| v.is_nan()), "{naive_out:?}");
@@ -247,15 +273,35 @@ fn layer_norm_size_one_empty_eps_zero() {
     // A size-1 span: the result is the bias (0 without one); NaN/inf inputs still give NaN.
     let x = f32t(&[4, 1], &[3.0, -1e30, INF, NAN]);
     let b = f32t(&[1], &[0.5]);
-    case("layer_norm size 1", &graph("%x: f32[4, 1], %b: f32[1], %w: f32[1]", "layer_norm(%x, %w, %b)"), &[x.clone(), b.clone(), b], tol_norm(1));
+    case(
+        "layer_norm size 1",
+        &graph("%x: f32[4, 1], %b: f32[1], %w: f32[1]", "layer_norm(%x, %w, %b)"),
+        &[x.clone(), b.clone(), b],
+        tol_norm(1),
+    );
     case("rms_norm size 1", &graph("%x: f32[4, 1]", "rms_norm(%x)"), &[x], tol_norm(1));
     for op in ["layer_norm", "rms_norm"] {
-        case(&format!("{op} [3, 0]"), &graph("%x: f32[3, 0]", &format!("{op}(%x)")), &[f32t(&[3, 0], &[])], tol_norm(0));
-        case(&format!("{op} [0, 5]"), &graph("%x: f32[0, 5]", &format!("{op}(%x)")), &[f32t(&[0, 5], &[])], tol_norm(5));
+        case(
+            &format!("{op} [3, 0]"),
+            &graph("%x: f32[3, 0]", &format!("{op}(%x)")),
+            &[f32t(&[3, 0], &[])],
+            tol_norm(0),
+        );
+        case(
+            &format!("{op} [0, 5]"),
+            &graph("%x: f32[0, 5]", &format!("{op}(%x)")),
+            &[f32t(&[0, 5], &[])],
+            tol_norm(5),
+        );
     }
     // eps = 0: a constant row is 0/0 = NaN in the op, and in the decomposition.
     let x = f32t(&[2, 3], &[2.0, 2.0, 2.0, 1.0, 2.0, 4.0]);
-    case("layer_norm eps 0", &graph("%x: f32[2, 3]", "layer_norm(%x) {eps=0.0}"), std::slice::from_ref(&x), tol_norm(3));
+    case(
+        "layer_norm eps 0",
+        &graph("%x: f32[2, 3]", "layer_norm(%x) {eps=0.0}"),
+        std::slice::from_ref(&x),
+        tol_norm(3),
+    );
     let x = f32t(&[2, 3], &[0.0, 0.0, 0.0, 1e30, -1e30, 3.0]);
     case("rms_norm eps 0", &graph("%x: f32[2, 3]", "rms_norm(%x) {eps=0.0}"), &[x], tol_norm(3));
 }
@@ -305,19 +351,40 @@ fn batch_norm_cases() {
     let w = f32t(&[3], &[1.5, -0.5, 2.0]);
     let b = f32t(&[3], &[0.1, 0.2, -0.3]);
     let sig = "%x: f32[2, 3, 2, 2], %m: f32[3], %v: f32[3], %w: f32[3], %b: f32[3]";
-    case("batch_norm w b", &graph(sig, "batch_norm(%x, %m, %v, %w, %b)"), &[x.clone(), m.clone(), var.clone(), w.clone(), b], tol);
+    case(
+        "batch_norm w b",
+        &graph(sig, "batch_norm(%x, %m, %v, %w, %b)"),
+        &[x.clone(), m.clone(), var.clone(), w.clone(), b],
+        tol,
+    );
     let sig = "%x: f32[2, 3, 2, 2], %m: f32[3], %v: f32[3], %w: f32[3]";
-    case("batch_norm w", &graph(sig, "batch_norm(%x, %m, %v, %w) {eps=0.001}"), &[x.clone(), m.clone(), var.clone(), w], tol);
+    case(
+        "batch_norm w",
+        &graph(sig, "batch_norm(%x, %m, %v, %w) {eps=0.001}"),
+        &[x.clone(), m.clone(), var.clone(), w],
+        tol,
+    );
     let sig = "%x: f32[2, 3, 2, 2], %m: f32[3], %v: f32[3]";
     case("batch_norm", &graph(sig, "batch_norm(%x, %m, %v)"), &[x, m.clone(), var.clone()], tol);
     // Rank 2, eps 0 with a zero variance (0/0 and x/0), empty, symbolic.
     let x = f32t(&[2, 3], &[1.0, 2.0, 3.0, 0.5, -1.0, 1e30]);
     let zv = f32t(&[3], &[0.0, 1.0, 4.0]);
     let m = f32t(&[3], &[1.0, 0.0, 0.0]);
-    case("batch_norm rank 2 eps 0", &graph("%x: f32[2, 3], %m: f32[3], %v: f32[3]", "batch_norm(%x, %m, %v) {eps=0.0}"), &[x, m.clone(), zv.clone()], tol);
-    case("batch_norm empty", &graph("%x: f32[0, 3, 2], %m: f32[3], %v: f32[3]", "batch_norm(%x, %m, %v)"), &[f32t(&[0, 3, 2], &[]), m.clone(), zv.clone()], tol);
+    case(
+        "batch_norm rank 2 eps 0",
+        &graph("%x: f32[2, 3], %m: f32[3], %v: f32[3]", "batch_norm(%x, %m, %v) {eps=0.0}"),
+        &[x, m.clone(), zv.clone()],
+        tol,
+    );
+    case(
+        "batch_norm empty",
+        &graph("%x: f32[0, 3, 2], %m: f32[3], %v: f32[3]", "batch_norm(%x, %m, %v)"),
+        &[f32t(&[0, 3, 2], &[]), m.clone(), zv.clone()],
+        tol,
+    );
     let x = f32t(&[2, 3, 5], &rng.vec(30, 3.0));
-    let src = graph("%x: f32[n, c, l], %m: f32[c], %v: f32[c], %w: f32[c], %b: f32[c]", "batch_norm(%x, %m, %v, %w, %b)");
+    let src =
+        graph("%x: f32[n, c, l], %m: f32[c], %v: f32[c], %w: f32[c], %b: f32[c]", "batch_norm(%x, %m, %v, %w, %b)");
     case("batch_norm symbolic", &src, &[x, m.clone(), zv.clone(), m, zv], tol);
 }
 
@@ -337,14 +404,29 @@ fn group_norm_cases() {
         let node = format!("group_norm(%x, %w, %b) {{groups={g}}}");
         case(&format!("group_norm groups={g}"), &graph(sig, &node), &[x.clone(), w.clone(), b.clone()], tol_norm(n));
     }
-    case("group_norm no affine", &graph("%x: f32[2, 6, 4]", "group_norm(%x) {groups=3, eps=0.0}"), std::slice::from_ref(&x), tol_norm(8));
-    case("group_norm w only", &graph("%x: f32[2, 6, 4], %w: f32[6]", "group_norm(%x, %w) {groups=2}"), &[x, w.clone()], tol_norm(12));
+    case(
+        "group_norm no affine",
+        &graph("%x: f32[2, 6, 4]", "group_norm(%x) {groups=3, eps=0.0}"),
+        std::slice::from_ref(&x),
+        tol_norm(8),
+    );
+    case(
+        "group_norm w only",
+        &graph("%x: f32[2, 6, 4], %w: f32[6]", "group_norm(%x, %w) {groups=2}"),
+        &[x, w.clone()],
+        tol_norm(12),
+    );
     // Rank 2 (no spatial dims), rank 4, empty spatial, symbolic batch and spatial dims.
     let x = f32t(&[3, 6], &rng.vec(18, 1.0));
     case("group_norm rank 2", &graph("%x: f32[3, 6]", "group_norm(%x) {groups=3}"), &[x], tol_norm(2));
     let x = f32t(&[1, 4, 2, 3], &rng.vec(24, 1.0));
     case("group_norm rank 4", &graph("%x: f32[1, 4, 2, 3]", "group_norm(%x) {groups=2}"), &[x], tol_norm(12));
-    case("group_norm empty", &graph("%x: f32[2, 4, 0]", "group_norm(%x) {groups=4}"), &[f32t(&[2, 4, 0], &[])], tol_norm(0));
+    case(
+        "group_norm empty",
+        &graph("%x: f32[2, 4, 0]", "group_norm(%x) {groups=4}"),
+        &[f32t(&[2, 4, 0], &[])],
+        tol_norm(0),
+    );
     let x = f32t(&[2, 6, 5], &rng.vec(60, 2.0));
     let src = graph("%x: f32[n, 6, h], %w: f32[6], %b: f32[6]", "group_norm(%x, %w, %b) {groups=3}");
     case("group_norm symbolic", &src, &[x, w.clone(), b], tol_norm(10));
@@ -363,11 +445,7 @@ fn tol_attention(d: usize, s: usize, smax: f64, vmax: f64) -> Tol {
 
 fn attn_inputs(rng: &mut Rng, q: &[usize], k: &[usize], v: &[usize], scale: f32) -> Vec<Tensor> {
     let n = |s: &[usize]| s.iter().product::<usize>();
-    vec![
-        f32t(q, &rng.vec(n(q), scale)),
-        f32t(k, &rng.vec(n(k), scale)),
-        f32t(v, &rng.vec(n(v), 4.0)),
-    ]
+    vec![f32t(q, &rng.vec(n(q), scale)), f32t(k, &rng.vec(n(k), scale)), f32t(v, &rng.vec(n(v), 4.0))]
 }
 
 #[test]
@@ -380,7 +458,12 @@ fn attention_plain_scaled_and_broadcast() {
     case("attention scale 0.3", &graph(sig, "scaled_dot_product_attention(%q, %k, %v) {scale=0.3}"), &ins, tol);
     // Large scores (|q k| * scale up to ~1e3): softmax is nearly one-hot but still right.
     let big = attn_inputs(&mut rng, &[2, 3, 4], &[2, 5, 4], &[2, 5, 3], 30.0);
-    case("attention large scores", &graph(sig, "scaled_dot_product_attention(%q, %k, %v)"), &big, tol_attention(4, 5, 1e3, 4.0));
+    case(
+        "attention large scores",
+        &graph(sig, "scaled_dot_product_attention(%q, %k, %v)"),
+        &big,
+        tol_attention(4, 5, 1e3, 4.0),
+    );
     // Batch dims broadcast: q [2, 1, 3, 4], k [1, 2, 5, 4], v [5, 3].
     let ins = attn_inputs(&mut rng, &[2, 1, 3, 4], &[1, 2, 5, 4], &[5, 3], 1.0);
     let sig = "%q: f32[2, 1, 3, 4], %k: f32[1, 2, 5, 4], %v: f32[5, 3]";
@@ -397,12 +480,22 @@ fn attention_masks_and_causal() {
     let bm = boolt(&[3, 5], &keep);
     let sig = "%q: f32[2, 3, 4], %k: f32[2, 5, 4], %v: f32[2, 5, 3], %m: bool[3, 5]";
     let with = |m: Tensor| ins.iter().cloned().chain([m]).collect::<Vec<_>>();
-    let st = case("attention bool mask", &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m)"), &with(bm.clone()), tol);
+    let st = case(
+        "attention bool mask",
+        &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m)"),
+        &with(bm.clone()),
+        tol,
+    );
     assert!(st.finite > 0);
     let (_, p, _) = lower(&graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m)"));
     let out = ladder::interp::run(&p, &with(bm.clone()), &Default::default()).unwrap().outputs[0].to_f64_vec();
     assert_eq!(&out[3..6], &[0.0, 0.0, 0.0], "{out:?}");
-    case("attention bool mask causal", &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m) {causal=true}"), &with(bm), tol);
+    case(
+        "attention bool mask causal",
+        &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m) {causal=true}"),
+        &with(bm),
+        tol,
+    );
     // Float mask, including -inf, a finite bias, and +inf (a NaN row in the op).
     let fm: Vec<f32> = vec![0.0, -INF, 0.5, -1.0, 0.0, -INF, -INF, -INF, -INF, -INF, 0.0, INF, 0.0, 0.0, 0.0];
     let fm = f32t(&[3, 5], &fm);
@@ -439,9 +532,38 @@ fn attention_special_values_and_edge_shapes() {
     case("attention D=0 scale inf", &graph(sig, "scaled_dot_product_attention(%q, %k, %v) {scale=inf}"), &insd, tol);
     // L = 0 and size-1 dims.
     let sig = "%q: f32[0, 4], %k: f32[5, 4], %v: f32[5, 3]";
-    case("attention L=0", &graph(sig, "scaled_dot_product_attention(%q, %k, %v)"), &[f32t(&[0, 4], &[]), ins[1].clone(), ins[2].clone()], tol);
+    case(
+        "attention L=0",
+        &graph(sig, "scaled_dot_product_attention(%q, %k, %v)"),
+        &[f32t(&[0, 4], &[]), ins[1].clone(), ins[2].clone()],
+        tol,
+    );
     let ins1 = attn_inputs(&mut rng, &[1, 1], &[1, 1], &[1, 1], 1.0);
-    case("attention 1x1", &graph("%q: f32[1, 1], %k: f32[1, 1], %v: f32[1, 1]", "scaled_dot_product_attention(%q, %k, %v) {causal=true}"), &ins1, tol);
+    case(
+        "attention 1x1",
+        &graph("%q: f32[1, 1], %k: f32[1, 1], %v: f32[1, 1]", "scaled_dot_product_attention(%q, %k, %v) {causal=true}"),
+        &ins1,
+        tol,
+    );
+}
+
+#[test]
+fn attention_half_precision() {
+    // f16 operands (and an f16 float mask) are widened to f32 and the result narrowed once:
+    // within one f16 unit of the op's answer.
+    let mut rng = Rng::new(16);
+    let q = f16t(&[2, 3, 4], &rng.vec(24, 2.0));
+    let k = f16t(&[2, 5, 4], &rng.vec(40, 2.0));
+    let v = f16t(&[2, 5, 3], &rng.vec(30, 4.0));
+    let m = f16t(&[3, 5], &[0.0, -INF, 0.5, -1.0, 0.0, -INF, -INF, -INF, -INF, -INF, 0.0, 2.0, 0.0, 0.0, 0.0]);
+    let sig = "%q: f16[2, 3, 4], %k: f16[2, 5, 4], %v: f16[2, 5, 3], %m: f16[3, 5]";
+    let tol = Tol { atol: 4.0 / 2048.0, rtol: 1.0 / 1024.0 };
+    measure(
+        "attention f16",
+        &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m) {causal=true}"),
+        &[q, k, v, m],
+        tol,
+    );
 }
 
 #[test]
@@ -455,7 +577,12 @@ fn attention_symbolic_dims() {
         let mut ins = attn_inputs(&mut rng, &[b, l, d], &[b, s, d], &[b, s, 2], 1.0);
         let keep: Vec<bool> = (0..l * s).map(|i| i % 3 != 1).collect();
         ins.push(boolt(&[l, s], &keep));
-        case(&format!("attention symbolic b={b} l={l} s={s} d={d}"), &graph(sig, node), &ins, tol_attention(d, s, 4.0, 4.0));
+        case(
+            &format!("attention symbolic b={b} l={l} s={s} d={d}"),
+            &graph(sig, node),
+            &ins,
+            tol_attention(d, s, 4.0, 4.0),
+        );
         case(
             &format!("attention symbolic scale=inf d={d}"),
             &graph(sig, "scaled_dot_product_attention(%q, %k, %v, %m) {scale=inf}"),
@@ -514,7 +641,12 @@ fn cross_entropy_reductions_and_ignore() {
     case("cross_entropy huge ignore_index", &ce(sig, &format!(" {{ignore_index={big}}}")), &[x.clone(), tb], tol);
     let t32 = i32t(&[5], &[0, 3, 1, 2, 2]);
     let sig32 = "%x: f32[5, 4], %t: i32[5]";
-    case("cross_entropy i32 ignore 2^40", &ce(sig32, &format!(" {{ignore_index={}}}", 1i64 << 40)), &[x.clone(), t32.clone()], tol);
+    case(
+        "cross_entropy i32 ignore 2^40",
+        &ce(sig32, &format!(" {{ignore_index={}}}", 1i64 << 40)),
+        &[x.clone(), t32.clone()],
+        tol,
+    );
     case("cross_entropy i32", &ce(sig32, " {ignore_index=1, label_smoothing=0.3}"), &[x, t32], tol);
 }
 
@@ -526,25 +658,78 @@ fn cross_entropy_shapes() {
     let t = i64t(&[2, 2, 2], &[0, 1, 2, -100, 2, 2, 1, 0]);
     let sig = "%x: f32[2, 3, 2, 2], %t: i64[2, 2, 2]";
     for red in ["mean", "sum", "none"] {
-        case(&format!("cross_entropy spatial {red}"), &ce(sig, &format!(" {{reduction=\"{red}\", label_smoothing=0.05}}")), &[x.clone(), t.clone()], tol_ce(3, 8, 10.0));
+        case(
+            &format!("cross_entropy spatial {red}"),
+            &ce(sig, &format!(" {{reduction=\"{red}\", label_smoothing=0.05}}")),
+            &[x.clone(), t.clone()],
+            tol_ce(3, 8, 10.0),
+        );
     }
     // Unbatched [C] logits with a scalar target.
     let x = f32t(&[4], &[1.0, 2.0, 3.0, 1e4]);
     for red in ["mean", "none"] {
-        case(&format!("cross_entropy rank 1 {red}"), &ce("%x: f32[4], %t: i64[]", &format!(" {{reduction=\"{red}\"}}")), &[x.clone(), i64t(&[], &[2])], tol_ce(4, 1, 1e4));
+        case(
+            &format!("cross_entropy rank 1 {red}"),
+            &ce("%x: f32[4], %t: i64[]", &format!(" {{reduction=\"{red}\"}}")),
+            &[x.clone(), i64t(&[], &[2])],
+            tol_ce(4, 1, 1e4),
+        );
     }
     case("cross_entropy rank 1 ignored", &ce("%x: f32[4], %t: i64[]", ""), &[x, i64t(&[], &[-100])], tol_ce(4, 1, 1.0));
     // Empty batch: mean NaN, sum 0. Size-1 class dim: loss 0.
-    case("cross_entropy empty mean", &ce("%x: f32[0, 3], %t: i64[0]", ""), &[f32t(&[0, 3], &[]), i64t(&[0], &[])], Tol::EXACT);
-    case("cross_entropy empty sum", &ce("%x: f32[0, 3], %t: i64[0]", " {reduction=\"sum\"}"), &[f32t(&[0, 3], &[]), i64t(&[0], &[])], Tol::EXACT);
-    case("cross_entropy C=1", &ce("%x: f32[3, 1], %t: i64[3]", " {label_smoothing=0.5}"), &[f32t(&[3, 1], &[1e30, -2.0, 0.0]), i64t(&[3], &[0, 0, 0])], Tol::EXACT);
+    case(
+        "cross_entropy empty mean",
+        &ce("%x: f32[0, 3], %t: i64[0]", ""),
+        &[f32t(&[0, 3], &[]), i64t(&[0], &[])],
+        Tol::EXACT,
+    );
+    case(
+        "cross_entropy empty sum",
+        &ce("%x: f32[0, 3], %t: i64[0]", " {reduction=\"sum\"}"),
+        &[f32t(&[0, 3], &[]), i64t(&[0], &[])],
+        Tol::EXACT,
+    );
+    case(
+        "cross_entropy C=1",
+        &ce("%x: f32[3, 1], %t: i64[3]", " {label_smoothing=0.5}"),
+        &[f32t(&[3, 1], &[1e30, -2.0, 0.0]), i64t(&[3], &[0, 0, 0])],
+        Tol::EXACT,
+    );
     // Symbolic batch and class dims (the padded path), including C = 0 with all ignored.
     let sig = "%x: f32[n, c], %t: i64[n]";
     let x = f32t(&[3, 4], &rng.vec(12, 2.0));
-    case("cross_entropy symbolic", &ce(sig, " {label_smoothing=0.1}"), &[x.clone(), i64t(&[3], &[3, -100, 0])], tol_ce(4, 3, 5.0));
-    case("cross_entropy symbolic none", &ce(sig, " {reduction=\"none\"}"), &[x, i64t(&[3], &[1, 2, -100])], tol_ce(4, 3, 5.0));
-    case("cross_entropy C=0 all ignored", &ce(sig, " {reduction=\"sum\"}"), &[f32t(&[2, 0], &[]), i64t(&[2], &[-100, -100])], Tol::EXACT);
-    case("cross_entropy C=0 static all ignored", &ce("%x: f32[2, 0], %t: i64[2]", ""), &[f32t(&[2, 0], &[]), i64t(&[2], &[-100, -100])], Tol::EXACT);
+    case(
+        "cross_entropy symbolic",
+        &ce(sig, " {label_smoothing=0.1}"),
+        &[x.clone(), i64t(&[3], &[3, -100, 0])],
+        tol_ce(4, 3, 5.0),
+    );
+    case(
+        "cross_entropy symbolic none",
+        &ce(sig, " {reduction=\"none\"}"),
+        &[x, i64t(&[3], &[1, 2, -100])],
+        tol_ce(4, 3, 5.0),
+    );
+    let sig2 = "%x: f32[n, 3], %t: i64[n]";
+    let x = f32t(&[4, 3], &rng.vec(12, 2.0));
+    case(
+        "cross_entropy symbolic batch",
+        &ce(sig2, " {label_smoothing=0.2}"),
+        &[x, i64t(&[4], &[2, 0, -100, 1])],
+        tol_ce(3, 4, 5.0),
+    );
+    case(
+        "cross_entropy C=0 all ignored",
+        &ce(sig, " {reduction=\"sum\"}"),
+        &[f32t(&[2, 0], &[]), i64t(&[2], &[-100, -100])],
+        Tol::EXACT,
+    );
+    case(
+        "cross_entropy C=0 static all ignored",
+        &ce("%x: f32[2, 0], %t: i64[2]", ""),
+        &[f32t(&[2, 0], &[]), i64t(&[2], &[-100, -100])],
+        Tol::EXACT,
+    );
 }
 
 #[test]
@@ -572,22 +757,57 @@ fn mse_loss_cases() {
     let sig = "%a: f32[3, 4], %b: f32[4]";
     let tol = |m: usize| Tol { atol: 0.0, rtol: (m as f64 + 4.0) * U };
     for red in ["mean", "sum", "none"] {
-        case(&format!("mse_loss broadcast {red}"), &graph(sig, &format!("mse_loss(%a, %b) {{reduction=\"{red}\"}}")), &[a.clone(), b.clone()], tol(12));
+        case(
+            &format!("mse_loss broadcast {red}"),
+            &graph(sig, &format!("mse_loss(%a, %b) {{reduction=\"{red}\"}}")),
+            &[a.clone(), b.clone()],
+            tol(12),
+        );
     }
     // Special values; empty (mean NaN, sum 0); symbolic; mixed dtypes promote.
     let s = f32t(&[5], &[INF, NAN, 1e-40, 1e19, -0.0]);
     let z = f32t(&[5], &[INF, 0.0, 0.0, 0.0, 0.0]);
-    case("mse_loss special none", &graph("%a: f32[5], %b: f32[5]", "mse_loss(%a, %b) {reduction=\"none\"}"), &[s, z], Tol { atol: 1e-45, rtol: 2.0 * U });
-    case("mse_loss empty mean", &graph("%a: f32[0], %b: f32[0]", "mse_loss(%a, %b)"), &[f32t(&[0], &[]), f32t(&[0], &[])], Tol::EXACT);
-    case("mse_loss empty sum", &graph("%a: f32[0], %b: f32[0]", "mse_loss(%a, %b) {reduction=\"sum\"}"), &[f32t(&[0], &[]), f32t(&[0], &[])], Tol::EXACT);
+    case(
+        "mse_loss special none",
+        &graph("%a: f32[5], %b: f32[5]", "mse_loss(%a, %b) {reduction=\"none\"}"),
+        &[s, z],
+        Tol { atol: 1e-45, rtol: 2.0 * U },
+    );
+    case(
+        "mse_loss empty mean",
+        &graph("%a: f32[0], %b: f32[0]", "mse_loss(%a, %b)"),
+        &[f32t(&[0], &[]), f32t(&[0], &[])],
+        Tol::EXACT,
+    );
+    case(
+        "mse_loss empty sum",
+        &graph("%a: f32[0], %b: f32[0]", "mse_loss(%a, %b) {reduction=\"sum\"}"),
+        &[f32t(&[0], &[]), f32t(&[0], &[])],
+        Tol::EXACT,
+    );
     let a = f32t(&[2, 3], &rng.vec(6, 1.0));
-    case("mse_loss symbolic", &graph("%a: f32[n, m], %b: f32[n, m]", "mse_loss(%a, %b)"), &[a.clone(), a.clone()], Tol::EXACT);
+    case(
+        "mse_loss symbolic",
+        &graph("%a: f32[n, m], %b: f32[n, m]", "mse_loss(%a, %b)"),
+        &[a.clone(), a.clone()],
+        Tol::EXACT,
+    );
     let d = f64t(&[3], &[0.5, 1.5, -2.0]);
-    case("mse_loss f32 f64", &graph("%a: f32[2, 3], %b: f64[3]", "mse_loss(%a, %b)"), &[a, d], Tol { atol: 0.0, rtol: 1e-15 });
+    case(
+        "mse_loss f32 f64",
+        &graph("%a: f32[2, 3], %b: f64[3]", "mse_loss(%a, %b)"),
+        &[a, d],
+        Tol { atol: 0.0, rtol: 1e-15 },
+    );
     // (1e30)^2 overflows f32: the op's f32 answer is inf too (measured against the rounded
     // reference only: the unrounded one is finite).
     let a = f32t(&[2], &[1e30, 1.0]);
-    measure("mse_loss overflow", &graph("%a: f32[2], %b: f32[2]", "mse_loss(%a, %b) {reduction=\"none\"}"), &[a, f32t(&[2], &[0.0, 0.0])], Tol::EXACT);
+    measure(
+        "mse_loss overflow",
+        &graph("%a: f32[2], %b: f32[2]", "mse_loss(%a, %b) {reduction=\"none\"}"),
+        &[a, f32t(&[2], &[0.0, 0.0])],
+        Tol::EXACT,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -609,7 +829,12 @@ fn measured_errors_summary() {
         let x = f32t(&[4, n], &v);
         let sig = format!("%x: f32[4, {n}]");
         sm = sm.merge(measure("softmax", &graph(&sig, "softmax(%x)"), std::slice::from_ref(&x), tol_softmax(n)));
-        lsm = lsm.merge(measure("log_softmax", &graph(&sig, "log_softmax(%x)"), std::slice::from_ref(&x), tol_log_softmax(n)));
+        lsm = lsm.merge(measure(
+            "log_softmax",
+            &graph(&sig, "log_softmax(%x)"),
+            std::slice::from_ref(&x),
+            tol_log_softmax(n),
+        ));
         ln = ln.merge(measure("layer_norm", &graph(&sig, "layer_norm(%x)"), &[x], tol_norm(n)));
     }
     for (name, st) in [("softmax", sm), ("log_softmax", lsm), ("layer_norm", ln)] {

@@ -132,10 +132,7 @@ fn conv2d(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompE
     let bias = e.prim(
         OpKind::BroadcastInDim,
         &[bias],
-        &[
-            ("shape", AttrValue::Dims(shape.dims().iter().cloned().map(Some).collect())),
-            ("broadcast_dims", ints(&[1])),
-        ],
+        &[("shape", AttrValue::Dims(shape.dims().iter().cloned().map(Some).collect())), ("broadcast_dims", ints(&[1]))],
     )?;
     e.add(y, bias)
 }
@@ -233,7 +230,10 @@ fn window_reduce(e: &mut Emitter, x: Value, axis: usize, w: &Win, op: OpKind) ->
     let mut acc: Option<Value> = None;
     for a in 0..w.kernel {
         let start = (a * w.dilation) as i64;
+        // A single offset covering the whole axis needs no slice.
+        let whole = w.kernel == 1 && w.stride == 1 && e.shape(x).dims()[axis] == w.out;
         let s = match w.out.as_const() {
+            _ if whole => x,
             Some(0) => e.slice(x, axis, start, start, 1)?,
             Some(o) => e.slice(x, axis, start, start + ((o - 1) * w.stride) as i64 + 1, w.stride as i64)?,
             None => {

@@ -261,9 +261,10 @@ fn group_norm(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, Dec
     let dims = shape.dims();
     let groups = node.attrs.int("groups");
     let c = dims[1].as_const().ok_or_else(|| unsupported("group_norm", "the channel dim must be static"))?;
-    let g = u64::try_from(groups).ok().filter(|&g| g > 0 && c % g == 0).ok_or_else(|| {
-        unsupported("group_norm", format!("{c} channels do not divide into {groups} groups"))
-    })?;
+    let g = u64::try_from(groups)
+        .ok()
+        .filter(|&g| g > 0 && c % g == 0)
+        .ok_or_else(|| unsupported("group_norm", format!("{c} channels do not divide into {groups} groups")))?;
     let mut block = Dim::new(c / g);
     for d in &dims[2..] {
         block = block.mul(d).map_err(|err| unsupported("group_norm", err.to_string()))?;
@@ -436,11 +437,8 @@ fn cross_entropy(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, 
             let r = e.rank(lsm);
             let mut high = vec![0i64; r];
             high[1] = 1;
-            let padded = e.prim(
-                OpKind::Pad,
-                &[lsm],
-                &[("low", AttrValue::Ints(vec![0; r])), ("high", AttrValue::Ints(high))],
-            )?;
+            let padded =
+                e.prim(OpKind::Pad, &[lsm], &[("low", AttrValue::Ints(vec![0; r])), ("high", AttrValue::Ints(high))])?;
             (padded, bad, -1.0)
         }
     };

@@ -101,10 +101,16 @@ pub fn compare(label: &str, got: &[f64], want: &[f64], tol: Tol, text: &str) -> 
     let mut st = Stats::default();
     for (k, (&y, &x)) in got.iter().zip(want).enumerate() {
         if !x.is_finite() {
-            assert!(x.is_nan() && y.is_nan() || x == y, "{label}: element {k}: reference {x}, decomposed {y}\nreference: {want:?}\ndecomposed: {got:?}\n{text}");
+            assert!(
+                x.is_nan() && y.is_nan() || x == y,
+                "{label}: element {k}: reference {x}, decomposed {y}\nreference: {want:?}\ndecomposed: {got:?}\n{text}"
+            );
             continue;
         }
-        assert!(y.is_finite(), "{label}: element {k}: reference {x}, decomposed {y}\nreference: {want:?}\ndecomposed: {got:?}\n{text}");
+        assert!(
+            y.is_finite(),
+            "{label}: element {k}: reference {x}, decomposed {y}\nreference: {want:?}\ndecomposed: {got:?}\n{text}"
+        );
         let err = (x - y).abs();
         let allowed = tol.atol + tol.rtol * x.abs();
         st.finite += 1;
@@ -112,7 +118,13 @@ pub fn compare(label: &str, got: &[f64], want: &[f64], tol: Tol, text: &str) -> 
         if x != 0.0 {
             st.max_rel_u = st.max_rel_u.max(err / x.abs() / U);
         }
-        let frac = if allowed > 0.0 { err / allowed } else if err > 0.0 { f64::INFINITY } else { 0.0 };
+        let frac = if allowed > 0.0 {
+            err / allowed
+        } else if err > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
         st.worst = st.worst.max(frac);
         assert!(
             err <= allowed,
@@ -168,9 +180,10 @@ pub fn bit_exact(label: &str, src: &str, inputs: &[Tensor]) {
         assert_eq!(w.shape(), o.shape(), "{label}: shape\n{text}");
         assert_eq!(w.dtype(), o.dtype(), "{label}: dtype\n{text}");
         let same = w.bit_eq(o)
-            || w.to_f64_vec().iter().zip(o.to_f64_vec()).all(|(a, b)| {
-                (a.is_nan() && b.is_nan()) || (a.to_bits() == b.to_bits())
-            });
+            || w.to_f64_vec()
+                .iter()
+                .zip(o.to_f64_vec())
+                .all(|(a, b)| (a.is_nan() && b.is_nan()) || (a.to_bits() == b.to_bits()));
         assert!(same, "{label}: op {:?}\nprims {:?}\n{text}", w.to_f64_vec(), o.to_f64_vec());
     }
 }
