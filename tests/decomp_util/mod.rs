@@ -134,6 +134,18 @@ pub fn compare(label: &str, got: &[f64], want: &[f64], tol: Tol, text: &str) -> 
     st
 }
 
+/// Whether `got` passes `compare` against `want` (without panicking).
+pub fn within(got: &[f64], want: &[f64], tol: Tol) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(&y, &x)| {
+            if x.is_finite() {
+                y.is_finite() && (x - y).abs() <= tol.atol + tol.rtol * x.abs()
+            } else {
+                x.is_nan() && y.is_nan() || x == y
+            }
+        })
+}
+
 /// Lowers `src`, runs the op in precise mode and rounds its outputs to their dtype (the op's
 /// ideal answer in that dtype: composite ops round once from f64), runs the prims graph in
 /// op-dtype mode, and compares every output with `tol`. Returns the measured errors.
