@@ -488,3 +488,16 @@ fn prims_only() {
     let text = ladder::text::print(&lower(&graph("f32[n]", "softplus", "beta=3.0, threshold=1.0")));
     assert!(text.contains("ge(") && text.contains("log1p(") && !text.contains("softplus"), "{text}");
 }
+
+/// With a threshold beyond exp's range the decomposition stays finite (log1p(exp(-|bx|)) +
+/// max(bx, 0)). The op itself evaluates log1p(exp(bx)) and overflows to inf there (reported;
+/// not compared here).
+#[test]
+fn softplus_without_a_linear_branch_stays_finite() {
+    let prims = ladder::text::print(&lower(&graph("f32[n]", "softplus", "threshold=inf")));
+    let got = run1(&prims, &[f32t(&[4], &[800.0, -800.0, 3e38, f32::INFINITY])]);
+    assert_eq!(got, vec![800.0, 0.0, 3e38f32 as f64, f64::INFINITY]);
+    let prims = ladder::text::print(&lower(&graph("f32[n]", "softplus", "beta=-1.0, threshold=inf")));
+    let got = run1(&prims, &[f32t(&[2], &[-800.0, 800.0])]);
+    assert_eq!(got, vec![-800.0, -0.0]);
+}

@@ -162,7 +162,7 @@ fn clamp(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
 }
 
 /// The stable logistic sigmoid of `x` in its compute dtype.
-fn sigmoid_of(e: &mut Emitter, x: Value) -> R {
+pub(super) fn sigmoid_of(e: &mut Emitter, x: Value) -> R {
     let a = un(e, OpKind::Abs, x)?;
     let t = un(e, OpKind::Neg, a)?;
     let ex = un(e, OpKind::Exp, t)?;
@@ -180,7 +180,7 @@ fn sigmoid(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
 /// `x * sigmoid(y)` for `y` of `x`'s sign (or NaN), without underflowing early: `x / (1 + e)`
 /// for `y >= 0`, `((max(x, lowest) * h) / (1 + e)) * h` below, with `e = exp(-|y|)` and
 /// `h = exp(-|y| / 2)`.
-fn times_sigmoid(e: &mut Emitter, x: Value, y: Value) -> R {
+pub(super) fn times_sigmoid(e: &mut Emitter, x: Value, y: Value) -> R {
     let a = un(e, OpKind::Abs, y)?;
     let t = un(e, OpKind::Neg, a)?;
     let ex = un(e, OpKind::Exp, t)?;

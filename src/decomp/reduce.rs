@@ -97,9 +97,17 @@ fn keep(e: &mut Emitter, r: Value, x_shape: &Shape, axes: &[usize], keepdim: boo
     e.reshape(r, &reduced_shape(x_shape, axes, true))
 }
 
-/// The number of elements a reduction of `shape` over `axes` folds, as an i64 scalar, when
-/// some reduced dim is symbolic; `Err(n)` with the static count otherwise.
-fn count_i64(e: &mut Emitter, shape: &Shape, axes: &[usize]) -> Result<Result<Value, u64>, DecompError> {
+/// The number of elements a reduction folds.
+#[derive(Clone, Copy)]
+enum Count {
+    Static(u64),
+    /// An i64 scalar computed at run time (some reduced dim is symbolic).
+    Dynamic(Value),
+}
+
+/// The number of elements a reduction of `shape` over `axes` folds: each symbolic dim counted
+/// exactly in i64 (`reduce_sum` of an i64 `full(1)` of just that dim), times the static ones.
+fn count_i64(e: &mut Emitter, shape: &Shape, axes: &[usize]) -> Result<Count, DecompError> {
     let mut known: u64 = 1;
     let mut counted: Option<Value> = None;
     for &a in axes {
@@ -116,12 +124,12 @@ fn count_i64(e: &mut Emitter, shape: &Shape, axes: &[usize]) -> Result<Result<Va
             }
         }
     }
-    let Some(c) = counted else { return Ok(Err(known)) };
+    let Some(c) = counted else { return Ok(Count::Static(known)) };
     if known == 1 {
-        return Ok(Ok(c));
+        return Ok(Count::Dynamic(c));
     }
     let k = e.full(known as f64, DType::I64, &Shape::scalar())?;
-    Ok(Ok(e.mul(c, k)?))
+    Ok(Count::Dynamic(e.mul(c, k)?))
 }
 
 /// The count of a reduction of `shape` over `axes` in float `dtype`, as a tensor of shape
@@ -134,8 +142,8 @@ pub(super) fn count(
     out: &Shape,
 ) -> Result<Value, DecompError> {
     match count_i64(e, shape, axes)? {
-        Err(n) => e.full(n as f64, dtype, out),
-        Ok(c) => {
+        Count::Static(n) => e.full(n as f64, dtype, out),
+        Count::Dynamic(c) => {
             let c = e.convert(c, dtype)?;
             e.broadcast_to(c, out)
         }
@@ -163,8 +171,8 @@ pub(super) fn var_of(e: &mut Emitter, x: Value, axes: &[usize], correction: i64)
     let out = e.shape(s);
     let counted = count_i64(e, &shape, axes)?;
     let n = match counted {
-        Err(n) => e.full(n as f64, dtype, &out)?,
-        Ok(c) => {
+        Count::Static(n) => e.full(n as f64, dtype, &out)?,
+        Count::Dynamic(c) => {
             let c = e.convert(c, dtype)?;
             e.broadcast_to(c, &out)?
         }
@@ -181,11 +189,11 @@ pub(super) fn var_of(e: &mut Emitter, x: Value, axes: &[usize], correction: i64)
     // Mathematically Σd² >= (Σd)²/N; rounding must not make the variance negative.
     let ss = e.binary_scalar(OpKind::Max, ss, 0.0)?;
     let denom = match counted {
-        Err(n) => {
+        Count::Static(n) => {
             let n = i64::try_from(n).unwrap_or(i64::MAX);
             e.full(n.saturating_sub(correction).max(0) as f64, dtype, &out)?
         }
-        Ok(n) => {
+        Count::Dynamic(n) => {
             // max(0, N - correction) with the op's saturation: N >= 0, so only a negative
             // correction can overflow, and then the wrapped difference is below N.
             let c = e.full_like(correction as f64, n)?;
