@@ -26,9 +26,6 @@
 //! - `elu` uses `expm1`; `hardswish` is `max(x, lowest) * hardsigmoid(x)`, so `-inf` gives
 //!   `-0` and large `x` is exact (no `x * 6` overflow).
 
-// `DecompError` (mod.rs) is large enough for clippy's `result_large_err`.
-#![allow(clippy::result_large_err)]
-
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
 use super::reduce::compute_dtype;

@@ -24,9 +24,6 @@
 //!   `inf - inf`): all `-inf` or nothing gives `log(0) + 0 = -inf`, any `+inf` gives `+inf`,
 //!   and a NaN makes `m` NaN, which propagates.
 
-// `DecompError` (mod.rs) is large enough for clippy's `result_large_err`.
-#![allow(clippy::result_large_err)]
-
 use super::{DecompError, DecompFn, Emitter};
 use crate::ir::{AttrValue, DType, Node, Shape, Value};
 use crate::ops::reduce::reduced_shape;
