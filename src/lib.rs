@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod gen;
 pub mod interp;
 pub mod ir;
+pub mod kernel;
 pub mod models;
 pub mod ops;
 pub mod passes;

@@ -216,6 +216,12 @@ impl Dim {
     }
 }
 
+impl Default for Dim {
+    fn default() -> Dim {
+        Dim::new(0)
+    }
+}
+
 impl From<u64> for Dim {
     fn from(n: u64) -> Dim {
         Dim::new(n)
