@@ -458,3 +458,10 @@ fn composites_in_other_dtypes() {
         check_decomposition(&graph("f64[2, n]", op, "axes=[1]"), std::slice::from_ref(&d), 1e-13, 1e-13);
     }
 }
+
+#[test]
+fn var_of_an_empty_axis_with_negative_correction_is_zero_not_nan() {
+    // Found by tests/decompose_random.rs: the compensation term divided 0 by a count of 0.
+    let src = "graph g(%x: f32[0, 3]) {\n  %1 = var(%x) {correction=-1}\n  %2 = var(%x) {axes=[0], correction=-1}\n  return %1, %2\n}";
+    common::check_decomposition(src, &[common::f32t(&[0, 3], &[])], 0.0, 0.0);
+}

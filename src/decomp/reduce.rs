@@ -181,7 +181,10 @@ pub(super) fn var_of(e: &mut Emitter, x: Value, axes: &[usize], correction: i64)
     let ss = reduce(e, OpKind::ReduceSum, d2, axes, false)?;
     let sd = reduce(e, OpKind::ReduceSum, d, axes, false)?;
     let sd2 = e.mul(sd, sd)?;
-    let fix = e.div(sd2, n)?;
+    // Over an empty axis Σd is 0 and N is 0: divide by max(N, 1) so the compensation is 0,
+    // not 0/0 (the op's variance of nothing is 0 / max(0, N - correction)).
+    let n_or_one = e.binary_scalar(OpKind::Max, n, 1.0)?;
+    let fix = e.div(sd2, n_or_one)?;
     let ss = e.sub(ss, fix)?;
     // Mathematically Σd² >= (Σd)²/N; rounding must not make the variance negative.
     let ss = e.binary_scalar(OpKind::Max, ss, 0.0)?;
