@@ -236,7 +236,7 @@ fn nan_max(a: f64, b: f64) -> f64 {
 /// Max-subtracted softmax (or log-softmax) of the `n` values `get(0..n)`, written with `put`.
 fn softmax_row(n: usize, log: bool, get: impl Fn(usize) -> f64, mut put: impl FnMut(usize, f64)) {
     let m = (0..n).map(&get).fold(f64::NEG_INFINITY, nan_max);
-    let sum: f64 = (0..n).map(|k| (get(k) - m).exp()).sum();
+    let sum: f64 = super::util::sum_f64((0..n).map(|k| (get(k) - m).exp()));
     let log_sum = sum.ln();
     for k in 0..n {
         let shifted = get(k) - m;
@@ -318,14 +318,14 @@ fn eval_layer_norm(
         for (row, dst) in xs.chunks(n).zip(ys.chunks_mut(n)) {
             let count = n as f64;
             if kind == OpKind::RmsNorm {
-                let ms = row.iter().map(|v| v * v).sum::<f64>() / count;
+                let ms = super::util::sum_f64(row.iter().map(|v| v * v)) / count;
                 let denom = (ms + eps).sqrt();
                 for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
                     *y = v / denom * weight.as_ref().map_or(1.0, |w| w[j]);
                 }
             } else {
-                let mean = row.iter().sum::<f64>() / count;
-                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / count;
+                let mean = super::util::sum_f64(row.iter().copied()) / count;
+                let var = super::util::sum_f64(row.iter().map(|v| (v - mean) * (v - mean))) / count;
                 let denom = (var + eps).sqrt();
                 for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
                     let mut r = (v - mean) / denom;
@@ -452,8 +452,8 @@ fn eval_group_norm(
     if block > 0 {
         for (gi, (row, dst)) in xs.chunks(block).zip(ys.chunks_mut(block)).enumerate() {
             let count = block as f64;
-            let mean = row.iter().sum::<f64>() / count;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / count;
+            let mean = super::util::sum_f64(row.iter().copied()) / count;
+            let var = super::util::sum_f64(row.iter().map(|v| (v - mean) * (v - mean))) / count;
             let denom = (var + eps).sqrt();
             let first_channel = (gi % groups) * (c / groups);
             for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
@@ -573,7 +573,7 @@ fn eval_attention(
             let qrow = &qs[(b * l + i) * d..(b * l + i + 1) * d];
             for (j, sc) in scores.iter_mut().enumerate() {
                 let krow = &ks[(b * s + j) * d..(b * s + j + 1) * d];
-                let dot: f64 = qrow.iter().zip(krow).map(|(x, y)| x * y).sum();
+                let dot: f64 = super::util::sum_f64(qrow.iter().zip(krow).map(|(x, y)| x * y));
                 let mut score = if d == 0 { 0.0 } else { dot * scale };
                 let at = (b * l + i) * s + j;
                 match &mask {
@@ -594,7 +594,7 @@ fn eval_attention(
             }
             softmax_row(s, false, |j| scores[j], |j, p| probs[j] = p);
             for (e, y) in dst.iter_mut().enumerate() {
-                *y = probs.iter().enumerate().map(|(j, p)| p * vs[(b * s + j) * dv + e]).sum();
+                *y = super::util::sum_f64(probs.iter().enumerate().map(|(j, p)| p * vs[(b * s + j) * dv + e]));
             }
         }
     }
@@ -640,8 +640,8 @@ fn infer_cross_entropy(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result
 fn reduce(red: Reduction, losses: Vec<f64>, count: usize) -> Vec<f64> {
     match red {
         Reduction::None => losses,
-        Reduction::Sum => vec![losses.iter().sum()],
-        Reduction::Mean => vec![losses.iter().sum::<f64>() / count as f64],
+        Reduction::Sum => vec![super::util::sum_f64(losses.iter().copied())],
+        Reduction::Mean => vec![super::util::sum_f64(losses.iter().copied()) / count as f64],
     }
 }
 
@@ -679,7 +679,7 @@ fn eval_cross_entropy(
             softmax_row(c, true, |k| xs[(b * c + k) * inner + i], |k, y| logp[k] = y);
             let mut loss = -logp[cls];
             if smoothing > 0.0 {
-                let smooth = -logp.iter().sum::<f64>();
+                let smooth = -super::util::sum_f64(logp.iter().copied());
                 loss = (1.0 - smoothing) * loss + smoothing / c as f64 * smooth;
             }
             losses[b * inner + i] = loss;

@@ -297,15 +297,15 @@ fn logsumexp(g: &[f64]) -> f64 {
         // All -inf (or nothing): log(0) = -inf. Any +inf: +inf.
         return m;
     }
-    let s: f64 = g.iter().map(|&x| (x - m).exp()).sum();
+    let s: f64 = super::util::sum_f64(g.iter().map(|&x| (x - m).exp()));
     m + s.ln()
 }
 
 /// Two-pass variance in f64 with the given correction.
 fn variance(g: &[f64], correction: i64) -> f64 {
     let n = g.len() as f64;
-    let mean = g.iter().sum::<f64>() / n;
-    let ss: f64 = g.iter().map(|&x| (x - mean) * (x - mean)).sum();
+    let mean = super::util::sum_f64(g.iter().copied()) / n;
+    let ss: f64 = super::util::sum_f64(g.iter().map(|&x| (x - mean) * (x - mean)));
     let denom = (g.len() as i64).saturating_sub(correction).max(0) as f64;
     ss / denom
 }
@@ -345,7 +345,7 @@ fn eval_reduce(
             let correction = if matches!(kind, Var | Std) { attrs.int("correction") } else { 0 };
             let vals = groups(&xv.floats(), n, k)
                 .map(|g| match kind {
-                    Mean => g.iter().sum::<f64>() / g.len() as f64,
+                    Mean => super::util::sum_f64(g.iter().copied()) / g.len() as f64,
                     Var => variance(g, correction),
                     Std => variance(g, correction).sqrt(),
                     _ => logsumexp(g),

@@ -254,3 +254,9 @@ pub fn unravel(mut flat: usize, shape: &[usize]) -> SmallVec<[usize; 6]> {
 pub fn ravel(idx: &[usize], shape: &[usize]) -> usize {
     idx.iter().zip(shape).fold(0, |acc, (&i, &d)| acc * d + i)
 }
+
+/// The f64 sum of `values`, starting from +0 like `matmul`'s and the reduction prims'
+/// accumulators (`Iterator::sum` starts from -0, which would make an empty sum -0).
+pub fn sum_f64(values: impl IntoIterator<Item = f64>) -> f64 {
+    values.into_iter().fold(0.0, |acc, x| acc + x)
+}
