@@ -10,6 +10,7 @@ pub mod decomp;
 pub mod gen;
 pub mod interp;
 pub mod ir;
+pub mod numerics;
 pub mod ops;
 pub mod passes;
 pub mod tensor;
