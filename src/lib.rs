@@ -7,9 +7,12 @@
 
 pub mod builder;
 pub mod decomp;
+pub mod fuzzing;
 pub mod gen;
 pub mod interp;
 pub mod ir;
+pub mod kernel;
+pub mod models;
 pub mod numerics;
 pub mod ops;
 pub mod passes;

@@ -248,3 +248,20 @@ fn bad_inputs_are_typed_errors() {
     bad_one("leaky_relu", "slope=0.1", "f32[3]", "unknown attribute");
     assert_bad("graph g(%x: f32[3]) {\n  %y = relu(%x, %x)\n  return %y\n}", "takes 1 arguments");
 }
+
+#[test]
+fn softplus_never_overflows_and_clamp_ties_keep_x() {
+    let src =
+        "graph g(%x: f64[3]) {\n  %1 = softplus(%x) {threshold=1000.0}\n  %2 = clamp(%x) {min=0.0}\n  return %1, %2\n}";
+    let out =
+        common::run(src, &[ladder::Tensor::new(vec![3], ladder::TensorData::F64(vec![800.0, -700.0, -0.0])).unwrap()])
+            .unwrap();
+    let sp = out.outputs[0].to_f64_vec();
+    assert_eq!(sp[0], 800.0);
+    assert!(sp[1] > 0.0 && sp[1] < 1e-300, "{}", sp[1]);
+    assert_eq!(sp[2], std::f64::consts::LN_2);
+    let c = out.outputs[1].to_f64_vec();
+    assert_eq!(c[0], 800.0);
+    assert_eq!(c[1], 0.0);
+    assert!(c[2] == 0.0 && c[2].is_sign_negative(), "clamp(-0, min=0) keeps -0");
+}

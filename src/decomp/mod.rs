@@ -38,7 +38,7 @@ pub enum DecompError {
     #[error("decomposition emitted {op} in non-explicit form: {error} (a bug in the decomposition)")]
     NotExplicit { op: &'static str, error: OpError },
     #[error("decomposition of {op} produced {got}, but the op's type is {expected} (a bug in the decomposition)")]
-    TypeMismatch { op: &'static str, expected: TensorType, got: TensorType },
+    TypeMismatch { op: &'static str, expected: Box<TensorType>, got: Box<TensorType> },
     #[error(transparent)]
     Graph(#[from] GraphError),
 }

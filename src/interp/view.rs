@@ -307,7 +307,12 @@ impl View {
                 }
             }
             d if d.is_int() => {
-                let vals = src.ints();
+                // Floats saturate at the destination's own range, as `convert_element_type`.
+                let vals: Vec<i64> = if src.dtype.is_float() {
+                    src.floats().into_iter().map(|x| float_to_int_as(d, x)).collect()
+                } else {
+                    src.ints()
+                };
                 let mut storage = self.storage.borrow_mut();
                 if let Data::I(dst) = &mut *storage {
                     for (p, x) in offs.into_iter().zip(vals) {

@@ -216,6 +216,12 @@ impl Dim {
     }
 }
 
+impl Default for Dim {
+    fn default() -> Dim {
+        Dim::new(0)
+    }
+}
+
 impl From<u64> for Dim {
     fn from(n: u64) -> Dim {
         Dim::new(n)
@@ -227,17 +233,23 @@ impl fmt::Display for Dim {
         match &self.0 {
             DimRepr::Const(n) => write!(f, "{n}"),
             DimRepr::Poly(p) => {
-                // Highest-degree terms first, constant last: `2*batch*seq + seq - 1`.
+                // Highest-degree terms first, constant last: `2*batch*seq + seq - 1`. The text
+                // form has no unary minus, so the first positive term leads (`65537 - 320*n`),
+                // and `0` leads when there is none (`0 - n`).
                 let mut terms: Vec<(&Vec<Symbol>, &i64)> = p.terms.iter().collect();
                 terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
+                match terms.iter().position(|(_, c)| **c > 0) {
+                    Some(lead) => {
+                        let t = terms.remove(lead);
+                        terms.insert(0, t);
+                    }
+                    None => f.write_str("0")?,
+                }
+                let zero_led = terms.first().is_some_and(|t| *t.1 < 0);
                 for (i, (m, c)) in terms.into_iter().enumerate() {
                     let neg = *c < 0;
                     let mag = c.unsigned_abs();
-                    if i == 0 {
-                        if neg {
-                            f.write_str("-")?;
-                        }
-                    } else {
+                    if i > 0 || zero_led {
                         f.write_str(if neg { " - " } else { " + " })?;
                     }
                     if m.is_empty() {

@@ -25,7 +25,7 @@ use super::util::{
     ravel, unravel,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
-use crate::interp::{float_to_int, EvalCtx, EvalError, View};
+use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrKind, AttrSpec, Attrs, DType, Shape, TensorType};
 
 /// A prim of this family: both take `x`, an index tensor and an `axis`.
@@ -347,7 +347,7 @@ fn eval_masked_fill(
             )
         }
         Elems::I(v) => {
-            let fill = float_to_int(value);
+            let fill = crate::interp::float_to_int_as(dtype, value);
             View::from_ints(dtype, shape, v.into_iter().zip(mask).map(|(a, m)| if m { fill } else { a }).collect())
         }
         Elems::B(v) => {

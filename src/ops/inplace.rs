@@ -39,7 +39,7 @@
 use super::elementwise::{binary_float, binary_int};
 use super::util::{broadcast_shapes, broadcast_view, expect_bool, int_attr, normalize_axis};
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
-use crate::interp::{float_to_int, EvalCtx, EvalError, View};
+use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrKind, AttrSpec, Attrs, DType, Dim, Shape, TensorType};
 
 const fn inplace(
@@ -319,7 +319,7 @@ fn eval_masked_fill(
         let vals = x.floats().into_iter().zip(&mask).map(|(v, &m)| if m { value } else { v }).collect();
         View::from_floats(ctx, d, shape, vals)
     } else if d.is_int() {
-        let fill = float_to_int(value);
+        let fill = crate::interp::float_to_int_as(d, value);
         View::from_ints(d, shape, x.ints().into_iter().zip(&mask).map(|(v, &m)| if m { fill } else { v }).collect())
     } else {
         let fill = value != 0.0;

@@ -22,6 +22,7 @@ use std::sync::OnceLock;
 use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrError, AttrSpec, Attrs, DType, DimError, Shape, TensorType};
 
+pub mod coverage;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -31,6 +32,8 @@ pub mod norm;
 pub mod reduce;
 pub mod shape;
 pub mod util;
+
+pub use coverage::{coverage, Coverage};
 
 /// Every operator. Grouped by family; the family file holds each one's spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -13,9 +13,11 @@
 //!   other `approximate` is an attribute error.
 //! - `sigmoid` uses `1 / (1 + e^-x)` for x >= 0 and `e^x / (1 + e^x)` below, so it never
 //!   overflows to NaN. `silu` is `x * sigmoid(x)`.
-//! - `softplus` is `x` where `beta * x > threshold`, else `log1p(exp(beta * x)) / beta`;
-//!   `beta` must be finite and non-zero.
-//! - `clamp` is `min(max(x, min), max)`: a NaN bound gives NaN, and `min > max` makes every
+//! - `softplus` is `x` where `beta * x > threshold`, else `log1p(exp(beta * x)) / beta`,
+//!   evaluated as `(log1p(exp(-|z|)) + max(z, 0)) / beta` with `z = beta * x` so that it never
+//!   overflows; `beta` must be finite and non-zero.
+//! - `clamp` is `min(max(x, min), max)` where a tie keeps `x` (so `clamp(-0, min=0)` is -0, as
+//!   PyTorch's kernel): a NaN bound gives NaN, NaN stays NaN, and `min > max` makes every
 //!   element `max` (torch). On integers the bounds must be integral (or ±inf, meaning no bound).
 //! - `dropout` supports eval mode only (the identity, as a copy): `train = true` or `p`
 //!   outside [0, 1] is an attribute error.
@@ -183,10 +185,12 @@ impl Activation {
             Sigmoid => sigmoid(x),
             Softplus => {
                 let (beta, threshold) = (self.a, self.b);
-                if beta * x > threshold {
+                let z = beta * x;
+                if z > threshold {
                     x
                 } else {
-                    (beta * x).exp().ln_1p() / beta
+                    // log(1 + e^z) without overflow for large z.
+                    ((-z.abs()).exp().ln_1p() + z.max(0.0)) / beta
                 }
             }
             LeakyRelu => {
@@ -211,7 +215,13 @@ impl Activation {
                 if lo.is_nan() || hi.is_nan() {
                     f64::NAN
                 } else {
-                    x.max(lo).min(hi)
+                    // Ties keep x (so clamp(-0, min=0) is -0), as PyTorch's kernel does.
+                    let y = if x < lo { lo } else { x };
+                    if y > hi {
+                        hi
+                    } else {
+                        y
+                    }
                 }
             }
             _ => x,

@@ -45,7 +45,7 @@ use super::util::{
     promote_all, ravel, unravel,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
-use crate::interp::{contiguous_strides, float_to_int, EvalCtx, EvalError, View};
+use crate::interp::{contiguous_strides, EvalCtx, EvalError, View};
 use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, Shape, TensorType};
 
 const fn row(
@@ -983,7 +983,7 @@ fn copy_op(ctx: &EvalCtx, dtype: DType, shape: Vec<usize>, args: &[View], fill: 
         View::from_floats(ctx, dtype, shape, gather(&parts, plan, fill))
     } else if dtype.is_int() {
         let parts: Vec<Vec<i64>> = args.iter().map(View::ints).collect();
-        View::from_ints(dtype, shape, gather(&parts, plan, float_to_int(fill)))
+        View::from_ints(dtype, shape, gather(&parts, plan, crate::interp::float_to_int_as(dtype, fill)))
     } else {
         let parts: Vec<Vec<bool>> = args.iter().map(View::bools).collect();
         View::from_bools(shape, gather(&parts, plan, fill != 0.0))

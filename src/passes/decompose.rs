@@ -49,8 +49,8 @@ pub fn decompose(g: &Graph) -> Result<Graph, DecomposeError> {
         if *got != node.ty {
             return Err(fail(DecompError::TypeMismatch {
                 op: node.op.name(),
-                expected: node.ty.clone(),
-                got: got.clone(),
+                expected: Box::new(node.ty.clone()),
+                got: Box::new(got.clone()),
             }));
         }
         rw.set(v, new);

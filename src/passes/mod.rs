@@ -1,12 +1,24 @@
 //! The passes that move a graph down the ladder. Each is one file with one public function
 //! from one value to the next.
 
+pub mod cse;
+pub mod dce;
 pub mod decompose;
+pub mod fold;
 pub mod functionalize;
+pub mod identities;
 pub mod rewrite;
+pub mod simplify;
+pub mod stats;
 
+pub use cse::eliminate_common_subexpressions;
+pub use dce::eliminate_dead_code;
 pub use decompose::{decompose, DecomposeError};
+pub use fold::{fold_constants, FoldOptions};
 pub use functionalize::{functionalize, Epilogue, Functional, FunctionalizeError};
+pub use identities::apply_identities;
+pub use simplify::{simplify, Simplified, SimplifyError, SimplifyOptions, Stopped};
+
 pub mod pipeline;
 
 pub use pipeline::{dump, lower, Lowered, PipelineError, STAGES};

@@ -5,11 +5,12 @@ use std::fmt::Write;
 
 use super::decompose::{decompose, DecomposeError};
 use super::functionalize::{functionalize, Functional, FunctionalizeError, OutputAlias};
+use super::simplify::{simplify, SimplifyError, SimplifyOptions};
 use crate::ir::verify::{verify, Stage, VerifyErrors};
 use crate::ir::Graph;
 
 /// The rungs that can be printed, top to bottom.
-pub const STAGES: &[&str] = &["parsed", "functional", "prims"];
+pub const STAGES: &[&str] = &["parsed", "functional", "prims", "simplified"];
 
 /// Why lowering failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,8 @@ pub enum PipelineError {
     Functionalize(#[from] FunctionalizeError),
     #[error("decompose: {0}")]
     Decompose(#[from] DecomposeError),
+    #[error("simplify: {0}")]
+    Simplify(#[from] SimplifyError),
     #[error("{pass} produced an invalid graph (a bug in the pass): {errors}")]
     Invalid { pass: &'static str, errors: VerifyErrors },
 }
@@ -31,6 +34,8 @@ pub struct Lowered {
     pub functional: Functional,
     /// The functional graph in prims (same inputs and outputs, same epilogue).
     pub prims: Graph,
+    /// The prims graph simplified (identities, constant folding, CSE, DCE); same signature.
+    pub simplified: Graph,
 }
 
 fn check(pass: &'static str, g: &Graph, stage: Stage) -> Result<(), PipelineError> {
@@ -44,7 +49,9 @@ pub fn lower(g: &Graph) -> Result<Lowered, PipelineError> {
     check("functionalize", &functional.graph, Stage::Functional)?;
     let prims = decompose(&functional.graph)?;
     check("decompose", &prims, Stage::Prims)?;
-    Ok(Lowered { parsed: g.clone(), functional, prims })
+    let simplified = simplify(&prims, &SimplifyOptions::default())?.graph;
+    check("simplify", &simplified, Stage::Prims)?;
+    Ok(Lowered { parsed: g.clone(), functional, prims, simplified })
 }
 
 /// The text of one rung of `g`'s lowering; runs the passes only as far as that rung.
@@ -57,7 +64,14 @@ pub fn dump(g: &Graph, stage: &str, options: &crate::text::PrintOptions) -> Resu
             check("functionalize", &functional.graph, Stage::Functional)?;
             Ok(functional_text(&functional, options))
         }
-        "prims" => Ok(crate::text::print_with(&lower(g)?.prims, options)),
+        "prims" => {
+            let functional = functionalize(g)?;
+            check("functionalize", &functional.graph, Stage::Functional)?;
+            let prims = decompose(&functional.graph)?;
+            check("decompose", &prims, Stage::Prims)?;
+            Ok(crate::text::print_with(&prims, options))
+        }
+        "simplified" => Ok(crate::text::print_with(&lower(g)?.simplified, options)),
         _ => Err(PipelineError::UnknownStage(stage.to_string())),
     }
 }

@@ -73,6 +73,9 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             let name = if i < chars.len() && chars[i] == '"' {
                 let (s, used) =
                     lex_string(&chars[i..]).ok_or_else(|| err(tl, tc, "unterminated quoted name".into()))?;
+                if s.is_empty() {
+                    return Err(err(tl, tc, format!("expected a name after `{c}` (a quoted name must not be empty)")));
+                }
                 advance(used, &mut i, &mut col);
                 s
             } else {

@@ -458,6 +458,9 @@ impl Parser {
             } else {
                 g.default_output_name(v)
             };
+            if out_name.is_empty() {
+                return Err(self.error_at(&at, "output names must not be empty"));
+            }
             g.add_output(&out_name, v).map_err(|e| self.error_at(&at, e.to_string()))?;
             if !self.eat_punct(',') {
                 return Ok(());

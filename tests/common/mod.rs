@@ -44,8 +44,10 @@ pub fn assert_close(got: &[f64], want: &[f64], tol: f64) {
 
 /// Lowers graph text to prims (functionalize + decompose), checks the result verifies at the
 /// prims rung, then runs the original in precise (f64) mode and the prims graph in f32 mode on
-/// `inputs` and compares every output: non-finite values must match exactly (NaN with NaN,
-/// inf with inf of the same sign), finite ones within `atol + rtol * |reference|`.
+/// `inputs` and compares every output against the reference rounded to the output dtype:
+/// non-finite values must match exactly (NaN with NaN, inf with inf of the same sign), finite
+/// ones within `atol + rtol * |reference|`; with both tolerances 0 the comparison is bitwise
+/// (so -0 and +0 differ), NaN payloads aside.
 /// Returns the prims graph's text for golden checks.
 pub fn check_decomposition(src: &str, inputs: &[Tensor], atol: f64, rtol: f64) -> String {
     use ladder::ir::verify::{verify, Stage};
@@ -59,9 +61,15 @@ pub fn check_decomposition(src: &str, inputs: &[Tensor], atol: f64, rtol: f64) -
     let got = interp::run(&p, inputs, &Options::default()).unwrap_or_else(|e| panic!("prims run failed: {e}\n{text}"));
     for (i, (w, o)) in want.outputs.iter().zip(&got.outputs).enumerate() {
         assert_eq!(w.shape(), o.shape(), "output {i} shape\n{text}");
-        let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
+        // The reference is the op evaluated in f64, rounded once to the output's dtype.
+        let dtype = g.ty(g.outputs()[i].value).dtype;
+        let w: Vec<f64> = w.to_f64_vec().into_iter().map(|x| ladder::interp::round_float(dtype, x)).collect();
+        let o = o.to_f64_vec();
+        let exact = atol == 0.0 && rtol == 0.0;
         for (k, (&x, &y)) in w.iter().zip(&o).enumerate() {
-            let ok = if x.is_finite() {
+            let ok = if exact {
+                (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits()
+            } else if x.is_finite() {
                 y.is_finite() && (x - y).abs() <= atol + rtol * x.abs()
             } else {
                 x.is_nan() && y.is_nan() || x == y

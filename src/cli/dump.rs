@@ -1,0 +1,40 @@
+//! `ladder dump`: print a model in the text form.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use ladder::passes::STAGES;
+use ladder::text::PrintOptions;
+
+use super::{model, Error};
+
+#[derive(clap::Args, Debug)]
+pub struct DumpArgs {
+    /// Model in the text form (.lad); the built-in example encoder when omitted.
+    pub model: Option<PathBuf>,
+    /// Print `elided` instead of the data of blobs with more than N elements (such text is
+    /// for reading only: it does not parse). Use a large N to print everything.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub elide: usize,
+    /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
+    /// epilogue as comments) or `prims` (decomposed).
+    #[arg(long, value_name = "NAME", default_value = "parsed")]
+    pub stage: String,
+    /// Print node counts per op (rows) and per rung (columns) instead of the graph.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
+    if !STAGES.contains(&args.stage.as_str()) {
+        return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
+    }
+    let g = model::load(args.model.as_deref())?;
+    if args.stats {
+        return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
+    }
+    let options = PrintOptions { elide_blobs_over: Some(args.elide) };
+    let text = ladder::passes::dump(&g, &args.stage, &options)
+        .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", args.stage)))?;
+    out.write_all(text.as_bytes()).map_err(Error::Stdout)
+}

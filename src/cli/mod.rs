@@ -1,0 +1,84 @@
+//! The `ladder` command line: argument definitions, the error type, and dispatch. Each
+//! subcommand lives in its own file; `model` loads what they all work on.
+
+mod dump;
+mod model;
+mod npy;
+mod ops;
+mod run;
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use ladder::interp::InterpError;
+use ladder::text::ParseError;
+
+/// ladder: a tensor-graph compiler and runtime.
+#[derive(Parser, Debug)]
+#[command(name = "ladder", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List every operator: rung, arity, attributes, and which implementations exist.
+    Ops(ops::OpsArgs),
+    /// Run a model on the reference interpreter and summarise (or save) its outputs.
+    Run(run::RunArgs),
+    /// Print a model in the text form.
+    Dump(dump::DumpArgs),
+}
+
+/// Why a command failed. Every variant prints as one clear message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read `{path}`: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cannot write `{path}`: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("{path}:{}:{}: {}", error.line, error.col, error.message)]
+    Parse { path: PathBuf, error: ParseError },
+    #[error("`{path}` is not a usable .npy file: {message}")]
+    Npy { path: PathBuf, message: String },
+    #[error("input `{name}` (from `{path}`): {message}")]
+    Input { name: String, path: PathBuf, message: String },
+    #[error("the run failed: {0}")]
+    Run(#[from] InterpError),
+    #[error("{0}")]
+    Usage(String),
+    /// Writing to stdout failed (a closed pipe ends the program quietly).
+    #[error("cannot write to stdout: {0}")]
+    Stdout(io::Error),
+}
+
+/// Writes a note to stderr (where everything that is not the command's result goes).
+fn note(message: &str) {
+    let _ = writeln!(io::stderr(), "note: {message}");
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let result = match cli.command {
+        Command::Ops(args) => ops::ops(&args, &mut out),
+        Command::Run(args) => run::run(&args, &mut out),
+        Command::Dump(args) => dump::dump(&args, &mut out),
+    }
+    .and_then(|()| out.flush().map_err(Error::Stdout));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Stdout(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            // Drop buffered stdout quietly: a second error while flushing would only repeat this one.
+            let _ = out.flush();
+            let _ = writeln!(io::stderr(), "error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! `ladder run`: run a model on a backend (for now, the reference interpreter) with inputs
+//! from `.npy` files or a seeded generator, then summarise and optionally save the outputs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ladder::interp::{self, Options};
+use ladder::models::{random_tensor, Rng};
+use ladder::tensor::checked_numel;
+use ladder::{DType, Dim, Graph, Tensor};
+
+use super::{model, note, npy, Error};
+
+/// Size given to a symbolic input dim that neither `--dim` nor an input file fixes.
+const DEFAULT_SYMBOL_VALUE: u64 = 2;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Model in the text form (.lad); the built-in example encoder when omitted.
+    pub model: Option<PathBuf>,
+    /// Read input NAME from a .npy file (repeatable). Inputs not given are generated from --seed.
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Where to run: `interp` (the reference interpreter) is the only backend so far.
+    #[arg(long, value_name = "NAME", default_value = "interp")]
+    pub backend: String,
+    /// Write each output to DIR/<output-name>.npy (the directory is created).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed for generated inputs: floats uniform in [-1, 1), ints in [0, 10), bools fair.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Size of a symbolic input dim (repeatable); unbound symbols default to 2.
+    #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
+    pub dims: Vec<(String, u64)>,
+    /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64).
+    #[arg(long)]
+    pub precise: bool,
+}
+
+fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k, v)),
+        _ => Err(format!("expected {what}")),
+    }
+}
+
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, file) = split_pair(s, "NAME=FILE.npy")?;
+    Ok((name.to_string(), PathBuf::from(file)))
+}
+
+fn parse_dim(s: &str) -> Result<(String, u64), String> {
+    let (sym, n) = split_pair(s, "SYMBOL=N")?;
+    let n = n.parse::<u64>().map_err(|_| format!("`{n}` is not a size (a non-negative integer)"))?;
+    Ok((sym.to_string(), n))
+}
+
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
+    if args.backend != "interp" {
+        return Err(Error::Usage(format!("backend `{}` is not available yet (available: interp)", args.backend)));
+    }
+    let g = model::load(args.model.as_deref())?;
+    let inputs = prepare_inputs(&g, args)?;
+    let options = Options { precise: args.precise, ..Options::default() };
+    let outcome = interp::run(&g, &inputs, &options)?;
+
+    if g.outputs().is_empty() {
+        note("the model has no outputs");
+    }
+    for (o, t) in g.outputs().iter().zip(&outcome.outputs) {
+        writeln!(out, "{}: {t}", o.name).map_err(Error::Stdout)?;
+        writeln!(out, "  {}", stats(t)).map_err(Error::Stdout)?;
+    }
+    if let Some(dir) = &args.out {
+        write_outputs(&g, &outcome.outputs, dir)?;
+    }
+    Ok(())
+}
+
+/// `min … max … mean …` over the non-NaN elements, with the NaN count when there are any.
+fn stats(t: &Tensor) -> String {
+    let v = t.to_f64_vec();
+    let finite_or_inf: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    let nans = v.len() - finite_or_inf.len();
+    if finite_or_inf.is_empty() {
+        return if v.is_empty() { "(empty)".into() } else { format!("all {nans} elements are NaN") };
+    }
+    let min = finite_or_inf.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = finite_or_inf.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = finite_or_inf.iter().sum::<f64>() / finite_or_inf.len() as f64;
+    let mut s = if t.dtype().is_float() {
+        format!("min {min:.6}  max {max:.6}  mean {mean:.6}")
+    } else {
+        format!("min {min}  max {max}  mean {mean:.6}")
+    };
+    if nans > 0 {
+        s.push_str(&format!("  NaN {nans}"));
+    }
+    s
+}
+
+/// A file name for an output: its name with anything but ASCII letters, digits, `-`, `_`
+/// and inner `.` replaced by `_`, so that no output name can point outside the directory.
+fn file_name(output: &str) -> String {
+    let mut s: String = output
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        s.insert(0, '_');
+    }
+    s + ".npy"
+}
+
+fn write_outputs(g: &Graph, outputs: &[Tensor], dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Write { path: dir.into(), source })?;
+    let mut used: BTreeMap<String, &str> = BTreeMap::new();
+    for o in g.outputs() {
+        let f = file_name(&o.name);
+        if let Some(other) = used.insert(f.clone(), &o.name) {
+            return Err(Error::Usage(format!("outputs `{other}` and `{}` would both be written to {f}", o.name)));
+        }
+    }
+    for (o, t) in g.outputs().iter().zip(outputs) {
+        let path = dir.join(file_name(&o.name));
+        if let Some(n) = npy::write(&path, t)? {
+            note(&n);
+        }
+        note(&format!("wrote {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Where a symbol's size came from, for error messages.
+struct Binding {
+    value: u64,
+    from: String,
+}
+
+/// One tensor per graph input: read from its `--input` file, or generated. Checks each file
+/// against the input's declared type (naming the input and the file when it does not fit)
+/// and binds size symbols from `--dim`, from the files, and otherwise to the default.
+fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
+    let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
+    let listing =
+        || if names.is_empty() { "it has none".to_string() } else { format!("its inputs: {}", names.join(", ")) };
+
+    let mut files: Vec<Option<&Path>> = vec![None; names.len()];
+    for (name, path) in &args.inputs {
+        let i = names.iter().position(|n| n == name).ok_or_else(|| {
+            Error::Usage(format!("--input {name}=…: the model has no input named `{name}` ({})", listing()))
+        })?;
+        if files[i].is_some() {
+            return Err(Error::Usage(format!("input `{name}` is given twice")));
+        }
+        files[i] = Some(path);
+    }
+
+    let symbols: BTreeSet<String> =
+        g.inputs().iter().flat_map(|&v| g.ty(v).shape.symbols()).map(|s| s.to_string()).collect();
+    let mut bound: BTreeMap<String, Binding> = BTreeMap::new();
+    for (sym, n) in &args.dims {
+        if !symbols.contains(sym) {
+            let known = if symbols.is_empty() {
+                "it has no symbolic dims".to_string()
+            } else {
+                format!("its symbols: {}", symbols.iter().cloned().collect::<Vec<_>>().join(", "))
+            };
+            return Err(Error::Usage(format!("--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})")));
+        }
+        if bound.insert(sym.clone(), Binding { value: *n, from: format!("--dim {sym}={n}") }).is_some() {
+            return Err(Error::Usage(format!("--dim {sym} is given twice")));
+        }
+    }
+
+    // Inputs from files; compound dims (`2*n`) are checked once every symbol is bound.
+    let mut tensors: Vec<Option<Tensor>> = vec![None; names.len()];
+    let mut deferred: Vec<(usize, usize, Dim, u64)> = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        let Some(path) = path else { continue };
+        let name = &names[i];
+        let ty = g.ty(g.inputs()[i]);
+        let bad = |message: String| Error::Input { name: name.clone(), path: path.to_path_buf(), message };
+        let t = npy::read(path)?;
+        let t = if t.dtype() == ty.dtype {
+            t
+        } else if ty.dtype == DType::BF16 && t.dtype() == DType::F32 {
+            note(&format!("input `{name}`: bf16 read from f32 data (.npy has no bf16), rounded to nearest"));
+            npy::to_bf16(&t).ok_or_else(|| bad("cannot convert the f32 data to bf16".into()))?
+        } else {
+            return Err(bad(format!("the file holds {} data but the input is declared {ty}", t.dtype())));
+        };
+        if t.shape().len() != ty.rank() {
+            return Err(bad(format!(
+                "the file's shape {:?} has rank {} but the input is declared {ty} (rank {})",
+                t.shape(),
+                t.shape().len(),
+                ty.rank()
+            )));
+        }
+        for (axis, (dim, &got)) in ty.shape.dims().iter().zip(t.shape()).enumerate() {
+            let got = got as u64;
+            if let Some(want) = dim.as_const() {
+                if want != got {
+                    return Err(bad(format!(
+                        "the file's shape {:?} does not match the declared {ty}: dim {axis} is {got}, expected {want}",
+                        t.shape()
+                    )));
+                }
+            } else if let Some(sym) = dim.as_symbol() {
+                match bound.get(sym.as_ref()) {
+                    Some(b) if b.value != got => {
+                        return Err(bad(format!(
+                            "the file's shape {:?}: dim {axis} is {got}, but `{sym}` is {} (from {})",
+                            t.shape(),
+                            b.value,
+                            b.from
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        bound.insert(sym.to_string(), Binding { value: got, from: format!("input `{name}`") });
+                    }
+                }
+            } else {
+                deferred.push((i, axis, dim.clone(), got));
+            }
+        }
+        tensors[i] = Some(t);
+    }
+
+    for sym in &symbols {
+        if !bound.contains_key(sym) {
+            note(&format!("no size for symbol `{sym}` (use --dim {sym}=N); using {DEFAULT_SYMBOL_VALUE}"));
+            bound.insert(sym.clone(), Binding { value: DEFAULT_SYMBOL_VALUE, from: "the default".into() });
+        }
+    }
+    let lookup = |s: &str| bound.get(s).map(|b| b.value);
+
+    for (i, axis, dim, got) in deferred {
+        let want = dim.eval(&lookup);
+        if want != Ok(got) {
+            let shown = want.map_or_else(|e| e.to_string(), |n| n.to_string());
+            return Err(Error::Input {
+                name: names[i].clone(),
+                path: files[i].map(Path::to_path_buf).unwrap_or_default(),
+                message: format!(
+                    "dim {axis} is {got} but the declared `{dim}` is {shown} with the symbols bound so far"
+                ),
+            });
+        }
+    }
+
+    let limit = Options::default().max_elements;
+    let mut out = Vec::with_capacity(names.len());
+    for (i, t) in tensors.into_iter().enumerate() {
+        if let Some(t) = t {
+            out.push(t);
+            continue;
+        }
+        let name = &names[i];
+        let ty = g.ty(g.inputs()[i]);
+        let dims = ty
+            .shape
+            .dims()
+            .iter()
+            .map(|d| d.eval(&lookup).ok().and_then(|n| usize::try_from(n).ok()))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| {
+                Error::Usage(format!("input `{name}`: its shape {} has no size with these symbol values", ty.shape))
+            })?;
+        let too_large = || Error::Usage(format!("input `{name}`: {}{dims:?} is too large to generate", ty.dtype));
+        let n = checked_numel(&dims).ok_or_else(too_large)?;
+        if n as u64 > limit {
+            return Err(too_large());
+        }
+        // Each input has its own stream, so giving one input from a file does not change
+        // the values generated for the others.
+        let mut rng = Rng::new(Rng::new(args.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).next_u64());
+        let t = random_tensor(&mut rng, ty.dtype, &dims).map_err(|_| too_large())?;
+        note(&format!("input `{name}`: random {}{dims:?} (seed {})", ty.dtype, args.seed));
+        out.push(t);
+    }
+    Ok(out)
+}

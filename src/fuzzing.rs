@@ -1,0 +1,67 @@
+//! Property checks shared by the fuzz targets (`fuzz/`) and the tests that replay their
+//! corpora (`tests/fuzz_seeds.rs`).
+//!
+//! Each check takes arbitrary bytes and **panics when an invariant is broken**: that is how a
+//! fuzzer reports a finding. Bad input itself is never a finding: a parse error or a typed
+//! run error is the correct answer to it.
+
+use crate::interp::{self, Options};
+use crate::ir::verify::{verify, Stage};
+use crate::tensor::{checked_numel, Tensor};
+use crate::text::{parse, print};
+use crate::Graph;
+
+/// Value every size symbol is bound to when [`check_text`] runs a graph.
+pub const SYMBOL_VALUE: u64 = 2;
+/// Largest input (in elements) [`check_text`] builds; graphs with larger inputs are not run.
+pub const MAX_INPUT_ELEMENTS: usize = 10_000;
+
+/// The interpreter limits used for fuzzed graphs: small, so every case runs in milliseconds.
+pub fn tight_options(precise: bool) -> Options {
+    Options { precise, fuel: 100_000, max_elements: 10_000 }
+}
+
+/// Text-form invariants on arbitrary bytes (read as UTF-8, invalid sequences replaced):
+/// 1. whatever parses also verifies;
+/// 2. printing and re-parsing gives an equal graph (`parse(&print(&g)) == g`);
+/// 3. the interpreter, with tight fuel and size limits, on zero-filled inputs (every size
+///    symbol bound to [`SYMBOL_VALUE`]), returns a result or a typed error, in both the op-dtype
+///    and precise modes. It never panics.
+pub fn check_text(data: &[u8]) {
+    let src = String::from_utf8_lossy(data);
+    let Ok(g) = parse(&src) else { return };
+    if let Err(e) = verify(&g, Stage::HighLevel) {
+        panic!("a parsed graph does not verify: {e}\n--- text ---\n{src}");
+    }
+    let printed = print(&g);
+    match parse(&printed) {
+        Ok(back) => assert!(back == g, "print/parse round trip changed the graph\n--- printed ---\n{printed}"),
+        Err(e) => panic!("printed text does not parse: {e}\n--- printed ---\n{printed}"),
+    }
+    if let Some(inputs) = zero_inputs(&g) {
+        for precise in [false, true] {
+            // Errors are fine; only a panic (or a hang, which the fuel prevents) is a finding.
+            let _ = interp::run(&g, &inputs, &tight_options(precise));
+        }
+    }
+}
+
+/// Zero-filled inputs for `g` with every symbol bound to [`SYMBOL_VALUE`], or `None` when a
+/// dim does not evaluate (e.g. `n - 5`) or the inputs would be too large.
+pub fn zero_inputs(g: &Graph) -> Option<Vec<Tensor>> {
+    let lookup = |_: &str| Some(SYMBOL_VALUE);
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(g.inputs().len());
+    for &v in g.inputs() {
+        let ty = g.ty(v);
+        let dims: Option<Vec<usize>> =
+            ty.shape.dims().iter().map(|d| d.eval(&lookup).ok().and_then(|n| usize::try_from(n).ok())).collect();
+        let dims = dims?;
+        total = total.checked_add(checked_numel(&dims)?)?;
+        if total > MAX_INPUT_ELEMENTS {
+            return None;
+        }
+        out.push(Tensor::zeros(ty.dtype, &dims).ok()?);
+    }
+    Some(out)
+}

@@ -1,0 +1,350 @@
+//! Kernel IR: the loop-level, backend-neutral program a scheduled graph becomes.
+//!
+//! A [`Program`] is a list of [`Step`]s over typed [`Buffer`]s. A step is a generated
+//! [`Kernel`], a call into a library kernel (`matmul`, `conv`), or a *graph break*: a small
+//! graph the reference interpreter runs because no backend implements one of its ops.
+//! Nothing here is specific to a backend: the CPU backend compiles each kernel to a native
+//! loop nest with Cranelift, and the Vulkan backend lowers the same kernels to compute
+//! shaders.
+//!
+//! ## Kernels
+//!
+//! A kernel is a nest of *outer* loops (independent: a backend may run them in any order or
+//! in parallel) around a sequence of *stages*. For every point of the outer loops, the stages
+//! run in order; each stage is its own nest of *inner* loops around a straight-line body of
+//! scalar instructions. A stage may declare accumulators (sum, prod, max, min, argmax); they
+//! are reset before the stage's inner loops, fed by `Accumulate` instructions, and their
+//! final values are registers that later stages read. So a softmax row is one kernel with an
+//! outer loop over rows and three stages: max over the row, sum of `exp(x - max)`, and the
+//! pointwise `exp(x - max) / sum` written out.
+//!
+//! Registers are SSA scalars numbered per kernel. A register defined by a stage with no
+//! inner loops, and every accumulator result, is visible to all later stages (it is one value
+//! per outer point); a register defined inside a stage with inner loops is local to it.
+//!
+//! ## Sizes and indices
+//!
+//! Loop extents, buffer shapes and index strides are [`Dim`]s: constants or polynomials over
+//! the graph's size symbols. They are evaluated when the program runs, from the symbol values
+//! bound by the inputs, and passed to compiled kernels as arguments — so a new batch size or
+//! sequence length never recompiles. An [`Index`] is affine in the loop variables: an element
+//! offset plus, per loop variable, a stride (broadcasting is a zero stride, so a stride-0
+//! term is simply absent; permutes and slices fold into strides and the offset).
+//!
+//! ## Meaning
+//!
+//! Every scalar instruction means exactly what the prim of the same name means
+//! (`crate::ops::elementwise::{unary_float, binary_float, binary_int}`), computed in the
+//! instruction's dtype. Accumulation happens in the accumulator's dtype in row-major order of
+//! the stage's inner loops; a backend may reassociate sums and products (the tolerance table
+//! covers reductions), but not change any other result.
+
+use std::fmt;
+
+use cranelift_entity::{entity_impl, PrimaryMap};
+
+use crate::ir::{DType, Dim, Graph, Shape, Symbol, Value};
+use crate::ops::OpKind;
+
+pub mod print;
+
+/// A buffer of the program. Prints as `b3`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(u32);
+entity_impl!(BufferId, "b");
+
+/// A scalar register of a kernel. Prints as `r7`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reg(u32);
+entity_impl!(Reg, "r");
+
+/// Where a buffer's memory comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufferKind {
+    /// Graph input number `n` (the caller's data; never written).
+    Input(usize),
+    /// A constant: the graph blob of this name.
+    Const(String),
+    /// Scratch memory owned by the plan; the memory planner assigns it an arena offset.
+    Temp,
+}
+
+/// A dense row-major array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub dtype: DType,
+    pub shape: Shape,
+    pub kind: BufferKind,
+    /// The prims-graph value this buffer holds, for printing and debugging.
+    pub value: Option<Value>,
+}
+
+/// A loop variable: outer loop `k` of the kernel, or inner loop `k` of the current stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Var {
+    Outer(u32),
+    Inner(u32),
+}
+
+/// An affine element offset: `offset + Σ stride × var`.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Index {
+    pub offset: Dim,
+    pub terms: Vec<(Var, Dim)>,
+}
+
+/// A constant scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    Float(f64),
+    Int(i64),
+    Bool(bool),
+}
+
+/// The reduction an accumulator performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// First index of the maximum (NaN counts as the maximum); its result is i64.
+    Argmax,
+}
+
+/// An accumulator of a stage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accumulator {
+    pub op: ReduceOp,
+    /// The accumulation dtype (of the values fed in).
+    pub dtype: DType,
+    /// The register holding the final value, visible to later stages.
+    pub result: Reg,
+}
+
+/// One scalar instruction. Every instruction that produces a value writes `dst`, in the
+/// given dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Instr {
+    Load {
+        dst: Reg,
+        buf: BufferId,
+        index: Index,
+    },
+    /// A load at a computed element offset (`index` is an i64 register): for gathers, `rev`,
+    /// and `pad`'s in-bounds reads. The offset must be in bounds.
+    LoadAt {
+        dst: Reg,
+        buf: BufferId,
+        index: Reg,
+    },
+    Const {
+        dst: Reg,
+        value: Scalar,
+        dtype: DType,
+    },
+    /// The current value of a loop variable.
+    LoopVar {
+        dst: Reg,
+        var: Var,
+        dtype: DType,
+    },
+    /// A unary elementwise prim (`neg`, `exp`, `isnan`, …).
+    Unary {
+        dst: Reg,
+        op: OpKind,
+        x: Reg,
+        dtype: DType,
+    },
+    /// A binary elementwise prim (`add`, `max`, `lt`, …); operands have one dtype, the result
+    /// is `dtype` (bool for comparisons).
+    Binary {
+        dst: Reg,
+        op: OpKind,
+        a: Reg,
+        b: Reg,
+        dtype: DType,
+    },
+    Select {
+        dst: Reg,
+        cond: Reg,
+        a: Reg,
+        b: Reg,
+        dtype: DType,
+    },
+    Convert {
+        dst: Reg,
+        x: Reg,
+        dtype: DType,
+    },
+    /// Feeds `x` (and, for argmax, its position `index`, an i64 register) to accumulator
+    /// `acc` of the current stage.
+    Accumulate {
+        acc: u32,
+        x: Reg,
+        index: Option<Reg>,
+    },
+    Store {
+        buf: BufferId,
+        index: Index,
+        value: Reg,
+    },
+}
+
+/// One stage of a kernel: inner loops around a body.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Stage {
+    pub inner: Vec<Dim>,
+    pub accumulators: Vec<Accumulator>,
+    pub body: Vec<Instr>,
+}
+
+/// A generated kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub outer: Vec<Dim>,
+    pub stages: Vec<Stage>,
+    /// The number of registers (all `Reg`s are below this).
+    pub n_regs: u32,
+    /// The prims-graph nodes this kernel computes.
+    pub covers: Vec<Value>,
+}
+
+/// `out = a @ b` (with optional transposes of the last two dims), through a library GEMM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatmulCall {
+    pub a: BufferId,
+    pub b: BufferId,
+    pub out: BufferId,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+/// A convolution through a library kernel, with the `conv` op's attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvCall {
+    pub x: BufferId,
+    pub w: BufferId,
+    pub out: BufferId,
+    pub stride: Vec<i64>,
+    pub padding: Vec<i64>,
+    pub dilation: Vec<i64>,
+    pub groups: i64,
+}
+
+/// A graph break: `graph` runs in the reference interpreter, reading `args` (its inputs, in
+/// order) and writing `results` (its outputs, in order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InterpCall {
+    pub graph: Graph,
+    pub args: Vec<BufferId>,
+    pub results: Vec<BufferId>,
+    /// Why these nodes are not compiled.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Kernel(Kernel),
+    Matmul(MatmulCall),
+    Conv(ConvCall),
+    Interp(InterpCall),
+}
+
+/// A scheduled program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub buffers: PrimaryMap<BufferId, Buffer>,
+    pub steps: Vec<Step>,
+    /// Graph outputs: name and the buffer holding each.
+    pub outputs: Vec<(String, BufferId)>,
+    /// The size symbols, in the order their values are passed at run time.
+    pub symbols: Vec<Symbol>,
+}
+
+impl Instr {
+    /// The register this instruction defines, if any.
+    pub fn dst(&self) -> Option<Reg> {
+        match self {
+            Instr::Load { dst, .. }
+            | Instr::LoadAt { dst, .. }
+            | Instr::Const { dst, .. }
+            | Instr::LoopVar { dst, .. }
+            | Instr::Unary { dst, .. }
+            | Instr::Binary { dst, .. }
+            | Instr::Select { dst, .. }
+            | Instr::Convert { dst, .. } => Some(*dst),
+            Instr::Accumulate { .. } | Instr::Store { .. } => None,
+        }
+    }
+}
+
+/// A compiled kernel's entry point, the calling convention every backend that compiles
+/// kernels to host code follows:
+///
+/// - `bufs[i]` is the base address of the program's buffer `i` (`BufferId::index`), or null
+///   for buffers the kernel does not touch;
+/// - `dims[j]` is the value of the kernel's `dim_table()[j]` for this run;
+/// - the kernel runs the outermost outer loop for `begin..end` only (all other loops in
+///   full), so a runtime can split it across threads. A kernel with no outer loops runs
+///   once, for `begin = 0, end = 1`.
+pub type KernelFn = unsafe extern "C" fn(bufs: *const *mut u8, dims: *const i64, begin: i64, end: i64);
+
+impl Kernel {
+    /// Every distinct non-constant size expression the kernel uses (outer and inner extents,
+    /// index offsets and strides), in first-use order. Compiled code reads their run-time
+    /// values from `dims` by position; constants are baked into the code.
+    pub fn dim_table(&self) -> Vec<Dim> {
+        let mut table: Vec<Dim> = Vec::new();
+        let mut note = |d: &Dim| {
+            if !d.is_static() && !table.contains(d) {
+                table.push(d.clone());
+            }
+        };
+        self.outer.iter().for_each(&mut note);
+        for stage in &self.stages {
+            stage.inner.iter().for_each(&mut note);
+            for instr in &stage.body {
+                if let Instr::Load { index, .. } | Instr::Store { index, .. } = instr {
+                    note(&index.offset);
+                    index.terms.iter().for_each(|(_, stride)| note(stride));
+                }
+            }
+        }
+        table
+    }
+}
+
+impl fmt::Display for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Var::Outer(k) => write!(f, "o{k}"),
+            Var::Inner(k) => write!(f, "i{k}"),
+        }
+    }
+}
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        if self.offset != Dim::new(0) || self.terms.is_empty() {
+            write!(f, "{}", self.offset)?;
+            first = false;
+        }
+        for (var, stride) in &self.terms {
+            if !first {
+                f.write_str(" + ")?;
+            }
+            first = false;
+            if *stride == Dim::new(1) {
+                write!(f, "{var}")?;
+            } else if stride.is_static() || stride.as_symbol().is_some() {
+                write!(f, "{stride}*{var}")?;
+            } else {
+                write!(f, "({stride})*{var}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! The text form of a kernel program, for `ladder dump --stage kernels` and golden tests.
+
+use std::fmt::{self, Write};
+
+use super::{Instr, Kernel, Program, ReduceOp, Scalar, Stage, Step};
+use crate::ir::write_float;
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (id, b) in self.buffers.iter() {
+            let kind = match &b.kind {
+                super::BufferKind::Input(n) => format!("input {n}"),
+                super::BufferKind::Const(name) => format!("const @{}", crate::text::quote_name(name)),
+                super::BufferKind::Temp => "temp".to_string(),
+            };
+            let value = b.value.map(|v| format!("  ; {v}")).unwrap_or_default();
+            writeln!(f, "{id}: {}{} {kind}{value}", b.dtype, b.shape)?;
+        }
+        for step in &self.steps {
+            match step {
+                Step::Kernel(k) => write!(f, "{k}")?,
+                Step::Matmul(m) => writeln!(
+                    f,
+                    "matmul {} = {}{} @ {}{}",
+                    m.out,
+                    m.a,
+                    if m.transpose_a { "^T" } else { "" },
+                    m.b,
+                    if m.transpose_b { "^T" } else { "" }
+                )?,
+                Step::Conv(c) => writeln!(
+                    f,
+                    "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",
+                    c.out, c.x, c.w, c.stride, c.padding, c.dilation, c.groups
+                )?,
+                Step::Interp(i) => {
+                    let args: Vec<String> = i.args.iter().map(|b| b.to_string()).collect();
+                    let results: Vec<String> = i.results.iter().map(|b| b.to_string()).collect();
+                    writeln!(f, "interp {} = ({}) ; graph break: {}", results.join(", "), args.join(", "), i.reason)?;
+                    for line in crate::text::print(&i.graph).lines() {
+                        writeln!(f, "  | {line}")?;
+                    }
+                }
+            }
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|(n, b)| format!("{n}={b}")).collect();
+        writeln!(f, "outputs {}", outs.join(", "))
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let outer: Vec<String> = self.outer.iter().map(|d| d.to_string()).collect();
+        let covers: Vec<String> = self.covers.iter().map(|v| v.to_string()).collect();
+        writeln!(f, "kernel {} outer [{}] {{  ; {}", self.name, outer.join(", "), covers.join(" "))?;
+        for (i, stage) in self.stages.iter().enumerate() {
+            write_stage(f, i, stage)?;
+        }
+        writeln!(f, "}}")
+    }
+}
+
+fn write_stage(f: &mut fmt::Formatter<'_>, i: usize, stage: &Stage) -> fmt::Result {
+    let inner: Vec<String> = stage.inner.iter().map(|d| d.to_string()).collect();
+    write!(f, "  stage {i} inner [{}]", inner.join(", "))?;
+    for (k, acc) in stage.accumulators.iter().enumerate() {
+        let op = match acc.op {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Argmax => "argmax",
+        };
+        write!(f, " acc{k}={op}:{}->{}", acc.dtype, acc.result)?;
+    }
+    writeln!(f)?;
+    for instr in &stage.body {
+        let mut line = String::new();
+        let _ = match instr {
+            Instr::Load { dst, buf, index } => write!(line, "{dst} = load {buf}[{index}]"),
+            Instr::LoadAt { dst, buf, index } => write!(line, "{dst} = load {buf}[at {index}]"),
+            Instr::Const { dst, value, dtype } => {
+                let _ = write!(line, "{dst} = const {dtype} ");
+                match value {
+                    Scalar::Float(x) => write_float(&mut line, *x),
+                    Scalar::Int(x) => write!(line, "{x}"),
+                    Scalar::Bool(x) => write!(line, "{x}"),
+                }
+            }
+            Instr::LoopVar { dst, var, dtype } => write!(line, "{dst} = {var} as {dtype}"),
+            Instr::Unary { dst, op, x, dtype } => write!(line, "{dst} = {op} {x} : {dtype}"),
+            Instr::Binary { dst, op, a, b, dtype } => write!(line, "{dst} = {op} {a}, {b} : {dtype}"),
+            Instr::Select { dst, cond, a, b, dtype } => write!(line, "{dst} = where {cond}, {a}, {b} : {dtype}"),
+            Instr::Convert { dst, x, dtype } => write!(line, "{dst} = convert {x} : {dtype}"),
+            Instr::Accumulate { acc, x, index: None } => write!(line, "acc{acc} <- {x}"),
+            Instr::Accumulate { acc, x, index: Some(i) } => write!(line, "acc{acc} <- {x} at {i}"),
+            Instr::Store { buf, index, value } => write!(line, "store {buf}[{index}] = {value}"),
+        };
+        writeln!(f, "    {line}")?;
+    }
+    Ok(())
+}
