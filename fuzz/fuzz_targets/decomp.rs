@@ -6,8 +6,8 @@
 //! The same generator runs bounded in `cargo test --test numerics`.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use ladder::numerics::{check_op, high_level_ops, CaseResult, FailureKind};
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&first, rest)) = data.split_first() else { return };
