@@ -20,15 +20,34 @@ use crate::tensor::{Tensor, TensorData};
 pub struct Source<'a> {
     data: &'a [u8],
     pos: usize,
+    /// State of the splitmix64 stream that continues past the end of `data`, if any.
+    tail: Option<u64>,
 }
 
 impl<'a> Source<'a> {
     pub fn new(data: &'a [u8]) -> Source<'a> {
-        Source { data, pos: 0 }
+        Source { data, pos: 0, tail: None }
+    }
+
+    /// Like [`Source::new`], but past the end of `data` the choices continue from a splitmix64
+    /// stream seeded with `seed` instead of zeros: a short input still makes every later
+    /// choice (retries, tensor data) varied, and the leading bytes keep steering the first ones.
+    pub fn with_tail(data: &'a [u8], seed: u64) -> Source<'a> {
+        Source { data, pos: 0, tail: Some(seed) }
     }
 
     pub fn byte(&mut self) -> u8 {
-        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        let b = match (self.data.get(self.pos), &mut self.tail) {
+            (Some(&b), _) => b,
+            (None, Some(state)) => {
+                *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = *state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (z ^ (z >> 31)) as u8
+            }
+            (None, None) => 0,
+        };
         self.pos += 1;
         b
     }
@@ -107,7 +126,8 @@ impl Default for GenConfig {
 const SYMBOLS: [&str; 3] = ["batch", "seq", "n"];
 const STRINGS: [&str; 5] = ["none", "tanh", "mean", "sum", "x"];
 
-fn random_dtype(src: &mut Source) -> DType {
+/// A random dtype, weighted toward f32.
+pub fn random_dtype(src: &mut Source) -> DType {
     // Weighted toward f32, the type most ops accept.
     match src.below(10) {
         0..=4 => DType::F32,
@@ -119,7 +139,8 @@ fn random_dtype(src: &mut Source) -> DType {
     }
 }
 
-fn random_dim(src: &mut Source, cfg: &GenConfig) -> Dim {
+/// A random dim: a symbol (when `cfg.symbolic`, one time in four) or `0..=cfg.max_dim`.
+pub fn random_dim(src: &mut Source, cfg: &GenConfig) -> Dim {
     if cfg.symbolic && src.below(4) == 0 {
         Dim::sym(src.choose(&SYMBOLS))
     } else {
@@ -144,7 +165,8 @@ fn random_float(src: &mut Source) -> f64 {
     }
 }
 
-fn random_attr(src: &mut Source, kind: AttrKind) -> AttrValue {
+/// A random attribute value of `kind` (small ints, adversarial floats, short lists).
+pub fn random_attr(src: &mut Source, kind: AttrKind) -> AttrValue {
     let small_int = |src: &mut Source| src.below(9) as i64 - 4;
     match kind {
         AttrKind::Int => AttrValue::Int(small_int(src)),

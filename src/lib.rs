@@ -13,6 +13,7 @@ pub mod interp;
 pub mod ir;
 pub mod kernel;
 pub mod models;
+pub mod numerics;
 pub mod ops;
 pub mod passes;
 pub mod tensor;
