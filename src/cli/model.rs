@@ -1,18 +1,42 @@
-//! Loading the model a command works on: a text-form file, or the built-in example.
+//! Loading the model a command works on: a text-form file, an ONNX file, or the built-in
+//! example.
 
 use std::path::Path;
 
+use ladder::frontend::onnx::{self, ImportOptions};
 use ladder::models::{example_encoder, EXAMPLE_ENCODER_OPS};
 use ladder::ops::coverage;
 use ladder::Graph;
 
 use super::Error;
 
-/// The graph in `path` (text form), or the built-in example encoder when there is no path.
+/// True when `path` names an ONNX file: by its `.onnx` extension, or, for any other name,
+/// by content that starts like a protobuf `ModelProto` and is not text.
+pub fn is_onnx(path: &Path, head: &[u8]) -> bool {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+        return true;
+    }
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("lad")) {
+        return false;
+    }
+    onnx::looks_like_onnx(head) && std::str::from_utf8(head).is_err()
+}
+
+/// The graph in `path` (text form or ONNX), or the built-in example encoder when there is
+/// no path.
 pub fn load(path: Option<&Path>) -> Result<Graph, Error> {
     match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.into(), source })?;
+            let limit = ImportOptions::default().max_total_bytes;
+            let bytes = onnx::read_bounded(path, limit).map_err(|e| Error::Onnx { path: path.into(), error: e })?;
+            if is_onnx(path, &bytes[..bytes.len().min(64)]) {
+                return onnx::import_file(path, &ImportOptions::default())
+                    .map_err(|error| Error::Onnx { path: path.into(), error });
+            }
+            let text = String::from_utf8(bytes).map_err(|_| Error::Usage(format!(
+                "`{}` is neither ladder text (it is not UTF-8) nor an ONNX model (name it .onnx)",
+                path.display()
+            )))?;
             ladder::text::parse(&text).map_err(|error| Error::Parse { path: path.into(), error })
         }
         None => built_in(),

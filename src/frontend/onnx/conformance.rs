@@ -1,0 +1,222 @@
+//! The ONNX backend node tests as external conformance: each case is a folder with
+//! `model.onnx` and `test_data_set_*/{input,output}_*.pb`. A case is imported, run on each of
+//! its data sets by a backend, and compared with the expected outputs with ONNX's own
+//! tolerance (`|got - want| <= atol + rtol * |want|`, rtol 1e-3, atol 1e-7; NaN matches NaN;
+//! integers and bools exactly; dtypes and shapes must match).
+//!
+//! Verdicts: `Passed`; `Unsupported` when the importer reports something ladder cannot
+//! express (an op type, element type or mode); `Failed` for anything else (a wrong number,
+//! an import or run error, or a panic, which is also flagged); `Denied` when the deny list
+//! names the case.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{decode_tensor, import_file, tensor_from_proto, Budget, ImportError, ImportOptions, NodeError};
+use crate::tensor::Tensor;
+use crate::Graph;
+
+pub const RTOL: f64 = 1e-3;
+pub const ATOL: f64 = 1e-7;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Passed,
+    Failed,
+    Unsupported,
+    Denied,
+}
+
+impl Verdict {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Passed => "passed",
+            Verdict::Failed => "failed",
+            Verdict::Unsupported => "unsupported",
+            Verdict::Denied => "denied",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub name: String,
+    pub verdict: Verdict,
+    /// Why it did not pass.
+    pub reason: String,
+    pub panicked: bool,
+}
+
+/// Runs a graph on some backend: the graph's outputs for these inputs, or why not.
+pub type Backend<'a> = &'a dyn Fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+/// Reads a deny list: one case per line, `name  reason` (the reason is required); `#`
+/// starts a comment.
+pub fn read_deny_list(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (name, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        if reason.trim().is_empty() {
+            return Err(format!("line {}: `{name}` has no reason", i + 1));
+        }
+        out.insert(name.to_string(), reason.trim().to_string());
+    }
+    Ok(out)
+}
+
+/// Every case folder under `dir` (folders holding `model.onnx`), sorted.
+pub fn cases(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+fn is_unsupported(e: &ImportError) -> bool {
+    match e {
+        ImportError::Unsupported(_) | ImportError::DType { .. } | ImportError::Opset(_) => true,
+        ImportError::Node { error, .. } => match error {
+            NodeError::Unsupported(_) => true,
+            NodeError::Tensor(e) => is_unsupported(e),
+            _ => false,
+        },
+        ImportError::Graph(m) => m.contains("not a tensor") || m.contains("not supported"),
+        _ => false,
+    }
+}
+
+fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter_map(|p| {
+                    let name = p.file_name()?.to_str()?.to_string();
+                    let n = name.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+                    Some((n, p))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+fn read_pb(path: &Path, options: &ImportOptions) -> Result<(String, Tensor), ImportError> {
+    let bytes = super::read_bounded(path, options.max_total_bytes)?;
+    let t = decode_tensor(&bytes, options)?;
+    let tensor = tensor_from_proto(&t, options, None, &mut Budget::default())?;
+    Ok((t.name.clone(), tensor))
+}
+
+/// Compares one output; `None` when it matches.
+pub fn compare(got: &Tensor, want: &Tensor) -> Option<String> {
+    if got.dtype() != want.dtype() {
+        return Some(format!("dtype {} but expected {}", got.dtype(), want.dtype()));
+    }
+    if got.shape() != want.shape() {
+        return Some(format!("shape {:?} but expected {:?}", got.shape(), want.shape()));
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        let ok = if want.dtype().is_float() {
+            (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
+        } else {
+            a == b
+        };
+        if !ok {
+            return Some(format!("element {i}: got {a}, expected {b}"));
+        }
+    }
+    None
+}
+
+/// Runs one case on `backend`.
+pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
+    let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let result = |verdict, reason: String| CaseResult { name: name.clone(), verdict, reason, panicked: false };
+    let g = match import_file(&case.join("model.onnx"), options) {
+        Ok(g) => g,
+        Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, e.to_string()),
+        Err(e) => return result(Verdict::Failed, format!("import: {e}")),
+    };
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
+        .map(|r| {
+            r.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+                .collect()
+        })
+        .unwrap_or_default();
+    sets.sort();
+    if sets.is_empty() {
+        return result(Verdict::Failed, "no test_data_set_* folder".into());
+    }
+    for set in &sets {
+        let mut inputs = Vec::new();
+        for p in numbered(set, "input_") {
+            match read_pb(&p, options) {
+                Ok(t) => inputs.push(t),
+                Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, format!("input: {e}")),
+                Err(e) => return result(Verdict::Failed, format!("reading {}: {e}", p.display())),
+            }
+        }
+        let mut outputs = Vec::new();
+        for p in numbered(set, "output_") {
+            match read_pb(&p, options) {
+                Ok(t) => outputs.push(t),
+                Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, format!("output: {e}")),
+                Err(e) => return result(Verdict::Failed, format!("reading {}: {e}", p.display())),
+            }
+        }
+        // Inputs by name where the files name them, else by position.
+        let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
+        let mut ordered: Vec<Option<Tensor>> = vec![None; names.len()];
+        for (pos, (n, t)) in inputs.into_iter().enumerate() {
+            let i = names.iter().position(|x| *x == n).unwrap_or(pos);
+            if i < ordered.len() {
+                ordered[i] = Some(t);
+            }
+        }
+        let Some(ordered) = ordered.into_iter().collect::<Option<Vec<_>>>() else {
+            return result(Verdict::Failed, format!("the data set does not give every input ({})", names.join(", ")));
+        };
+        let got = match backend(&g, &ordered) {
+            Ok(o) => o,
+            Err(e) => return result(Verdict::Failed, format!("run: {e}")),
+        };
+        if got.len() != outputs.len() {
+            return result(Verdict::Failed, format!("{} outputs, expected {}", got.len(), outputs.len()));
+        }
+        for (i, (a, (_, b))) in got.iter().zip(&outputs).enumerate() {
+            if let Some(why) = compare(a, b) {
+                return result(Verdict::Failed, format!("output {i} (`{}`): {why}", g.outputs()[i].name));
+            }
+        }
+    }
+    result(Verdict::Passed, String::new())
+}
+
+/// Runs a case, turning a panic into a failed verdict.
+pub fn run_case_guarded(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(case, options, backend))) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            CaseResult {
+                name: case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                verdict: Verdict::Failed,
+                reason: format!("PANIC: {msg}"),
+                panicked: true,
+            }
+        }
+    }
+}
