@@ -16,7 +16,7 @@ use crate::tensor::{Tensor, TensorData};
 
 /// Lowest and highest default-domain opset the importer accepts.
 pub const MIN_OPSET: i64 = 7;
-pub const MAX_OPSET: i64 = 23;
+pub const MAX_OPSET: i64 = 27;
 
 /// One element of a shape list: a number, or a symbolic dim.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,14 +139,14 @@ fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<Unsupported
 /// Converts a decoded model.
 pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -> Result<Graph, ImportError> {
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
+    let unsupported = census(model, graph, default_opset(model).unwrap_or(-1));
+    if !unsupported.is_empty() {
+        return Err(ImportError::Unsupported(unsupported));
+    }
     let opset =
         default_opset(model).ok_or_else(|| ImportError::Missing("an opset_import for the default domain".into()))?;
     if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
         return Err(ImportError::Opset(opset));
-    }
-    let unsupported = census(model, graph, opset);
-    if !unsupported.is_empty() {
-        return Err(ImportError::Unsupported(unsupported));
     }
     let name = if graph.name.is_empty() { "onnx" } else { graph.name.as_str() };
     let mut imp = Importer {

@@ -1,7 +1,7 @@
 //! The ONNX importer: a `.onnx` file (a protobuf `ModelProto`) to a high-level ladder graph.
 //!
 //! ## What it reads
-//! The default domain (`""` / `ai.onnx`) at opsets 11–23. Graph inputs become `input`
+//! The default domain (`""` / `ai.onnx`) at opsets 7–27 (tested on 11–27). Graph inputs become `input`
 //! nodes (a `dim_param` becomes a size symbol of that name, an absent dim a fresh symbol
 //! `unkN`), initializers become blobs read by `const` nodes (keeping their names), and each
 //! ONNX node becomes one or a few ladder ops: see `ops.rs` for the table and each op's mapping.
@@ -183,7 +183,7 @@ pub enum ImportError {
     #[error("tensor `{name}`: external data: {problem}")]
     ExternalData { name: String, problem: String },
     /// The default domain's opset is missing or outside what the importer reads.
-    #[error("opset {0} of the default domain is not supported (ladder imports opsets 7 to 23)")]
+    #[error("opset {0} of the default domain is not supported (ladder imports opsets 7 to 27)")]
     Opset(i64),
     /// Op types ladder cannot import: every one of them, with counts.
     #[error("the model uses ops ladder cannot import: {}", list(.0))]

@@ -198,8 +198,14 @@ fn sym_arith(op: &str, a: &SymInt, b: &SymInt) -> NResult<SymInt> {
 /// Ops on symbolic shape lists (`Shape` results over symbolic dims). `None` when no input is
 /// such a list, so the op converts normally.
 fn convert_syms(imp: &mut Importer, node: &NodeProto) -> NResult<Option<Outs>> {
+    // Ops that compute on shape lists: those reading one list (input 0) and the joins.
+    let inputs: &[usize] = match node.op_type.as_str() {
+        "Identity" | "Cast" | "Gather" | "Unsqueeze" | "Squeeze" | "Reshape" | "Slice" | "ReduceProd" => &[0],
+        "Concat" | "Add" | "Sub" | "Mul" | "Div" => &[0, 1, 2, 3, 4, 5, 6, 7],
+        _ => return Ok(None),
+    };
     let mut any = false;
-    for i in 0..node.input.len() {
+    for &i in inputs.iter().filter(|&&i| i < node.input.len()) {
         if let Some(Slot::Syms(_)) = imp.slot(node, i)? {
             any = true;
         }
@@ -225,7 +231,14 @@ fn convert_syms(imp: &mut Importer, node: &NodeProto) -> NResult<Option<Outs>> {
                     s.dtype = d;
                     syms(s)
                 }
-                _ => unsupported("a size computed from symbolic shapes cast to a non-integer type"),
+                _ => {
+                    let sym = s.elems.iter().find_map(|e| if let SymInt::D(d) = e { Some(d.to_string()) } else { None });
+                    unsupported(format!(
+                        "`{}` holds the symbolic size `{}` and is cast to a non-integer type; ladder can only use sizes computed from symbolic shapes as shapes",
+                        node.input[0],
+                        sym.unwrap_or_default()
+                    ))
+                }
             }
         }
         "Gather" => {
@@ -1009,7 +1022,11 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                 }
                 _ => return invalid(format!("p = {p} (1 or 2)")),
             };
-            one(imp.bin(K::Div, x, norm)?)
+            // A zero norm gives 0 (ONNX's reference), not NaN.
+            let zero = imp.bin_scalar(K::Eq, norm, 0.0)?;
+            let q = imp.bin(K::Div, x, norm)?;
+            let z = imp.scalar(imp.dtype_of_v(x), 0.0)?;
+            one(imp.emit(K::Where, &[zero, z, q], &[])?)
         }
         "MeanVarianceNormalization" => {
             let x = imp.input(node, 0)?;
