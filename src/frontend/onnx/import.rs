@@ -117,6 +117,9 @@ fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<Unsupported
                 stack.extend(a.g.iter());
                 stack.extend(a.graphs.iter());
             }
+            if n.op_type.is_empty() {
+                continue;
+            }
             let ok = is_default_domain(&n.domain) && super::ops::is_supported(&n.op_type, opset);
             if !ok {
                 *counts.entry((n.domain.clone(), n.op_type.clone())).or_default() += 1;
@@ -139,6 +142,18 @@ fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<Unsupported
 /// Converts a decoded model.
 pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -> Result<Graph, ImportError> {
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
+    let mut stack: Vec<&GraphProto> = vec![graph];
+    while let Some(g) = stack.pop() {
+        for (index, n) in g.node.iter().enumerate() {
+            if n.op_type.is_empty() {
+                return Err(ImportError::Missing(format!("the op_type of node {index}{}", if n.name.is_empty() { String::new() } else { format!(" `{}`", n.name) })));
+            }
+            for a in &n.attribute {
+                stack.extend(a.g.iter());
+                stack.extend(a.graphs.iter());
+            }
+        }
+    }
     let unsupported = census(model, graph, default_opset(model).unwrap_or(-1));
     if !unsupported.is_empty() {
         return Err(ImportError::Unsupported(unsupported));
@@ -254,7 +269,7 @@ impl<'m> Importer<'m> {
             let outs = match super::ops::convert(self, node, depth) {
                 Ok(outs) => outs,
                 Err(NodeError::Undefined(name)) => return Err(ImportError::UndefinedValue { node: node_ref(), name }),
-                Err(NodeError::Subgraph(e)) => return Err(*e),
+                Err(NodeError::Subgraph(e) | NodeError::Tensor(e)) => return Err(*e),
                 Err(error) => return Err(ImportError::Node { node: node_ref(), error }),
             };
             for (i, name) in node.output.iter().enumerate() {
