@@ -456,3 +456,20 @@ fn cli_runs_dumps_and_describes_onnx_files() {
     assert!(err.contains("TopK ×1") && !err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Models built with onnx.helper, expected outputs from onnxruntime
+/// (tests/onnx_fixtures/make_fixtures.py), through the conformance harness.
+#[test]
+fn fixtures_match_onnxruntime() {
+    use ladder::frontend::onnx::conformance::{cases, run_case, Verdict};
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_fixtures");
+    let all = cases(&dir).unwrap();
+    assert_eq!(all.len(), 4);
+    let backend = |g: &Graph, inputs: &[Tensor]| {
+        interp::run(g, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
+    };
+    for case in all {
+        let r = run_case(&case, &ImportOptions::default(), &backend);
+        assert_eq!(r.verdict, Verdict::Passed, "{}: {}", r.name, r.reason);
+    }
+}
