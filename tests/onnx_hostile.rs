@@ -22,7 +22,15 @@ fn dir() -> PathBuf {
 /// A small valid model: y = relu(x @ w).
 fn valid() -> ModelProto {
     let n = vec![node("MatMul", &["x", "w"], &["h"], vec![]), node("Relu", &["h"], &["y"], vec![])];
-    model_proto(graph(n, vec![vi("x", FLOAT, &["1", "2"])], vec![vi("y", FLOAT, &[])], vec![tensor_f32("w", &[2, 2], &[1., 2., 3., 4.])]), 17)
+    model_proto(
+        graph(
+            n,
+            vec![vi("x", FLOAT, &["1", "2"])],
+            vec![vi("y", FLOAT, &[])],
+            vec![tensor_f32("w", &[2, 2], &[1., 2., 3., 4.])],
+        ),
+        17,
+    )
 }
 
 /// A model whose only node is `Relu(x)` with initializer `w` added (unused but converted
@@ -54,7 +62,8 @@ fn nested_if(depth: usize) -> Vec<u8> {
         let n = node("If", &["c"], &[&out], vec![a_graph("then_branch", g), a_graph("else_branch", leaf)]);
         g = graph(vec![n], vec![], vec![vi(&out, FLOAT, &[])], vec![]);
     }
-    let top = GraphProto { input: vec![vi("x", FLOAT, &["2"])], initializer: vec![tensor_bool("c", &[], &[true])], ..g };
+    let top =
+        GraphProto { input: vec![vi("x", FLOAT, &["2"])], initializer: vec![tensor_bool("c", &[], &[true])], ..g };
     encode(&model_proto(top, 17))
 }
 
@@ -65,7 +74,9 @@ fn nested_types(depth: usize) -> Vec<u8> {
     };
     for _ in 0..depth {
         t = TypeProto {
-            value: Some(type_proto::Value::SequenceType(Box::new(type_proto::Sequence { elem_type: Some(Box::new(t)) }))),
+            value: Some(type_proto::Value::SequenceType(Box::new(type_proto::Sequence {
+                elem_type: Some(Box::new(t)),
+            }))),
             denotation: String::new(),
         };
     }
@@ -127,7 +138,12 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
     let gather = {
         let n = vec![node("Gather", &["x", "i"], &["y"], vec![a_int("axis", 0)])];
         encode(&model_proto(
-            graph(n, vec![vi("x", FLOAT, &["3", "2"])], vec![vi("y", FLOAT, &[])], vec![tensor_i64("i", &[2], &[0, 5])]),
+            graph(
+                n,
+                vec![vi("x", FLOAT, &["3", "2"])],
+                vec![vi("y", FLOAT, &[])],
+                vec![tensor_i64("i", &[2], &[0, 5])],
+            ),
             17,
         ))
     };
@@ -137,7 +153,10 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
             node("NonZero", &["v"], &["a"], vec![]),
             node("NonZero", &["a"], &["b"], vec![]),
         ];
-        encode(&model_proto(graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("b", INT64, &[])], vec![]), 17))
+        encode(&model_proto(
+            graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("b", INT64, &[])], vec![]),
+            17,
+        ))
     };
     let undefined = {
         let n = vec![node("Add", &["x", "nope"], &["y"], vec![])];
@@ -150,7 +169,8 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
     let mut unknown_dtype = tensor_f32("w", &[2], &[1., 2.]);
     unknown_dtype.data_type = 99;
     let huge = TensorProto { name: "w".into(), dims: vec![1 << 16, 1 << 16], data_type: FLOAT, ..Default::default() };
-    let overflow = TensorProto { name: "w".into(), dims: vec![1 << 40, 1 << 40], data_type: FLOAT, ..Default::default() };
+    let overflow =
+        TensorProto { name: "w".into(), dims: vec![1 << 40, 1 << 40], data_type: FLOAT, ..Default::default() };
     let neg_init = TensorProto { name: "w".into(), dims: vec![2, -1], data_type: FLOAT, ..Default::default() };
     vec![
         ("truncated.onnx", valid_bytes[..valid_bytes.len() / 2].to_vec(), d(), decode),
@@ -184,18 +204,12 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
             |e| matches!(e, ImportError::Limit { what, .. } if what.contains("nodes")),
         ),
         ("deep_subgraphs.onnx", nested_if(12), d(), |e| matches!(e, ImportError::TooDeep { what: "subgraphs", .. })),
-        (
-            "deep_messages.onnx",
-            nested_types(120),
-            d(),
-            |e| matches!(e, ImportError::TooDeep { what: "protobuf messages", .. }),
-        ),
-        (
-            "gather_index_out_of_range.onnx",
-            gather,
-            d(),
-            |e| matches!(e, ImportError::Node { error: NodeError::IndexOutOfRange { index: 5, size: 3, .. }, .. }),
-        ),
+        ("deep_messages.onnx", nested_types(120), d(), |e| {
+            matches!(e, ImportError::TooDeep { what: "protobuf messages", .. })
+        }),
+        ("gather_index_out_of_range.onnx", gather, d(), |e| {
+            matches!(e, ImportError::Node { error: NodeError::IndexOutOfRange { index: 5, size: 3, .. }, .. })
+        }),
         ("external_absolute.onnx", external("/etc/passwd"), allow(), ext_err),
         ("external_dotdot.onnx", external("sub/../../secret.bin"), allow(), ext_err),
         ("external_disabled.onnx", external("external_ok.bin"), d(), ext_err),
@@ -223,8 +237,11 @@ fn committed_corpus_is_current() {
         assert!(committed == bytes, "{name} differs from its generator (LADDER_REGEN_HOSTILE=1 rewrites it)");
     }
     if regen {
-        std::fs::write(dir().join("external_ok.bin"), [1f32, 2.].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())
-            .unwrap();
+        std::fs::write(
+            dir().join("external_ok.bin"),
+            [1f32, 2.].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+        )
+        .unwrap();
         std::fs::write(dir().join("external_ok.onnx"), external("external_ok.bin")).unwrap();
     }
 }
@@ -250,7 +267,8 @@ fn external_data_inside_the_folder_loads_when_enabled() {
     let path = dir().join("external_ok.onnx");
     let on = ImportOptions { allow_external_data: true, ..ImportOptions::default() };
     let g = import_file(&path, &on).unwrap();
-    let out = ladder::interp::run(&g, &[ladder::Tensor::from_f32(&[2], vec![10., 20.]).unwrap()], &Default::default()).unwrap();
+    let out = ladder::interp::run(&g, &[ladder::Tensor::from_f32(&[2], vec![10., 20.]).unwrap()], &Default::default())
+        .unwrap();
     assert_eq!(out.outputs[0].to_f64_vec(), vec![11., 22.]);
     // Off by default.
     assert!(matches!(import_file(&path, &ImportOptions::default()), Err(ImportError::ExternalData { .. })));

@@ -40,7 +40,14 @@ fn close(got: &Tensor, shape: &[usize], want: &[f64]) {
 }
 
 /// One node over float inputs (plus initializers), at `opset`.
-fn one(op: &str, ins: &[(&str, &[&str])], inits: Vec<ladder::frontend::onnx::proto::TensorProto>, extra: &[&str], attrs: Vec<ladder::frontend::onnx::proto::AttributeProto>, opset: i64) -> Graph {
+fn one(
+    op: &str,
+    ins: &[(&str, &[&str])],
+    inits: Vec<ladder::frontend::onnx::proto::TensorProto>,
+    extra: &[&str],
+    attrs: Vec<ladder::frontend::onnx::proto::AttributeProto>,
+    opset: i64,
+) -> Graph {
     let inputs = ins.iter().map(|(n, d)| vi(n, FLOAT, d)).collect();
     imp(&single(op, inputs, extra, inits, &["y"], attrs, opset))
 }
@@ -57,7 +64,14 @@ fn elementwise_broadcast_and_activations() {
     close(&run(&g, &[t(&[3], &[-5., 0., 1.])])[0], &[3], &[0., 0.5, 0.7]);
     let g = one("PRelu", &[("x", &["3"])], vec![tensor_f32("s", &[1], &[0.25])], &["s"], vec![], 17);
     close(&run(&g, &[t(&[3], &[-4., 0., 4.])])[0], &[3], &[-1., 0., 4.]);
-    let g = one("Clip", &[("x", &["4"])], vec![tensor_f32("lo", &[], &[-1.]), tensor_f32("hi", &[], &[2.])], &["lo", "hi"], vec![], 13);
+    let g = one(
+        "Clip",
+        &[("x", &["4"])],
+        vec![tensor_f32("lo", &[], &[-1.]), tensor_f32("hi", &[], &[2.])],
+        &["lo", "hi"],
+        vec![],
+        13,
+    );
     close(&run(&g, &[t(&[4], &[-3., 0.5, 2., 9.])])[0], &[4], &[-1., 0.5, 2., 2.]);
     // Clip with a run-time bound.
     let g = one("Clip", &[("x", &["2"]), ("lo", &[])], vec![], &[], vec![], 13);
@@ -77,7 +91,12 @@ fn comparisons_logic_where_mod_cast() {
         node("Cast", &["ge"], &["gi"], vec![a_int("to", INT64 as i64)]),
     ];
     let g = imp(&encode(&model_proto(
-        graph(n, vec![vi("a", FLOAT, &["3"]), vi("b", FLOAT, &["3"])], vec![vi("min", FLOAT, &[]), vi("gi", INT64, &[])], vec![]),
+        graph(
+            n,
+            vec![vi("a", FLOAT, &["3"]), vi("b", FLOAT, &["3"])],
+            vec![vi("min", FLOAT, &[]), vi("gi", INT64, &[])],
+            vec![],
+        ),
         17,
     )));
     let out = run(&g, &[t(&[3], &[1., 5., 3.]), t(&[3], &[2., 4., 3.])]);
@@ -86,7 +105,10 @@ fn comparisons_logic_where_mod_cast() {
     // Mod: fmod=0 takes the divisor's sign (Python), fmod=1 the dividend's (C).
     let mk = |fmod| {
         let n = vec![node("Mod", &["a", "b"], &["y"], vec![a_int("fmod", fmod)])];
-        imp(&encode(&model_proto(graph(n, vec![vi("a", INT64, &["4"]), vi("b", INT64, &["4"])], vec![vi("y", INT64, &[])], vec![]), 17)))
+        imp(&encode(&model_proto(
+            graph(n, vec![vi("a", INT64, &["4"]), vi("b", INT64, &["4"])], vec![vi("y", INT64, &[])], vec![]),
+            17,
+        )))
     };
     let a = ti(&[4], &[7, -7, 7, -7]);
     let b = ti(&[4], &[3, 3, -3, -3]);
@@ -127,9 +149,9 @@ fn conv_pools_and_norms() {
         17,
     );
     let x = t(&[1, 1, 3, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
-    close(&run(&g, &[x.clone()])[0], &[1, 1, 2, 2], &[22., 26., 34., 38.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 1, 2, 2], &[22., 26., 34., 38.]);
     let g = one("MaxPool", &[("x", &["1", "1", "3", "3"])], vec![], &[], vec![a_ints("kernel_shape", &[2, 2])], 17);
-    close(&run(&g, &[x.clone()])[0], &[1, 1, 2, 2], &[5., 6., 8., 9.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 1, 2, 2], &[5., 6., 8., 9.]);
     // Asymmetric pads: an explicit -inf pad before the pool.
     let g = one(
         "MaxPool",
@@ -139,13 +161,20 @@ fn conv_pools_and_norms() {
         vec![a_ints("kernel_shape", &[2, 2]), a_ints("pads", &[1, 1, 0, 0]), a_ints("strides", &[2, 2])],
         17,
     );
-    close(&run(&g, &[x.clone()])[0], &[1, 1, 2, 2], &[1., 3., 7., 9.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 1, 2, 2], &[1., 3., 7., 9.]);
     let g = one("AveragePool", &[("x", &["1", "1", "3", "3"])], vec![], &[], vec![a_ints("kernel_shape", &[3, 3])], 17);
-    close(&run(&g, &[x.clone()])[0], &[1, 1, 1, 1], &[5.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 1, 1, 1], &[5.]);
     let g = one("GlobalAveragePool", &[("x", &["1", "1", "3", "3"])], vec![], &[], vec![], 17);
     close(&run(&g, &[x])[0], &[1, 1, 1, 1], &[5.]);
     // MaxPool 1-D.
-    let g = one("MaxPool", &[("x", &["1", "1", "4"])], vec![], &[], vec![a_ints("kernel_shape", &[2]), a_ints("strides", &[2])], 17);
+    let g = one(
+        "MaxPool",
+        &[("x", &["1", "1", "4"])],
+        vec![],
+        &[],
+        vec![a_ints("kernel_shape", &[2]), a_ints("strides", &[2])],
+        17,
+    );
     close(&run(&g, &[t(&[1, 1, 4], &[1., 3., 2., 0.])])[0], &[1, 1, 2], &[3., 2.]);
     // BatchNormalization: (x - 1) / sqrt(4) * 3 + 1 per channel 0; channel 1 identity.
     let g = one(
@@ -185,16 +214,23 @@ fn reductions_attribute_and_input_axes() {
     let x = t(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
     // Opset 11: axes attribute; opset 18: axes input.
     let g = one("ReduceSum", &[("x", &["2", "3"])], vec![], &[], vec![a_ints("axes", &[1]), a_int("keepdims", 0)], 11);
-    close(&run(&g, &[x.clone()])[0], &[2], &[6., 15.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[2], &[6., 15.]);
     let g = one("ReduceMax", &[("x", &["2", "3"])], vec![tensor_i64("ax", &[1], &[0])], &["ax"], vec![], 18);
-    close(&run(&g, &[x.clone()])[0], &[1, 3], &[4., 5., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 3], &[4., 5., 6.]);
     let g = one("ReduceMean", &[("x", &["2", "3"])], vec![], &[], vec![], 18);
-    close(&run(&g, &[x.clone()])[0], &[1, 1], &[3.5]);
-    let g = one("ReduceL2", &[("x", &["2", "3"])], vec![tensor_i64("ax", &[1], &[1])], &["ax"], vec![a_int("keepdims", 0)], 18);
-    close(&run_precise(&g, &[x.clone()])[0], &[2], &[14f64.sqrt(), 77f64.sqrt()]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 1], &[3.5]);
+    let g = one(
+        "ReduceL2",
+        &[("x", &["2", "3"])],
+        vec![tensor_i64("ax", &[1], &[1])],
+        &["ax"],
+        vec![a_int("keepdims", 0)],
+        18,
+    );
+    close(&run_precise(&g, std::slice::from_ref(&x))[0], &[2], &[14f64.sqrt(), 77f64.sqrt()]);
     // noop_with_empty_axes.
     let g = one("ReduceSum", &[("x", &["2", "3"])], vec![], &[], vec![a_int("noop_with_empty_axes", 1)], 13);
-    close(&run(&g, &[x.clone()])[0], &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[2, 3], &[1., 2., 3., 4., 5., 6.]);
     let g = one("ArgMax", &[("x", &["2", "3"])], vec![], &[], vec![a_int("axis", 1), a_int("keepdims", 0)], 13);
     assert_eq!(run(&g, &[x])[0].to_f64_vec(), vec![2., 2.]);
 }
@@ -204,31 +240,43 @@ fn shape_ops() {
     let x = t(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
     // Reshape with 0 (copy) and -1 (infer).
     let g = one("Reshape", &[("x", &["2", "3"])], vec![tensor_i64("s", &[3], &[0, -1, 1])], &["s"], vec![], 14);
-    close(&run(&g, &[x.clone()])[0], &[2, 3, 1], &[1., 2., 3., 4., 5., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[2, 3, 1], &[1., 2., 3., 4., 5., 6.]);
     let g = one("Transpose", &[("x", &["2", "3"])], vec![], &[], vec![], 13);
-    close(&run(&g, &[x.clone()])[0], &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[3, 2], &[1., 4., 2., 5., 3., 6.]);
     let g = one("Flatten", &[("x", &["2", "3"])], vec![], &[], vec![a_int("axis", 0)], 13);
-    close(&run(&g, &[x.clone()])[0], &[1, 6], &[1., 2., 3., 4., 5., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[1, 6], &[1., 2., 3., 4., 5., 6.]);
     // Unsqueeze: attribute form (11) and input form (13), several axes.
     let g = one("Unsqueeze", &[("x", &["2", "3"])], vec![], &[], vec![a_ints("axes", &[0, 3])], 11);
-    assert_eq!(run(&g, &[x.clone()])[0].shape(), &[1, 2, 3, 1]);
+    assert_eq!(run(&g, std::slice::from_ref(&x))[0].shape(), &[1, 2, 3, 1]);
     let g = one("Unsqueeze", &[("x", &["2", "3"])], vec![tensor_i64("a", &[2], &[-1, 1])], &["a"], vec![], 13);
-    assert_eq!(run(&g, &[x.clone()])[0].shape(), &[2, 1, 3, 1]);
+    assert_eq!(run(&g, std::slice::from_ref(&x))[0].shape(), &[2, 1, 3, 1]);
     let g = one("Squeeze", &[("x", &["1", "3", "1"])], vec![tensor_i64("a", &[1], &[-1])], &["a"], vec![], 13);
     assert_eq!(run(&g, &[t(&[1, 3, 1], &[1., 2., 3.])])[0].shape(), &[1, 3]);
     // Slice with a negative step: x[:, ::-2] = [[3, 1], [6, 4]].
     let g = one(
         "Slice",
         &[("x", &["2", "3"])],
-        vec![tensor_i64("st", &[1], &[-1]), tensor_i64("en", &[1], &[i64::MIN]), tensor_i64("ax", &[1], &[1]), tensor_i64("sp", &[1], &[-2])],
+        vec![
+            tensor_i64("st", &[1], &[-1]),
+            tensor_i64("en", &[1], &[i64::MIN]),
+            tensor_i64("ax", &[1], &[1]),
+            tensor_i64("sp", &[1], &[-2]),
+        ],
         &["st", "en", "ax", "sp"],
         vec![],
         13,
     );
-    close(&run(&g, &[x.clone()])[0], &[2, 2], &[3., 1., 6., 4.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[2, 2], &[3., 1., 6., 4.]);
     // Gather (NumPy take) along axis 1 with 2-D indices, one negative.
-    let g = one("Gather", &[("x", &["2", "3"])], vec![tensor_i64("i", &[2, 2], &[2, 0, -1, 1])], &["i"], vec![a_int("axis", 1)], 13);
-    close(&run(&g, &[x.clone()])[0], &[2, 2, 2], &[3., 1., 3., 2., 6., 4., 6., 5.]);
+    let g = one(
+        "Gather",
+        &[("x", &["2", "3"])],
+        vec![tensor_i64("i", &[2, 2], &[2, 0, -1, 1])],
+        &["i"],
+        vec![a_int("axis", 1)],
+        13,
+    );
+    close(&run(&g, std::slice::from_ref(&x))[0], &[2, 2, 2], &[3., 1., 3., 2., 6., 4., 6., 5.]);
     // Gather with run-time indices and a scalar constant index.
     let n = vec![node("Gather", &["x", "i"], &["y"], vec![])];
     let g = imp(&encode(&model_proto(
@@ -237,7 +285,7 @@ fn shape_ops() {
     )));
     close(&run(&g, &[x.clone(), ti(&[1], &[-1])])[0], &[1, 3], &[4., 5., 6.]);
     let g = one("Gather", &[("x", &["2", "3"])], vec![tensor_i64("i", &[], &[1])], &["i"], vec![], 13);
-    close(&run(&g, &[x.clone()])[0], &[3], &[4., 5., 6.]);
+    close(&run(&g, std::slice::from_ref(&x))[0], &[3], &[4., 5., 6.]);
     // Concat and Split (input sizes, equal, num_outputs).
     let g = one("Concat", &[("a", &["1", "3"]), ("b", &["1", "3"])], vec![], &[], vec![a_int("axis", 0)], 13);
     close(&run(&g, &[t(&[1, 3], &[1., 2., 3.]), t(&[1, 3], &[4., 5., 6.])])[0], &[2, 3], &[1., 2., 3., 4., 5., 6.]);
@@ -251,23 +299,31 @@ fn shape_ops() {
         )))
     };
     let g = split(vec![a_int("axis", 1)], &["s"], vec![tensor_i64("s", &[2], &[1, 2])], 13);
-    let o = run(&g, &[x.clone()]);
+    let o = run(&g, std::slice::from_ref(&x));
     close(&o[0], &[2, 1], &[1., 4.]);
     close(&o[1], &[2, 2], &[2., 3., 5., 6.]);
     let g = split(vec![a_int("axis", 1), a_int("num_outputs", 2)], &[], vec![], 18);
-    let o = run(&g, &[x.clone()]);
+    let o = run(&g, std::slice::from_ref(&x));
     close(&o[0], &[2, 2], &[1., 2., 4., 5.]);
     close(&o[1], &[2, 1], &[3., 6.]);
     let g = split(vec![a_ints("split", &[2, 1]), a_int("axis", 1)], &[], vec![], 11);
-    assert_eq!(run(&g, &[x.clone()])[1].shape(), &[2, 1]);
+    assert_eq!(run(&g, std::slice::from_ref(&x))[1].shape(), &[2, 1]);
     // Tile, Expand, Pad (constant and reflect), Trilu.
     let g = one("Tile", &[("x", &["1", "2"])], vec![tensor_i64("r", &[2], &[2, 2])], &["r"], vec![], 13);
     close(&run(&g, &[t(&[1, 2], &[1., 2.])])[0], &[2, 4], &[1., 2., 1., 2., 1., 2., 1., 2.]);
     let g = one("Expand", &[("x", &["3", "1"])], vec![tensor_i64("s", &[2], &[1, 2])], &["s"], vec![], 13);
     close(&run(&g, &[t(&[3, 1], &[1., 2., 3.])])[0], &[3, 2], &[1., 1., 2., 2., 3., 3.]);
-    let g = one("Pad", &[("x", &["3"])], vec![tensor_i64("p", &[2], &[1, 2]), tensor_f32("v", &[], &[9.])], &["p", "v"], vec![], 13);
+    let g = one(
+        "Pad",
+        &[("x", &["3"])],
+        vec![tensor_i64("p", &[2], &[1, 2]), tensor_f32("v", &[], &[9.])],
+        &["p", "v"],
+        vec![],
+        13,
+    );
     close(&run(&g, &[t(&[3], &[1., 2., 3.])])[0], &[6], &[9., 1., 2., 3., 9., 9.]);
-    let g = one("Pad", &[("x", &["3"])], vec![tensor_i64("p", &[2], &[2, 1])], &["p"], vec![a_str("mode", "reflect")], 13);
+    let g =
+        one("Pad", &[("x", &["3"])], vec![tensor_i64("p", &[2], &[2, 1])], &["p"], vec![a_str("mode", "reflect")], 13);
     close(&run(&g, &[t(&[3], &[1., 2., 3.])])[0], &[6], &[3., 2., 1., 2., 3., 2.]);
     let g = one("Pad", &[("x", &["3"])], vec![tensor_i64("p", &[2], &[1, 2])], &["p"], vec![a_str("mode", "edge")], 13);
     close(&run(&g, &[t(&[3], &[1., 2., 3.])])[0], &[6], &[1., 1., 2., 3., 3., 3.]);
@@ -289,7 +345,12 @@ fn generators_einsum_and_identity() {
             n,
             vec![],
             vec![vi("r2", INT64, &[]), vi("c2", FLOAT, &[])],
-            vec![tensor_i64("s", &[], &[1]), tensor_i64("l", &[], &[8]), tensor_i64("d", &[], &[3]), tensor_i64("cs", &[2], &[1, 2])],
+            vec![
+                tensor_i64("s", &[], &[1]),
+                tensor_i64("l", &[], &[8]),
+                tensor_i64("d", &[], &[3]),
+                tensor_i64("cs", &[2], &[1, 2]),
+            ],
         ),
         13,
     )));
@@ -297,7 +358,14 @@ fn generators_einsum_and_identity() {
     assert_eq!(o[0].to_f64_vec(), vec![1., 4., 7.]);
     close(&o[1], &[1, 2], &[7., 7.]);
     // Einsum: batched matmul "bij,bjk->bik" and a trace-free transpose "ij->ji".
-    let g = one("Einsum", &[("a", &["1", "2", "2"]), ("b", &["1", "2", "1"])], vec![], &[], vec![a_str("equation", "bij,bjk->bik")], 12);
+    let g = one(
+        "Einsum",
+        &[("a", &["1", "2", "2"]), ("b", &["1", "2", "1"])],
+        vec![],
+        &[],
+        vec![a_str("equation", "bij,bjk->bik")],
+        12,
+    );
     close(&run(&g, &[t(&[1, 2, 2], &[1., 2., 3., 4.]), t(&[1, 2, 1], &[1., 1.])])[0], &[1, 2, 1], &[3., 7.]);
     let g = one("Einsum", &[("a", &["2", "3"])], vec![], &[], vec![a_str("equation", "ij->ji")], 12);
     assert_eq!(run(&g, &[t(&[2, 3], &[1., 2., 3., 4., 5., 6.])])[0].shape(), &[3, 2]);
@@ -371,7 +439,10 @@ fn unsupported_ops_are_all_listed_with_counts() {
         node("FancyOp", &["a"], &["b"], vec![]),
     ];
     let e = import(
-        &encode(&model_proto(graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("b", FLOAT, &[])], vec![]), 17)),
+        &encode(&model_proto(
+            graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("b", FLOAT, &[])], vec![]),
+            17,
+        )),
         &ImportOptions::default(),
     )
     .unwrap_err();
@@ -422,7 +493,12 @@ fn cli_runs_dumps_and_describes_onnx_files() {
     std::fs::create_dir_all(&dir).unwrap();
     let n = vec![node("MatMul", &["x", "w"], &["h"], vec![]), node("Relu", &["h"], &["y"], vec![])];
     let bytes = encode(&model_proto(
-        graph(n, vec![vi("x", FLOAT, &["batch", "2"])], vec![vi("y", FLOAT, &["batch", "2"])], vec![tensor_raw_f32("w", &[2, 2], &[1., -1., 2., 0.])]),
+        graph(
+            n,
+            vec![vi("x", FLOAT, &["batch", "2"])],
+            vec![vi("y", FLOAT, &["batch", "2"])],
+            vec![tensor_raw_f32("w", &[2, 2], &[1., -1., 2., 0.])],
+        ),
         17,
     ));
     let model = dir.join("m.onnx");
@@ -435,7 +511,8 @@ fn cli_runs_dumps_and_describes_onnx_files() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("y: "));
     assert!(out.join("y.npy").is_file());
-    let o = std::process::Command::new(bin()).args(["dump", model.to_str().unwrap(), "--stage", "prims"]).output().unwrap();
+    let o =
+        std::process::Command::new(bin()).args(["dump", model.to_str().unwrap(), "--stage", "prims"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("matmul"));
     let o = std::process::Command::new(bin()).args(["info", model.to_str().unwrap()]).output().unwrap();
@@ -447,7 +524,14 @@ fn cli_runs_dumps_and_describes_onnx_files() {
     // A model with an unsupported op: info lists it; run fails with the list.
     let n = vec![node("TopK", &["x", "k"], &["v", "i"], vec![])];
     let bad = dir.join("bad.onnx");
-    std::fs::write(&bad, encode(&model_proto(graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("v", FLOAT, &[])], vec![]), 17))).unwrap();
+    std::fs::write(
+        &bad,
+        encode(&model_proto(
+            graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("v", FLOAT, &[])], vec![]),
+            17,
+        )),
+    )
+    .unwrap();
     let o = std::process::Command::new(bin()).args(["info", bad.to_str().unwrap()]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("NOT SUPPORTED"));
     let o = std::process::Command::new(bin()).args(["run", bad.to_str().unwrap()]).output().unwrap();

@@ -51,12 +51,12 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
         return w(out, serde_json::to_string_pretty(&j).unwrap_or_default());
     }
     w(out, format!("model: {}", path.display()))?;
-    w(out, format!("ir_version: {}   producer: {}", s.ir_version, if s.producer.is_empty() { "-" } else { &s.producer }))?;
-    let opsets: Vec<String> = s
-        .opsets
-        .iter()
-        .map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d }))
-        .collect();
+    w(
+        out,
+        format!("ir_version: {}   producer: {}", s.ir_version, if s.producer.is_empty() { "-" } else { &s.producer }),
+    )?;
+    let opsets: Vec<String> =
+        s.opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d })).collect();
     w(out, format!("opsets: {}", opsets.join(", ")))?;
     w(out, "inputs:".into())?;
     for (n, t) in &s.inputs {
@@ -77,9 +77,7 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     match &s.import {
         Ok(()) => w(out, "import: ok".into()),
-        Err(ImportError::Unsupported(list)) => {
-            w(out, format!("import: fails: {} unsupported op type(s)", list.len()))
-        }
+        Err(ImportError::Unsupported(list)) => w(out, format!("import: fails: {} unsupported op type(s)", list.len())),
         Err(e) => w(out, format!("import: fails: {e}")),
     }
 }

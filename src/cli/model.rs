@@ -33,10 +33,12 @@ pub fn load(path: Option<&Path>) -> Result<Graph, Error> {
                 return onnx::import_file(path, &ImportOptions::default())
                     .map_err(|error| Error::Onnx { path: path.into(), error });
             }
-            let text = String::from_utf8(bytes).map_err(|_| Error::Usage(format!(
-                "`{}` is neither ladder text (it is not UTF-8) nor an ONNX model (name it .onnx)",
-                path.display()
-            )))?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::Usage(format!(
+                    "`{}` is neither ladder text (it is not UTF-8) nor an ONNX model (name it .onnx)",
+                    path.display()
+                ))
+            })?;
             ladder::text::parse(&text).map_err(|error| Error::Parse { path: path.into(), error })
         }
         None => built_in(),

@@ -13,7 +13,13 @@ pub const INT64: i32 = 7;
 pub const BOOL: i32 = 9;
 
 pub fn tensor_f32(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
-    TensorProto { name: name.into(), dims: dims.to_vec(), data_type: FLOAT, float_data: data.to_vec(), ..Default::default() }
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: FLOAT,
+        float_data: data.to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn tensor_raw_f32(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
@@ -27,7 +33,13 @@ pub fn tensor_raw_f32(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
 }
 
 pub fn tensor_i64(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
-    TensorProto { name: name.into(), dims: dims.to_vec(), data_type: INT64, int64_data: data.to_vec(), ..Default::default() }
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: INT64,
+        int64_data: data.to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn tensor_bool(name: &str, dims: &[i64], data: &[bool]) -> TensorProto {
@@ -93,7 +105,12 @@ pub fn a_float(name: &str, v: f32) -> AttributeProto {
 }
 
 pub fn a_str(name: &str, v: &str) -> AttributeProto {
-    AttributeProto { name: name.into(), r#type: AttributeType::String as i32, s: v.as_bytes().to_vec(), ..Default::default() }
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::String as i32,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
@@ -110,7 +127,14 @@ pub fn graph(
     outputs: Vec<ValueInfoProto>,
     inits: Vec<TensorProto>,
 ) -> GraphProto {
-    GraphProto { name: "test".into(), node: nodes, input: inputs, output: outputs, initializer: inits, ..Default::default() }
+    GraphProto {
+        name: "test".into(),
+        node: nodes,
+        input: inputs,
+        output: outputs,
+        initializer: inits,
+        ..Default::default()
+    }
 }
 
 pub fn model_proto(g: GraphProto, opset: i64) -> ModelProto {

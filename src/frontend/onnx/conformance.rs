@@ -148,7 +148,9 @@ pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseR
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map(|r| {
             r.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+                .filter(|p| {
+                    p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+                })
                 .collect()
         })
         .unwrap_or_default();

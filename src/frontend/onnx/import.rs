@@ -146,7 +146,10 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
     while let Some(g) = stack.pop() {
         for (index, n) in g.node.iter().enumerate() {
             if n.op_type.is_empty() {
-                return Err(ImportError::Missing(format!("the op_type of node {index}{}", if n.name.is_empty() { String::new() } else { format!(" `{}`", n.name) })));
+                return Err(ImportError::Missing(format!(
+                    "the op_type of node {index}{}",
+                    if n.name.is_empty() { String::new() } else { format!(" `{}`", n.name) }
+                )));
             }
             for a in &n.attribute {
                 stack.extend(a.g.iter());
@@ -226,7 +229,11 @@ impl<'m> Importer<'m> {
         let ty = vi.r#type.as_ref().ok_or_else(|| ImportError::Missing(format!("the type of {what}")))?;
         let tt = match &ty.value {
             Some(proto::type_proto::Value::TensorType(t)) => t,
-            Some(_) => return Err(ImportError::Graph(format!("{what} is not a tensor (sequences, maps, optionals and sparse tensors are not supported)"))),
+            Some(_) => {
+                return Err(ImportError::Graph(format!(
+                    "{what} is not a tensor (sequences, maps, optionals and sparse tensors are not supported)"
+                )))
+            }
             None => return Err(ImportError::Missing(format!("the type of {what}"))),
         };
         if tt.elem_type == 0 {
@@ -234,9 +241,10 @@ impl<'m> Importer<'m> {
         }
         let dtype = dtype_of(tt.elem_type)
             .ok_or_else(|| ImportError::DType { what: what.clone(), elem_type: dtype_name(tt.elem_type) })?;
-        let shape = tt.shape.as_ref().ok_or_else(|| {
-            ImportError::Graph(format!("{what} has no shape (ladder needs every input's rank)"))
-        })?;
+        let shape = tt
+            .shape
+            .as_ref()
+            .ok_or_else(|| ImportError::Graph(format!("{what} has no shape (ladder needs every input's rank)")))?;
         let mut dims = Vec::with_capacity(shape.dim.len());
         let mut statics = Vec::new();
         for d in &shape.dim {
@@ -261,8 +269,7 @@ impl<'m> Importer<'m> {
     /// Converts nodes in order. `depth` counts inlined subgraphs.
     pub fn run_nodes(&mut self, nodes: &'m [NodeProto], depth: u32) -> Result<(), ImportError> {
         for (index, node) in nodes.iter().enumerate() {
-            let node_ref =
-                || NodeRef { index, name: node.name.clone(), op_type: node.op_type.clone() };
+            let node_ref = || NodeRef { index, name: node.name.clone(), op_type: node.op_type.clone() };
             if node.op_type.is_empty() {
                 return Err(ImportError::Missing(format!("the op_type of node {index}")));
             }
@@ -354,7 +361,11 @@ impl<'m> Importer<'m> {
         self.emit(
             OpKind::Full,
             &[],
-            &[("shape", AttrValue::Dims(vec![])), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dtype))],
+            &[
+                ("shape", AttrValue::Dims(vec![])),
+                ("value", AttrValue::Float(value)),
+                ("dtype", AttrValue::DType(dtype)),
+            ],
         )
     }
 
@@ -399,8 +410,8 @@ impl<'m> Importer<'m> {
     /// a constant instead.
     pub fn emit(&mut self, op: OpKind, args: &[Value], attrs: &[(&str, AttrValue)]) -> NResult<Value> {
         let given = attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-        let attrs = Attrs::resolve(op.spec().attrs, given)
-            .map_err(|e| NodeError::Invalid(format!("{}: {e}", op.name())))?;
+        let attrs =
+            Attrs::resolve(op.spec().attrs, given).map_err(|e| NodeError::Invalid(format!("{}: {e}", op.name())))?;
         if let Some(v) = self.try_fold(op, args, &attrs) {
             return Ok(v);
         }
@@ -458,8 +469,7 @@ impl<'m> Importer<'m> {
     }
 
     pub fn input(&mut self, node: &NodeProto, i: usize) -> NResult<Value> {
-        self.opt_input(node, i)?
-            .ok_or_else(|| NodeError::Invalid(format!("input {i} is required")))
+        self.opt_input(node, i)?.ok_or_else(|| NodeError::Invalid(format!("input {i} is required")))
     }
 
     /// Input `i` as a list of (possibly symbolic) integers, when it is known at import.

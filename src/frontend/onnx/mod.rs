@@ -144,13 +144,19 @@ pub enum NodeError {
     Tensor(Box<ImportError>),
     /// ladder's shape and dtype rules reject what the node computes.
     #[error("{0}")]
-    Graph(#[from] GraphError),
+    Graph(Box<GraphError>),
     /// An input name nothing defines (reported as [`ImportError::UndefinedValue`]).
     #[error("input `{0}` is not defined before this node")]
     Undefined(String),
     /// An error inside an inlined subgraph, reported as it is.
     #[error("{0}")]
     Subgraph(Box<ImportError>),
+}
+
+impl From<GraphError> for NodeError {
+    fn from(e: GraphError) -> NodeError {
+        NodeError::Graph(Box::new(e))
+    }
 }
 
 /// Why a model could not be imported.

@@ -35,18 +35,121 @@ use crate::tensor::Tensor;
 
 /// The op types the importer converts (default domain).
 pub const SUPPORTED: &[&str] = &[
-    "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil",
-    "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "DepthToSpace",
-    "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather",
-    "GatherElements", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual",
-    "GroupNormalization", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If", "InstanceNormalization", "IsInf",
-    "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpNormalization",
-    "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "Not",
-    "OneHot", "Or", "PRelu", "Pad", "Pow", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
-    "Reshape", "Resize", "Round", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice",
-    "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh",
-    "ThresholdedRelu", "Tile", "Transpose", "Trilu", "Unsqueeze", "Upsample", "Where", "Xor",
+    "Abs",
+    "Add",
+    "And",
+    "ArgMax",
+    "ArgMin",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "CastLike",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "ConvTranspose",
+    "Cos",
+    "Cosh",
+    "DepthToSpace",
+    "Div",
+    "Dropout",
+    "Einsum",
+    "Elu",
+    "Equal",
+    "Erf",
+    "Exp",
+    "Expand",
+    "EyeLike",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "GatherElements",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Greater",
+    "GreaterOrEqual",
+    "GroupNormalization",
+    "HardSigmoid",
+    "HardSwish",
+    "Hardmax",
+    "Identity",
+    "If",
+    "InstanceNormalization",
+    "IsInf",
+    "IsNaN",
+    "LayerNormalization",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "LogSoftmax",
+    "LpNormalization",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "MeanVarianceNormalization",
+    "Min",
+    "Mish",
+    "Mod",
+    "Mul",
+    "Neg",
+    "Not",
+    "OneHot",
+    "Or",
+    "PRelu",
+    "Pad",
+    "Pow",
+    "Range",
+    "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "Relu",
+    "Reshape",
+    "Resize",
+    "Round",
+    "Selu",
+    "Shape",
+    "Shrink",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Sinh",
+    "Size",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "SpaceToDepth",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tan",
+    "Tanh",
+    "ThresholdedRelu",
+    "Tile",
+    "Transpose",
+    "Trilu",
+    "Unsqueeze",
+    "Upsample",
+    "Where",
+    "Xor",
 ];
 
 pub fn is_supported(op_type: &str, _opset: i64) -> bool {
@@ -232,7 +335,8 @@ fn convert_syms(imp: &mut Importer, node: &NodeProto) -> NResult<Option<Outs>> {
                     syms(s)
                 }
                 _ => {
-                    let sym = s.elems.iter().find_map(|e| if let SymInt::D(d) = e { Some(d.to_string()) } else { None });
+                    let sym =
+                        s.elems.iter().find_map(|e| if let SymInt::D(d) = e { Some(d.to_string()) } else { None });
                     unsupported(format!(
                         "`{}` holds the symbolic size `{}` and is cast to a non-integer type; ladder can only use sizes computed from symbolic shapes as shapes",
                         node.input[0],
@@ -388,7 +492,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                     let s = imp.bin(if op == "Sinh" { K::Sub } else { K::Add }, e, en)?;
                     return one(imp.bin_scalar(K::Mul, s, 0.5)?);
                 }
-                _ => return unsupported(format!("{op}")),
+                _ => return unsupported(op.to_string()),
             };
             one(imp.un(kind, x)?)
         }
@@ -549,9 +653,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let x = imp.input(node, 0)?;
             let dtype = if op == "Cast" {
                 let to = a_int(node, "to", 0) as i32;
-                dtype_of(to).ok_or_else(|| {
-                    NodeError::Unsupported(format!("cast to element type {}", dtype_name(to)))
-                })?
+                dtype_of(to)
+                    .ok_or_else(|| NodeError::Unsupported(format!("cast to element type {}", dtype_name(to))))?
             } else {
                 let like = imp.input(node, 1)?;
                 imp.dtype_of_v(like)
@@ -561,10 +664,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Clip" => {
             let x = imp.input(node, 0)?;
             let (lo, hi) = if imp.opset < 11 {
-                (
-                    Some(Ok(a_float(node, "min", f64::NEG_INFINITY))),
-                    Some(Ok(a_float(node, "max", f64::INFINITY))),
-                )
+                (Some(Ok(a_float(node, "min", f64::NEG_INFINITY))), Some(Ok(a_float(node, "max", f64::INFINITY))))
             } else {
                 (imp.float_input(node, 1)?, imp.float_input(node, 2)?)
             };
@@ -572,7 +672,11 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             if all_const {
                 let lo = lo.and_then(Result::ok).unwrap_or(f64::NEG_INFINITY);
                 let hi = hi.and_then(Result::ok).unwrap_or(f64::INFINITY);
-                return one(imp.emit(K::Clamp, &[x], &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))])?);
+                return one(imp.emit(
+                    K::Clamp,
+                    &[x],
+                    &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))],
+                )?);
             }
             let dt = imp.dtype_of_v(x);
             let mut r = x;
@@ -687,10 +791,16 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                 None => imp.dtype_of_v(x),
             };
             let k = a_int(node, "k", 0);
-            let rows =
-                imp.emit(K::Iota, &[], &[("shape", dims_attr(&shape)), ("axis", int(0)), ("dtype", AttrValue::DType(DType::I64))])?;
-            let cols =
-                imp.emit(K::Iota, &[], &[("shape", dims_attr(&shape)), ("axis", int(1)), ("dtype", AttrValue::DType(DType::I64))])?;
+            let rows = imp.emit(
+                K::Iota,
+                &[],
+                &[("shape", dims_attr(&shape)), ("axis", int(0)), ("dtype", AttrValue::DType(DType::I64))],
+            )?;
+            let cols = imp.emit(
+                K::Iota,
+                &[],
+                &[("shape", dims_attr(&shape)), ("axis", int(1)), ("dtype", AttrValue::DType(DType::I64))],
+            )?;
             let shifted = imp.bin_scalar(K::Add, rows, k as f64)?;
             let eq = imp.bin(K::Eq, shifted, cols)?;
             one(imp.convert_to(eq, dtype)?)
@@ -712,9 +822,11 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let mut dims = Vec::with_capacity(target.elems.len());
             for (i, e) in target.elems.iter().enumerate() {
                 dims.push(match e {
-                    SymInt::I(0) if !allowzero => Some(
-                        xs.get(i).cloned().ok_or_else(|| NodeError::Invalid(format!("0 at {i} copies a dim the input does not have")))?,
-                    ),
+                    SymInt::I(0) if !allowzero => {
+                        Some(xs.get(i).cloned().ok_or_else(|| {
+                            NodeError::Invalid(format!("0 at {i} copies a dim the input does not have"))
+                        })?)
+                    }
                     SymInt::I(-1) => None,
                     SymInt::I(n) if *n < 0 => return invalid(format!("shape entry {n}")),
                     e => e.to_dim(),
@@ -770,9 +882,9 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let x = imp.input(node, 0)?;
             let axes = match a_ints(node, "axes") {
                 Some(a) => a,
-                None => imp
-                    .ints_input(node, 1, "axes")?
-                    .ok_or_else(|| NodeError::Invalid("axes are required".into()))?,
+                None => {
+                    imp.ints_input(node, 1, "axes")?.ok_or_else(|| NodeError::Invalid("axes are required".into()))?
+                }
             };
             one(imp.unsqueeze(x, &axes)?)
         }
@@ -816,9 +928,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         }
         "Tile" => {
             let x = imp.input(node, 0)?;
-            let reps = imp
-                .ints_input(node, 1, "repeats")?
-                .ok_or_else(|| NodeError::Invalid("repeats are required".into()))?;
+            let reps =
+                imp.ints_input(node, 1, "repeats")?.ok_or_else(|| NodeError::Invalid("repeats are required".into()))?;
             let dims = imp.shape_of(x);
             if reps.len() != dims.len() || reps.iter().any(|&r| r < 0) {
                 return invalid(format!("repeats {reps:?} do not fit rank {}", dims.len()));
@@ -860,7 +971,9 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let bd = Dim::new(b as u64);
             let bb = bd.mul(&bd).map_err(dim_err)?;
             let (n, c, h, w) = (d[0].clone(), d[1].clone(), d[2].clone(), d[3].clone());
-            let div = |x: &Dim, y: &Dim| x.div_exact(y).map_err(|_| NodeError::Invalid(format!("{x} is not divisible by {y}")));
+            let div = |x: &Dim, y: &Dim| {
+                x.div_exact(y).map_err(|_| NodeError::Invalid(format!("{x} is not divisible by {y}")))
+            };
             let (inter, perm, fin): (Vec<Dim>, Vec<i64>, Vec<Dim>) = if op == "DepthToSpace" {
                 let cb = div(&c, &bb)?;
                 let fin = vec![n.clone(), cb.clone(), h.mul(&bd).map_err(dim_err)?, w.mul(&bd).map_err(dim_err)?];
@@ -975,15 +1088,13 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let x = imp.input(node, 0)?;
             let scale = imp.input(node, 1)?;
             let b = imp.input(node, 2)?;
-            let c = imp.shape_of(x).get(1).and_then(Dim::as_const).ok_or_else(|| {
-                NodeError::Unsupported("InstanceNormalization needs a static channel dim".into())
-            })?;
+            let c = imp
+                .shape_of(x)
+                .get(1)
+                .and_then(Dim::as_const)
+                .ok_or_else(|| NodeError::Unsupported("InstanceNormalization needs a static channel dim".into()))?;
             let eps = a_float(node, "epsilon", 1e-5);
-            one(imp.emit(
-                K::GroupNorm,
-                &[x, scale, b],
-                &[("groups", int(c as i64)), ("eps", AttrValue::Float(eps))],
-            )?)
+            one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(c as i64)), ("eps", AttrValue::Float(eps))])?)
         }
         "GroupNormalization" => {
             let x = imp.input(node, 0)?;
@@ -999,7 +1110,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                 for v in [&mut scale, &mut b] {
                     let r = imp.reshape(*v, &[g.clone(), Dim::new(1)])?;
                     let e = imp.emit(K::Expand, &[r], &[("shape", dims_attr(&[g.clone(), per.clone()]))])?;
-                    *v = imp.reshape(e, &[c.clone()])?;
+                    *v = imp.reshape(e, std::slice::from_ref(&c))?;
                 }
             }
             one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(groups)), ("eps", AttrValue::Float(eps))])?)
@@ -1073,7 +1184,7 @@ fn range(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         }
         let n = ((limit - start) / delta).ceil().max(0.0);
         let max = imp.opts.max_tensor_bytes / dtype.size_bytes() as u64;
-        if !(n <= max as f64) {
+        if n.is_nan() || n > max as f64 {
             return Err(NodeError::Tensor(Box::new(super::ImportError::Limit {
                 what: "the result of Range".into(),
                 size: (n as u64).saturating_mul(dtype.size_bytes() as u64),
@@ -1081,8 +1192,11 @@ fn range(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             })));
         }
         let n = n as u64;
-        let iota =
-            imp.emit(OpKind::Iota, &[], &[("shape", dims_attr(&[Dim::new(n)])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))])?;
+        let iota = imp.emit(
+            OpKind::Iota,
+            &[],
+            &[("shape", dims_attr(&[Dim::new(n)])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
+        )?;
         let m = if delta != 1.0 { imp.bin_scalar(OpKind::Mul, iota, delta)? } else { iota };
         return one(if start != 0.0 { imp.bin_scalar(OpKind::Add, m, start)? } else { m });
     }
@@ -1093,14 +1207,16 @@ fn range(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             let n = sym_arith("Sub", &l.elems[0], &SymInt::I(start as i64))?
                 .to_dim()
                 .ok_or_else(|| NodeError::Invalid("negative range".into()))?;
-            let iota =
-                imp.emit(OpKind::Iota, &[], &[("shape", dims_attr(&[n])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))])?;
+            let iota = imp.emit(
+                OpKind::Iota,
+                &[],
+                &[("shape", dims_attr(&[n])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
+            )?;
             one(if start != 0.0 { imp.bin_scalar(OpKind::Add, iota, start)? } else { iota })
         }
         _ => unsupported("Range whose bounds are not known at import"),
     }
 }
-
 
 fn split(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
@@ -1110,7 +1226,8 @@ fn split(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let sizes = match imp.ints_input(node, 1, "split")?.or_else(|| a_ints(node, "split")) {
         Some(s) => s,
         None => {
-            let d = dims[axis].as_const().ok_or_else(|| NodeError::Unsupported("Split of a symbolic dim".into()))? as i64;
+            let d =
+                dims[axis].as_const().ok_or_else(|| NodeError::Unsupported("Split of a symbolic dim".into()))? as i64;
             if let Some(k) = attr(node, "num_outputs").map(|a| a.i) {
                 if k <= 0 {
                     return invalid("num_outputs must be positive");
@@ -1196,7 +1313,12 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                     y = imp.emit(
                         OpKind::Slice,
                         &[y],
-                        &[("axis", int(axis as i64)), ("start", int(s as i64)), ("end", int(e.max(s) as i64)), ("step", int(step))],
+                        &[
+                            ("axis", int(axis as i64)),
+                            ("start", int(s as i64)),
+                            ("end", int(e.max(s) as i64)),
+                            ("step", int(step)),
+                        ],
                     )?;
                 } else {
                     s = s.clamp(0, n - 1);
@@ -1204,7 +1326,11 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                     let st = -(step as i128);
                     let count = if s > e { (s - e + st - 1) / st } else { 0 };
                     if count == 0 {
-                        y = imp.emit(OpKind::Slice, &[y], &[("axis", int(axis as i64)), ("start", int(0)), ("end", int(0))])?;
+                        y = imp.emit(
+                            OpKind::Slice,
+                            &[y],
+                            &[("axis", int(axis as i64)), ("start", int(0)), ("end", int(0))],
+                        )?;
                         continue;
                     }
                     let rev = imp.emit(OpKind::Rev, &[y], &[("axes", ints(&[axis as i64]))])?;
@@ -1213,7 +1339,12 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                     y = imp.emit(
                         OpKind::Slice,
                         &[rev],
-                        &[("axis", int(axis as i64)), ("start", int(s2 as i64)), ("end", int(e2 as i64)), ("step", int(st as i64))],
+                        &[
+                            ("axis", int(axis as i64)),
+                            ("start", int(s2 as i64)),
+                            ("end", int(e2 as i64)),
+                            ("step", int(st as i64)),
+                        ],
                     )?;
                 }
             }
@@ -1268,7 +1399,8 @@ fn gather(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let idx_r = imp.reshape(idx, &rdims)?;
     let mut target = xs.clone();
     target[axis] = k;
-    let idx_b = if target == rdims { idx_r } else { imp.emit(OpKind::Expand, &[idx_r], &[("shape", dims_attr(&target))])? };
+    let idx_b =
+        if target == rdims { idx_r } else { imp.emit(OpKind::Expand, &[idx_r], &[("shape", dims_attr(&target))])? };
     let g = imp.emit(OpKind::Gather, &[x, idx_b], &[("axis", int(axis as i64))])?;
     let mut out: Vec<Dim> = xs[..axis].to_vec();
     out.extend(is);
@@ -1444,10 +1576,9 @@ fn auto_pads(
             let mut begin = vec![0; n];
             let mut end = vec![0; n];
             for i in 0..n {
-                let d = spatial[i]
-                    .as_const()
-                    .ok_or_else(|| NodeError::Unsupported(format!("auto_pad {mode} on the symbolic dim {}", spatial[i])))?
-                    as i64;
+                let d = spatial[i].as_const().ok_or_else(|| {
+                    NodeError::Unsupported(format!("auto_pad {mode} on the symbolic dim {}", spatial[i]))
+                })? as i64;
                 let out = (d + strides[i] - 1) / strides[i];
                 let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - d).max(0);
                 let small = total / 2;
@@ -1542,7 +1673,9 @@ fn conv_transpose(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                 as i64;
             let full = strides[i] * (d - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
             let want = match &output_shape {
-                Some(o) => *o.get(o.len().wrapping_sub(n) + i).ok_or_else(|| NodeError::Invalid("output_shape".into()))?,
+                Some(o) => {
+                    *o.get(o.len().wrapping_sub(n) + i).ok_or_else(|| NodeError::Invalid("output_shape".into()))?
+                }
                 None => d * strides[i],
             };
             let total = full - want;
@@ -1567,11 +1700,8 @@ fn conv_transpose(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         high[2 + i] = k - pads[i + n] + out_pad[i];
         interior[2 + i] = strides[i] - 1;
     }
-    let xp = imp.emit(
-        OpKind::Pad,
-        &[x],
-        &[("low", ints(&low)), ("high", ints(&high)), ("interior", ints(&interior))],
-    )?;
+    let xp =
+        imp.emit(OpKind::Pad, &[x], &[("low", ints(&low)), ("high", ints(&high)), ("interior", ints(&interior))])?;
     // Kernel [C, O/g, k...] -> [O, C/g, k...], spatially flipped.
     let (c, og) = (wst[0], wst[1]);
     if c % group != 0 {
@@ -1622,7 +1752,8 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return unsupported("AveragePool with dilations");
     }
     // To 2-d.
-    let (mut k2, mut s2, mut d2, mut b2, mut e2) = (kernel.clone(), strides.clone(), dil.clone(), pads[..n].to_vec(), pads[n..].to_vec());
+    let (mut k2, mut s2, mut d2, mut b2, mut e2) =
+        (kernel.clone(), strides.clone(), dil.clone(), pads[..n].to_vec(), pads[n..].to_vec());
     let mut y = x;
     if n == 1 {
         y = imp.unsqueeze(y, &[2])?;
@@ -1644,7 +1775,11 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         let mut high = vec![0, 0];
         high.extend(&e2);
         let value = if is_max { f64::NEG_INFINITY } else { 0.0 };
-        y = imp.emit(OpKind::Pad, &[y], &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(value))])?;
+        y = imp.emit(
+            OpKind::Pad,
+            &[y],
+            &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(value))],
+        )?;
         vec![0, 0]
     };
     y = if is_max {
@@ -1777,8 +1912,11 @@ fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let u = imp.unsqueeze(norm, &[axis as i64])?;
     let mut shape = vec![Dim::new(1); r + 1];
     shape[axis] = Dim::new(depth);
-    let iota =
-        imp.emit(K::Iota, &[], &[("shape", dims_attr(&shape)), ("axis", int(axis as i64)), ("dtype", AttrValue::DType(DType::I64))])?;
+    let iota = imp.emit(
+        K::Iota,
+        &[],
+        &[("shape", dims_attr(&shape)), ("axis", int(axis as i64)), ("dtype", AttrValue::DType(DType::I64))],
+    )?;
     let eq = imp.bin(K::Eq, u, iota)?;
     let dt = vt.dtype();
     let on = imp.scalar(dt, vv[1])?;
@@ -1795,7 +1933,12 @@ fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     }
     let coord = a_str(node, "coordinate_transformation_mode", "half_pixel");
     let nearest = a_str(node, "nearest_mode", "round_prefer_floor");
-    if node.op_type == "Resize" && (coord == "align_corners" || coord == "tf_crop_and_resize" || nearest == "ceil" || nearest == "round_prefer_ceil") {
+    if node.op_type == "Resize"
+        && (coord == "align_corners"
+            || coord == "tf_crop_and_resize"
+            || nearest == "ceil"
+            || nearest == "round_prefer_ceil")
+    {
         return unsupported(format!("Resize with {coord} / {nearest}"));
     }
     // Scales: Upsample input 1 (or attr), Resize input 2; or Resize sizes (input 3).
@@ -1813,7 +1956,13 @@ fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                 return invalid("one scale per dim");
             }
             s.iter()
-                .map(|&f| if f >= 1.0 && f.fract() == 0.0 { Ok(f as u64) } else { Err(NodeError::Unsupported(format!("Resize by a non-integer scale {f}"))) })
+                .map(|&f| {
+                    if f >= 1.0 && f.fract() == 0.0 {
+                        Ok(f as u64)
+                    } else {
+                        Err(NodeError::Unsupported(format!("Resize by a non-integer scale {f}")))
+                    }
+                })
                 .collect::<NResult<_>>()?
         }
         None => {
@@ -1826,7 +1975,7 @@ fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             xs.iter()
                 .zip(&sizes)
                 .map(|(d, &s)| match d.as_const() {
-                    Some(d) if d > 0 && s >= 0 && s as u64 % d == 0 => Ok(s as u64 / d),
+                    Some(d) if d > 0 && s >= 0 && (s as u64).is_multiple_of(d) => Ok(s as u64 / d),
                     _ => Err(NodeError::Unsupported("Resize to sizes that are not integer multiples".into())),
                 })
                 .collect::<NResult<_>>()?
@@ -1900,7 +2049,11 @@ fn einsum(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         dtype = imp.dtype_of_v(v);
         let dims = imp.shape_of(v);
         if dims.len() != t.len() {
-            return invalid(format!("operand {i} has rank {} but `{}` labels", dims.len(), t.iter().collect::<String>()));
+            return invalid(format!(
+                "operand {i} has rank {} but `{}` labels",
+                dims.len(),
+                t.iter().collect::<String>()
+            ));
         }
         // Permute to the global letter order, then insert size-1 dims for missing letters.
         let order: Vec<usize> = letters.iter().filter_map(|c| t.iter().position(|x| x == c)).collect();

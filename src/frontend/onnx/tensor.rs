@@ -139,12 +139,7 @@ pub fn tensor_from_proto(
 
     let data = if let Some(raw) = raw_bytes {
         if raw.len() as u64 != bytes {
-            return Err(bad(format!(
-                "raw data has {} bytes but {} {} elements need {bytes}",
-                raw.len(),
-                numel,
-                dtype
-            )));
+            return Err(bad(format!("raw data has {} bytes but {} {} elements need {bytes}", raw.len(), numel, dtype)));
         }
         decode_raw(dtype, raw)
     } else {

@@ -88,7 +88,9 @@ impl Msg {
             Msg::Tensor => size_of::<proto::TensorProto>(),
             Msg::Sparse => size_of::<proto::SparseTensorProto>(),
             Msg::ValueInfo => size_of::<proto::ValueInfoProto>(),
-            Msg::Type | Msg::TypeTensor | Msg::TypeSeq | Msg::TypeMap | Msg::TypeOpt => size_of::<proto::TypeProto>() * 2,
+            Msg::Type | Msg::TypeTensor | Msg::TypeSeq | Msg::TypeMap | Msg::TypeOpt => {
+                size_of::<proto::TypeProto>() * 2
+            }
             Msg::Shape => size_of::<proto::TensorShapeProto>(),
             Msg::Dim => size_of::<proto::tensor_shape_proto::Dimension>(),
             Msg::Opset => size_of::<proto::OperatorSetIdProto>(),
