@@ -67,7 +67,13 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
             continue;
         }
         if let Some(reason) = deny.get(&name) {
-            results.push(CaseResult { name, verdict: Verdict::Denied, reason: reason.clone(), panicked: false });
+            results.push(CaseResult {
+                name,
+                verdict: Verdict::Denied,
+                reason: reason.clone(),
+                panicked: false,
+                frozen: false,
+            });
             continue;
         }
         results.push(conformance::run_case_guarded(case, &options, &backend));
@@ -77,17 +83,18 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     let (passed, failed, unsupported, denied) =
         (count(Verdict::Passed), count(Verdict::Failed), count(Verdict::Unsupported), count(Verdict::Denied));
     let panics = results.iter().filter(|r| r.panicked).count();
+    let frozen = results.iter().filter(|r| r.frozen && r.verdict == Verdict::Passed).count();
     let total = results.len();
     let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(Error::Stdout);
     if args.json {
         let cases: Vec<serde_json::Value> = results
             .iter()
-            .map(|r| serde_json::json!({"name": r.name, "verdict": r.verdict.name(), "reason": r.reason}))
+            .map(|r| serde_json::json!({"name": r.name, "verdict": r.verdict.name(), "reason": r.reason, "frozen": r.frozen}))
             .collect();
         let j = serde_json::json!({
             "backend": args.backend,
             "passed": passed, "failed": failed, "unsupported": unsupported, "denied": denied, "total": total,
-            "panics": panics, "seconds": start.elapsed().as_secs_f64(), "cases": cases,
+            "panics": panics, "passed_frozen": frozen, "seconds": start.elapsed().as_secs_f64(), "cases": cases,
         });
         return w(out, serde_json::to_string_pretty(&j).unwrap_or_default());
     }
@@ -104,6 +111,9 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
         pct(passed, total),
         pct(passed, passed + failed)
     ))?;
+    if frozen > 0 {
+        note(&format!("{frozen} passing case(s) had integer inputs (axes, pads, shapes) frozen to their test data"));
+    }
     if panics > 0 {
         note(&format!("{panics} case(s) panicked"));
     }

@@ -27,17 +27,27 @@ pub fn is_onnx(path: &Path, head: &[u8]) -> bool {
 pub fn load(path: Option<&Path>) -> Result<Graph, Error> {
     match path {
         Some(path) => {
+            let read_err = |source| Error::Read { path: path.into(), source };
+            let len = std::fs::metadata(path).map_err(read_err)?.len();
             let limit = ImportOptions::default().max_total_bytes;
-            let bytes = onnx::read_bounded(path, limit).map_err(|e| Error::Onnx { path: path.into(), error: e })?;
+            if len > limit {
+                return Err(Error::Onnx {
+                    path: path.into(),
+                    error: onnx::ImportError::Limit { what: "the file".into(), size: len, limit },
+                });
+            }
+            let bytes = std::fs::read(path).map_err(read_err)?;
             if is_onnx(path, &bytes[..bytes.len().min(64)]) {
-                return onnx::import_file(path, &ImportOptions::default())
+                let options = ImportOptions::default();
+                return onnx::decode(&bytes, &options)
+                    .and_then(|m| {
+                        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                        onnx::import_model(&m, &options, Some(&dir))
+                    })
                     .map_err(|error| Error::Onnx { path: path.into(), error });
             }
             let text = String::from_utf8(bytes).map_err(|_| {
-                Error::Usage(format!(
-                    "`{}` is neither ladder text (it is not UTF-8) nor an ONNX model (name it .onnx)",
-                    path.display()
-                ))
+                read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
             })?;
             ladder::text::parse(&text).map_err(|error| Error::Parse { path: path.into(), error })
         }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{decode_tensor, import_file, tensor_from_proto, Budget, ImportError, ImportOptions, NodeError};
+use super::{decode_tensor, tensor_from_proto, Budget, ImportError, ImportOptions, NodeError};
 use crate::tensor::Tensor;
 use crate::Graph;
 
@@ -45,6 +45,8 @@ pub struct CaseResult {
     /// Why it did not pass.
     pub reason: String,
     pub panicked: bool,
+    /// Integer graph inputs were frozen to each data set's values (see [`run_case`]).
+    pub frozen: bool,
 }
 
 /// Runs a graph on some backend: the graph's outputs for these inputs, or why not.
@@ -136,14 +138,108 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Option<String> {
     None
 }
 
-/// Runs one case on `backend`.
+/// True for import errors that only say a shape-like input must be known at import.
+fn needs_constant(e: &ImportError) -> bool {
+    match e {
+        ImportError::Node { error: NodeError::Unsupported(m), .. } => {
+            m.contains("must be a constant") || m.contains("known at import") || m.contains("computed at run time")
+        }
+        _ => false,
+    }
+}
+
+/// The model with the integer inputs given in `inputs` turned into initializers.
+fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)]) -> super::proto::ModelProto {
+    use crate::tensor::TensorData;
+    let mut m = model.clone();
+    if let Some(g) = m.graph.as_mut() {
+        for (name, t) in inputs {
+            let (int32_data, int64_data) = match t.data() {
+                TensorData::I64(v) => (vec![], v.clone()),
+                TensorData::I32(v) => (v.clone(), vec![]),
+                _ => continue,
+            };
+            if t.numel() > 64 {
+                continue;
+            }
+            g.input.retain(|i| i.name != *name);
+            g.initializer.push(super::proto::TensorProto {
+                name: name.clone(),
+                dims: t.shape().iter().map(|&d| d as i64).collect(),
+                data_type: super::elem_type_of(t.dtype()),
+                int32_data,
+                int64_data,
+                ..Default::default()
+            });
+        }
+    }
+    m
+}
+
+/// Runs `g` on one data set; `Err` with the verdict when it does not pass.
+fn run_set(
+    g: &Graph,
+    inputs: Vec<(String, Tensor)>,
+    outputs: &[(String, Tensor)],
+    backend: Backend,
+) -> Result<(), (Verdict, String)> {
+    let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
+    let mut ordered: Vec<Option<Tensor>> = vec![None; names.len()];
+    let named = inputs.iter().all(|(n, _)| names.contains(n));
+    for (pos, (n, t)) in inputs.into_iter().enumerate() {
+        let i = if named { names.iter().position(|x| *x == n).unwrap_or(pos) } else { pos };
+        if i < ordered.len() {
+            ordered[i] = Some(t);
+        }
+    }
+    let Some(ordered) = ordered.into_iter().collect::<Option<Vec<_>>>() else {
+        return Err((Verdict::Failed, format!("the data set does not give every input ({})", names.join(", "))));
+    };
+    let got = backend(g, &ordered).map_err(|e| (Verdict::Failed, format!("run: {e}")))?;
+    if got.len() != outputs.len() {
+        return Err((Verdict::Failed, format!("{} outputs, expected {}", got.len(), outputs.len())));
+    }
+    for (i, (a, (_, b))) in got.iter().zip(outputs).enumerate() {
+        if let Some(why) = compare(a, b) {
+            return Err((Verdict::Failed, format!("output {i} (`{}`): {why}", g.outputs()[i].name)));
+        }
+    }
+    Ok(())
+}
+
+type DataSet = (Vec<(String, Tensor)>, Vec<(String, Tensor)>);
+
+fn read_set(set: &Path, options: &ImportOptions) -> Result<DataSet, (Verdict, String)> {
+    let mut io = (Vec::new(), Vec::new());
+    for (prefix, out) in [("input_", &mut io.0), ("output_", &mut io.1)] {
+        for p in numbered(set, prefix) {
+            match read_pb(&p, options) {
+                Ok(t) => out.push(t),
+                Err(e) if is_unsupported(&e) => return Err((Verdict::Unsupported, format!("{prefix}: {e}"))),
+                Err(e) => return Err((Verdict::Failed, format!("reading {}: {e}", p.display()))),
+            }
+        }
+    }
+    Ok(io)
+}
+
+/// Runs one case on `backend`. When the importer needs a shape-like input (axes, pads, a
+/// shape) as a constant and the model takes it as a graph input, each data set's integer
+/// inputs are frozen into initializers and the case is imported per data set (`frozen`).
 pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let result = |verdict, reason: String| CaseResult { name: name.clone(), verdict, reason, panicked: false };
-    let g = match import_file(&case.join("model.onnx"), options) {
-        Ok(g) => g,
-        Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, e.to_string()),
-        Err(e) => return result(Verdict::Failed, format!("import: {e}")),
+    let result =
+        |verdict, reason: String, frozen| CaseResult { name: name.clone(), verdict, reason, panicked: false, frozen };
+    let path = case.join("model.onnx");
+    let model = match super::read_bounded(&path, options.max_total_bytes).and_then(|b| super::decode(&b, options)) {
+        Ok(m) => m,
+        Err(e) => return result(Verdict::Failed, format!("import: {e}"), false),
+    };
+    let g = match super::import_model(&model, options, Some(case)) {
+        Ok(g) => Some(g),
+        Err(e) if needs_constant(&e) => None,
+        Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, e.to_string(), false),
+        Err(e) => return result(Verdict::Failed, format!("import: {e}"), false),
     };
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map(|r| {
@@ -156,51 +252,36 @@ pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseR
         .unwrap_or_default();
     sets.sort();
     if sets.is_empty() {
-        return result(Verdict::Failed, "no test_data_set_* folder".into());
+        return result(Verdict::Failed, "no test_data_set_* folder".into(), false);
     }
+    let frozen = g.is_none();
     for set in &sets {
-        let mut inputs = Vec::new();
-        for p in numbered(set, "input_") {
-            match read_pb(&p, options) {
-                Ok(t) => inputs.push(t),
-                Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, format!("input: {e}")),
-                Err(e) => return result(Verdict::Failed, format!("reading {}: {e}", p.display())),
-            }
-        }
-        let mut outputs = Vec::new();
-        for p in numbered(set, "output_") {
-            match read_pb(&p, options) {
-                Ok(t) => outputs.push(t),
-                Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, format!("output: {e}")),
-                Err(e) => return result(Verdict::Failed, format!("reading {}: {e}", p.display())),
-            }
-        }
-        // Inputs by name where the files name them, else by position.
-        let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
-        let mut ordered: Vec<Option<Tensor>> = vec![None; names.len()];
-        for (pos, (n, t)) in inputs.into_iter().enumerate() {
-            let i = names.iter().position(|x| *x == n).unwrap_or(pos);
-            if i < ordered.len() {
-                ordered[i] = Some(t);
-            }
-        }
-        let Some(ordered) = ordered.into_iter().collect::<Option<Vec<_>>>() else {
-            return result(Verdict::Failed, format!("the data set does not give every input ({})", names.join(", ")));
+        let (inputs, outputs) = match read_set(set, options) {
+            Ok(io) => io,
+            Err((v, why)) => return result(v, why, frozen),
         };
-        let got = match backend(&g, &ordered) {
-            Ok(o) => o,
-            Err(e) => return result(Verdict::Failed, format!("run: {e}")),
-        };
-        if got.len() != outputs.len() {
-            return result(Verdict::Failed, format!("{} outputs, expected {}", got.len(), outputs.len()));
-        }
-        for (i, (a, (_, b))) in got.iter().zip(&outputs).enumerate() {
-            if let Some(why) = compare(a, b) {
-                return result(Verdict::Failed, format!("output {i} (`{}`): {why}", g.outputs()[i].name));
+        let outcome = match &g {
+            Some(g) => run_set(g, inputs, &outputs, backend),
+            None => {
+                let m = freeze(&model, &inputs);
+                match super::import_model(&m, options, Some(case)) {
+                    Ok(g) => {
+                        let rest: Vec<(String, Tensor)> = inputs
+                            .into_iter()
+                            .filter(|(n, _)| (0..g.inputs().len()).any(|i| g.input_name(i) == *n))
+                            .collect();
+                        run_set(&g, rest, &outputs, backend)
+                    }
+                    Err(e) if is_unsupported(&e) => Err((Verdict::Unsupported, e.to_string())),
+                    Err(e) => Err((Verdict::Failed, format!("import: {e}"))),
+                }
             }
+        };
+        if let Err((v, why)) = outcome {
+            return result(v, why, frozen);
         }
     }
-    result(Verdict::Passed, String::new())
+    result(Verdict::Passed, String::new(), frozen)
 }
 
 /// Runs a case, turning a panic into a failed verdict.
@@ -218,6 +299,7 @@ pub fn run_case_guarded(case: &Path, options: &ImportOptions, backend: Backend) 
                 verdict: Verdict::Failed,
                 reason: format!("PANIC: {msg}"),
                 panicked: true,
+                frozen: false,
             }
         }
     }

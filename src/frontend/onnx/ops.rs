@@ -119,6 +119,9 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceSum",
     "ReduceSumSquare",
     "Relu",
+    "RMSNormalization",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
     "Reshape",
     "Resize",
     "Round",
@@ -1116,6 +1119,37 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(groups)), ("eps", AttrValue::Float(eps))])?)
         }
         "LayerNormalization" => layer_norm(imp, node),
+        "RMSNormalization" => {
+            let x = imp.input(node, 0)?;
+            let scale = imp.input(node, 1)?;
+            let xs = imp.shape_of(x);
+            let axis = norm_axis(a_int(node, "axis", -1), xs.len())?;
+            let attrs = [("axis", int(axis as i64)), ("eps", AttrValue::Float(a_float(node, "epsilon", 1e-5)))];
+            if imp.shape_of(scale) == xs[axis..] {
+                one(imp.emit(K::RmsNorm, &[x, scale], &attrs)?)
+            } else {
+                let n = imp.emit(K::RmsNorm, &[x], &attrs)?;
+                one(imp.bin(K::Mul, n, scale)?)
+            }
+        }
+        "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => {
+            let x = imp.input(node, 0)?;
+            let t = imp.input(node, 1)?;
+            let w = imp.opt_input(node, 2)?;
+            let reduction = a_str(node, "reduction", "mean");
+            let ignore = attr(node, "ignore_index").map(|a| a.i);
+            let logp = if op == "SoftmaxCrossEntropyLoss" {
+                Some(imp.emit(K::LogSoftmax, &[x], &[("axis", int(1))])?)
+            } else {
+                None
+            };
+            let loss = nll(imp, logp.unwrap_or(x), t, w, ignore, &reduction)?;
+            let mut outs = vec![Some(Slot::Val(loss))];
+            if let Some(lp) = logp {
+                outs.push(Some(Slot::Val(lp)));
+            }
+            Ok(outs)
+        }
         "LpNormalization" => {
             let x = imp.input(node, 0)?;
             let axis = a_int(node, "axis", -1);
@@ -1521,8 +1555,29 @@ fn reduce(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let y = match op {
         "ReduceSum" => imp.emit(K::Sum, &[x], &attrs)?,
         "ReduceMean" => imp.emit(K::Mean, &[x], &attrs)?,
-        "ReduceMax" => imp.emit(K::Amax, &[x], &attrs)?,
-        "ReduceMin" => imp.emit(K::Amin, &[x], &attrs)?,
+        "ReduceMax" | "ReduceMin" => {
+            // The prims have identities (-inf / +inf), as ONNX gives for an empty reduction.
+            let r = imp.rank_of(x);
+            let mut norm: Vec<usize> = if axes.is_empty() {
+                (0..r).collect()
+            } else {
+                axes.iter().map(|&a| norm_axis(a, r)).collect::<NResult<_>>()?
+            };
+            norm.sort_unstable();
+            norm.dedup();
+            let kind = if op == "ReduceMax" { K::ReduceMax } else { K::ReduceMin };
+            let axes_i: Vec<i64> = norm.iter().map(|&a| a as i64).collect();
+            let y = imp.emit(kind, &[x], &[("axes", ints(&axes_i))])?;
+            if keep {
+                let mut dims = imp.shape_of(x);
+                for &a in &norm {
+                    dims[a] = Dim::new(1);
+                }
+                imp.reshape(y, &dims)?
+            } else {
+                y
+            }
+        }
         "ReduceProd" => imp.emit(K::Prod, &[x], &attrs)?,
         "ReduceL1" => {
             let a = imp.un(K::Abs, x)?;
@@ -2115,4 +2170,64 @@ fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResu
         outs.push(Some(imp.lookup(&o.name)?));
     }
     Ok(outs)
+}
+
+/// Negative log-likelihood of log-probabilities `logp [N, C, d...]` at integer `target
+/// [N, d...]`, with optional class weights `[C]` and an ignored class, reduced as ONNX says
+/// ("mean" divides by the total weight of the counted targets).
+fn nll(
+    imp: &mut Importer,
+    logp: Value,
+    target: Value,
+    weight: Option<Value>,
+    ignore: Option<i64>,
+    reduction: &str,
+) -> NResult<Value> {
+    use OpKind as K;
+    let dt = imp.dtype_of_v(logp);
+    let t = imp.convert_to(target, DType::I64)?;
+    let (t_safe, valid) = match ignore {
+        Some(ii) => {
+            let valid = imp.bin_scalar(K::Ne, t, ii as f64)?;
+            let zero = imp.scalar(DType::I64, 0.0)?;
+            (imp.emit(K::Where, &[valid, t, zero], &[])?, Some(valid))
+        }
+        None => (t, None),
+    };
+    let idx = imp.unsqueeze(t_safe, &[1])?;
+    let g = imp.emit(K::Gather, &[logp, idx], &[("axis", int(1))])?;
+    let g = imp.squeeze(g, &[1])?;
+    let mut loss = imp.un(K::Neg, g)?;
+    // Per-target weights (1 where no weights are given), 0 where ignored.
+    let mut wt: Option<Value> = None;
+    if let Some(w) = weight {
+        let ts = imp.shape_of(t_safe);
+        let k = imp.numel_of(&ts)?;
+        let flat = imp.reshape(t_safe, &[k])?;
+        let picked = imp.emit(K::Gather, &[w, flat], &[("axis", int(0))])?;
+        wt = Some(imp.reshape(picked, &ts)?);
+    }
+    if let Some(valid) = valid {
+        let vf = imp.convert_to(valid, dt)?;
+        wt = Some(match wt {
+            Some(w) => imp.bin(K::Mul, w, vf)?,
+            None => vf,
+        });
+    }
+    if let Some(w) = wt {
+        loss = imp.bin(K::Mul, loss, w)?;
+    }
+    match reduction {
+        "none" => Ok(loss),
+        "sum" => imp.emit(K::Sum, &[loss], &[]),
+        "mean" => match wt {
+            None => imp.emit(K::Mean, &[loss], &[]),
+            Some(w) => {
+                let num = imp.emit(K::Sum, &[loss], &[])?;
+                let den = imp.emit(K::Sum, &[w], &[])?;
+                imp.bin(K::Div, num, den)
+            }
+        },
+        r => invalid(format!("reduction `{r}`")),
+    }
 }
