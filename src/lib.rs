@@ -7,6 +7,7 @@
 
 pub mod builder;
 pub mod decomp;
+pub mod frontend;
 pub mod fuzzing;
 pub mod gen;
 pub mod interp;
