@@ -527,7 +527,7 @@ fn permuted_load_transposes_bitwise() {
         // Splitting the outer loop across calls covers the same elements.
         let (na, nb) = (3usize, 5usize);
         let x: Vec<f32> = (0..15).map(|q| q as f32).collect();
-        let mut bufs = vec![Buf::f32s(&x), Buf::f32s(&[0.0; 15])];
+        let mut bufs = [Buf::f32s(&x), Buf::f32s(&[0.0; 15])];
         let dims: Vec<i64> = ck.dim_table().iter().map(|dm| if *dm == a { na as i64 } else { nb as i64 }).collect();
         let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.ptr()).collect();
         for (lo, hi) in [(0, 2), (2, 3), (3, 99)] {
@@ -974,4 +974,123 @@ fn compile_times_are_printed() {
         lines.push(format!("{name:>10}: median {:.3} ms", times[times.len() / 2]));
     }
     println!("compile times (this build's profile):\n{}", lines.join("\n"));
+}
+
+#[test]
+fn f32_stages_vectorize_and_strided_ones_stay_scalar() {
+    let opts = CpuOptions::default();
+    let has_vectors = |k: &Kernel, p: &Program| ladder::backend::cpu::clif_text(k, p, opts).unwrap().contains("f32x4");
+    let (k, p) = pointwise_kernel(true);
+    assert!(has_vectors(&k, &p));
+    let (k, p) = softmax_kernel();
+    assert!(has_vectors(&k, &p));
+    let (k, p) = argmax_kernel();
+    assert!(!has_vectors(&k, &p), "argmax stages stay scalar");
+    let (k, p) = unary_kernel(OpKind::Exp, DType::F64);
+    assert!(!has_vectors(&k, &p));
+    let scalar = CpuOptions { vectorize: false, ..opts };
+    let (k, p) = pointwise_kernel(true);
+    assert!(!ladder::backend::cpu::clif_text(&k, &p, scalar).unwrap().contains("f32x4"));
+}
+
+#[test]
+fn throughput_is_printed() {
+    let n = 1usize << 18;
+    let mut lines = Vec::new();
+    for (name, (k, p)) in [("pointwise", pointwise_kernel(true)), ("softmax", softmax_kernel())] {
+        for vectorize in [true, false] {
+            let (_c, ck) = compile(CpuOptions { vectorize, ..CpuOptions::default() }, &k, &p);
+            let (x, s, c) = pointwise_inputs(n);
+            let mut bufs = if name == "pointwise" {
+                vec![Buf::f32s(&x), Buf::f32s(&s), Buf::f32s(&c), Buf::f32s(&vec![0.0; 3 * n])]
+            } else {
+                vec![Buf::f32s(&x), Buf::f32s(&vec![0.0; 3 * n])]
+            };
+            let dims: Vec<i64> =
+                ck.dim_table().iter().map(|dm| if *dm == Dim::sym("n") { n as i64 } else { 3 }).collect();
+            let mut best = f64::INFINITY;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                exec(&ck, &mut bufs, &dims, 3).unwrap();
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            lines.push(format!("{name:>10} vectorize={vectorize:<5}: {:.2} ns/element", best * 1e9 / (3 * n) as f64));
+        }
+    }
+    println!("{}", lines.join("\n"));
+}
+
+#[test]
+fn nested_inner_loops_reduce_with_loop_variables() {
+    // out[q] = Σ_{a<3, j<n} x[q, a, j] · a · j, with the row stride 3n symbolic.
+    let n = Dim::sym("n");
+    let row = Dim::new(3).mul(&n).unwrap();
+    let p = program(vec![
+        (DType::F32, vec![d(2), d(3), n.clone()], BufferKind::Input(0)),
+        (DType::F32, vec![d(2)], BufferKind::Temp),
+    ]);
+    let s0 = stage(
+        vec![d(3), n.clone()],
+        vec![Accumulator { op: ReduceOp::Sum, dtype: DType::F32, result: r(5) }],
+        vec![
+            load(0, 0, ix(d(0), &[(o(0), row.clone()), (i(0), n.clone()), (i(1), d(1))])),
+            Instr::LoopVar { dst: r(1), var: i(0), dtype: DType::F32 },
+            Instr::LoopVar { dst: r(2), var: i(1), dtype: DType::F32 },
+            bin(3, OpKind::Mul, 0, 1, DType::F32),
+            bin(4, OpKind::Mul, 3, 2, DType::F32),
+            Instr::Accumulate { acc: 0, x: r(4), index: None },
+        ],
+    );
+    let s1 = stage(vec![], vec![], vec![store(1, ix(d(0), &[(o(0), d(1))]), 5)]);
+    let k = kernel(vec![d(2)], vec![s0, s1], 6);
+    for opts in option_sets() {
+        let (_c, ck) = compile(opts, &k, &p);
+        for len in [0usize, 1, 5, 16, 17, 33] {
+            let x: Vec<f32> = (0..6 * len).map(|q| (q % 7) as f32 * 0.5 - 1.0).collect();
+            let mut bufs = vec![Buf::f32s(&x), Buf::f32s(&[9.0; 2])];
+            let dims: Vec<i64> =
+                ck.dim_table().iter().map(|dm| if *dm == n { len as i64 } else { 3 * len as i64 }).collect();
+            exec(&ck, &mut bufs, &dims, 2).unwrap();
+            let got = bufs[1].to_f32(2);
+            for q in 0..2 {
+                let mut want = 0.0f64;
+                for a in 0..3 {
+                    for j in 0..len {
+                        want += x[q * 3 * len + a * len + j] as f64 * a as f64 * j as f64;
+                    }
+                }
+                assert!(
+                    (got[q] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "len={len} q={q}: {} vs {want} {opts:?}",
+                    got[q]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn loop_carried_stores_are_not_vectorized() {
+    // y[j + 1] = y[j] + x[j]: a running sum through memory, which must run in order.
+    let n = Dim::sym("n");
+    let p = program(vec![
+        (DType::F32, vec![n.clone()], BufferKind::Input(0)),
+        (DType::F32, vec![n.clone()], BufferKind::Temp),
+    ]);
+    let body = vec![
+        load(0, 1, ix(d(0), &[(i(0), d(1))])),
+        load(1, 0, ix(d(0), &[(i(0), d(1))])),
+        bin(2, OpKind::Add, 0, 1, DType::F32),
+        store(1, ix(d(1), &[(i(0), d(1))]), 2),
+    ];
+    let k = kernel(vec![], vec![stage(vec![Dim::sym("m")], vec![], body)], 3);
+    let (_c, ck) = compile(CpuOptions::default(), &k, &p);
+    let len = 19usize;
+    let x: Vec<f32> = (0..len).map(|q| q as f32).collect();
+    let mut bufs = vec![Buf::f32s(&x), Buf::f32s(&vec![0.0; len])];
+    let dims: Vec<i64> = ck.dim_table().iter().map(|dm| if *dm == n { len as i64 } else { len as i64 - 1 }).collect();
+    exec(&ck, &mut bufs, &dims, 1).unwrap();
+    let got = bufs[1].to_f32(len);
+    let want: Vec<f32> = (0..len).map(|q| (q * q.saturating_sub(1) / 2) as f32).collect();
+    same_bits(&got, &want, "running sum");
 }

@@ -48,6 +48,9 @@ pub(crate) struct Analysis {
     pub n_buffers: usize,
 }
 
+/// The most registers a kernel may declare (bounds the per-kernel tables).
+const MAX_REGS: usize = 1 << 20;
+
 fn unsupported(msg: impl Into<String>) -> CodegenError {
     CodegenError::Unsupported(msg.into())
 }
@@ -92,6 +95,9 @@ fn is_arith_binary(op: OpKind) -> bool {
 /// compile each stage.
 pub(crate) fn analyze(kernel: &Kernel, program: &Program, options: &CpuOptions) -> Result<Analysis, CodegenError> {
     let n = kernel.n_regs as usize;
+    if n > MAX_REGS {
+        return Err(unsupported(format!("{n} registers (at most {MAX_REGS})")));
+    }
     let mut types: Vec<Option<DType>> = vec![None; n];
     let mut global = vec![false; n];
     let mut may_fail = false;
@@ -325,6 +331,24 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
     let inner = Var::Inner(stage.inner.len().checked_sub(1)? as u32);
     let ty = |r: &Reg| types[r.index()];
     let vec_ty = |r: &Reg| matches!(ty(r), Some(DType::F32 | DType::Bool));
+    // A load from a buffer the stage also stores to must read the element it writes (an
+    // in-place update); anything else could be a loop-carried dependence through memory.
+    let stores: Vec<(crate::kernel::BufferId, &Index)> = stage
+        .body
+        .iter()
+        .filter_map(|i| match i {
+            Instr::Store { buf, index, .. } => Some((*buf, index)),
+            _ => None,
+        })
+        .collect();
+    let carried = stage.body.iter().any(|i| match i {
+        Instr::Load { buf, index, .. } => stores.iter().any(|(sb, si)| sb == buf && *si != index),
+        Instr::Store { buf, index, .. } => stores.iter().any(|(sb, si)| sb == buf && *si != index),
+        _ => false,
+    });
+    if carried {
+        return None;
+    }
     let mut heavy = false;
     for instr in &stage.body {
         // Registers from earlier stages are splatted: they must be f32 or bool too.

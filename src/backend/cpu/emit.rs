@@ -187,7 +187,7 @@ impl Arith for Clif<'_, '_> {
         let ity = self.ity();
         self.b.ins().bitcast(ity, MemFlagsData::new(), a)
     }
-    fn from_bits(&mut self, a: Value) -> Value {
+    fn bits_to_float(&mut self, a: Value) -> Value {
         self.b.ins().bitcast(self.fty, MemFlagsData::new(), a)
     }
     fn iadd(&mut self, a: Value, b: Value) -> Value {

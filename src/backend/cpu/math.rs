@@ -25,6 +25,13 @@
 //! - `pow` (f32): computed in f64 as `2^(y·log2|x|)` (log2 by the atanh series, 2^f by Taylor,
 //!   both to ~1e-13), with C's special cases (negative base with integer exponent, zeros,
 //!   infinities, NaN, `pow(x, 0) = pow(1, y) = 1`), then rounded once to f32.
+//!
+//! Max error against the f64 function rounded to f32, measured by
+//! `tests/cpu_codegen.rs::approximation_ulp_table_over_the_f32_range` (every 1024th f32 bit
+//! pattern plus special values, with and without FMA; NaN for NaN, signed zeros and
+//! infinities exact): exp 1, exp2 1, log 1, log1p 2, expm1 1, tanh 2, erf 2, sin 2, cos 2
+//! ULP; sqrt 0 (native); rsqrt (`1/sqrt`, two roundings) 1; pow 1 (on a grid of bases × 9
+//! exponents). Subnormal results are included (no flush to zero).
 
 /// The comparisons the approximations need. `Ne` is true for unordered operands, the others
 /// are false.
@@ -75,7 +82,7 @@ pub trait Arith {
     fn or(&mut self, a: Self::M, b: Self::M) -> Self::M;
     fn not(&mut self, a: Self::M) -> Self::M;
     fn to_bits(&mut self, a: Self::F) -> Self::I;
-    fn from_bits(&mut self, a: Self::I) -> Self::F;
+    fn bits_to_float(&mut self, a: Self::I) -> Self::F;
     fn iadd(&mut self, a: Self::I, b: Self::I) -> Self::I;
     fn isub(&mut self, a: Self::I, b: Self::I) -> Self::I;
     fn iand(&mut self, a: Self::I, b: Self::I) -> Self::I;
@@ -190,7 +197,7 @@ macro_rules! soft_impl {
             fn to_bits(&mut self, a: $f) -> $i {
                 a.to_bits() as $i
             }
-            fn from_bits(&mut self, a: $i) -> $f {
+            fn bits_to_float(&mut self, a: $i) -> $f {
                 <$f>::from_bits(a as $u)
             }
             fn iadd(&mut self, a: $i, b: $i) -> $i {
@@ -288,10 +295,10 @@ fn scale_pow2<A: Arith>(a: &mut A, y: A::F, n: A::F) -> A::F {
     let bias = a.i(bias);
     let e1 = a.iadd(n1, bias);
     let e1 = a.shl(e1, mant);
-    let s1 = a.from_bits(e1);
+    let s1 = a.bits_to_float(e1);
     let e2 = a.iadd(n2, bias);
     let e2 = a.shl(e2, mant);
-    let s2 = a.from_bits(e2);
+    let s2 = a.bits_to_float(e2);
     let y = a.mul(y, s1);
     a.mul(y, s2)
 }
@@ -303,7 +310,7 @@ fn with_sign_of<A: Arith>(a: &mut A, r: A::F, x: A::F) -> A::F {
     let s = a.iand(xb, sign);
     let rb = a.to_bits(r);
     let rb = a.ixor(rb, s);
-    a.from_bits(rb)
+    a.bits_to_float(rb)
 }
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -342,7 +349,7 @@ const EXP2_P: [f64; 8] = [
     0.009618129107628477,
     0.055504108664821576,
     0.2402265069591007,
-    0.6931471805599453,
+    std::f64::consts::LN_2,
     1.0,
 ];
 
@@ -385,7 +392,7 @@ pub fn log<A: Arith>(a: &mut A, x: A::F) -> A::F {
     let half_bits = a.i(0x3f00_0000);
     let mb = a.iand(bits, mant_mask);
     let mb = a.ior(mb, half_bits);
-    let m = a.from_bits(mb);
+    let m = a.bits_to_float(mb);
     let sqrthf = a.f(std::f64::consts::FRAC_1_SQRT_2);
     let small = a.cmp(Cmp::Lt, m, sqrthf);
     let (one_i, zero_i) = (a.i(1), a.i(0));
@@ -614,7 +621,7 @@ const EXP2_P64: [f64; 13] = [
     0.009618129107628477,
     0.05550410866482158,
     0.24022650695910072,
-    0.6931471805599453,
+    std::f64::consts::LN_2,
 ];
 
 /// `x^y` in f64 to ~1e-12 relative (used for f32 `pow`, rounded once at the end), with C's
@@ -632,7 +639,7 @@ pub fn pow64<A: Arith>(a: &mut A, x: A::F, y: A::F) -> A::F {
     let one_bits = a.i(0x3ff0_0000_0000_0000);
     let mb = a.iand(bits, mmask);
     let mb = a.ior(mb, one_bits);
-    let m = a.from_bits(mb);
+    let m = a.bits_to_float(mb);
     let sqrt2 = a.f(std::f64::consts::SQRT_2);
     let big = a.cmp(Cmp::Gt, m, sqrt2);
     let half = a.f(0.5);
@@ -756,7 +763,7 @@ pub fn max_min<A: Arith>(a: &mut A, x: A::F, y: A::F, max: bool) -> A::F {
     let eq = a.cmp(Cmp::Eq, x, y);
     let (xb, yb) = (a.to_bits(x), a.to_bits(y));
     let both = if max { a.iand(xb, yb) } else { a.ior(xb, yb) };
-    let both = a.from_bits(both);
+    let both = a.bits_to_float(both);
     let r = a.select(eq, both, r);
     let uno = a.cmp(Cmp::Uno, x, y);
     let nan = a.f(f64::NAN);
