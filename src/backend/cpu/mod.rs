@@ -26,6 +26,7 @@
 //! approximations ([`math`]); f64 transcendentals, float `rem` and integer `pow` call the Rust
 //! function of the reference per element (exact, scalar, slow).
 
+mod analyze;
 mod codegen;
 mod emit;
 pub mod math;
@@ -230,12 +231,12 @@ impl CpuCompiler {
 
     /// Why `kernel` cannot be compiled, if it cannot (without compiling it).
     pub fn supports(&self, kernel: &Kernel, program: &Program) -> Result<(), String> {
-        codegen::analyze(kernel, program, &self.options).map(|_| ()).map_err(|e| e.to_string())
+        analyze::analyze(kernel, program, &self.options).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Compiles `kernel` (whose buffers are `program`'s) to native code.
     pub fn compile(&mut self, kernel: &Kernel, program: &Program) -> Result<CompiledKernel, CodegenError> {
-        let analysis = codegen::analyze(kernel, program, &self.options)?;
+        let analysis = analyze::analyze(kernel, program, &self.options)?;
         let mut guard =
             self.shared.module.lock().map_err(|_| CodegenError::Cranelift("JIT module lock poisoned".into()))?;
         let module = guard.as_mut().ok_or_else(|| CodegenError::Cranelift("JIT module is gone".into()))?;
@@ -303,7 +304,7 @@ fn native_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, CodegenError> 
 /// The Cranelift IR text of `kernel`'s function before optimisation (for debugging and
 /// snapshot tests).
 pub fn clif_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Result<String, CodegenError> {
-    let analysis = codegen::analyze(kernel, program, &options)?;
+    let analysis = analyze::analyze(kernel, program, &options)?;
     let mut func = cranelift_codegen::ir::Function::new();
     for _ in 0..4 {
         func.signature.params.push(AbiParam::new(types::I64));
