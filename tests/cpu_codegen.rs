@@ -491,8 +491,10 @@ fn vectorized_sum_reassociates_within_tolerance_and_keeps_negative_zero() {
             exec(&ck, &mut bufs, &[z.len() as i64], 1).unwrap();
             assert_eq!(bufs[1].to_f32(1)[0].to_bits(), (-0.0f32).to_bits(), "sum of -0 len={len}");
         }
-        // An empty sum is the identity -0 + nothing: the reference gives +0 for an empty
-        // reduction; the kernel IR starts from -0 so that all -0 inputs give -0.
+        // An empty sum is +0, as the reference's.
+        let mut bufs = vec![Buf::f32s(&[]), Buf::f32s(&[9.0])];
+        exec(&ck, &mut bufs, &[0], 1).unwrap();
+        assert_eq!(bufs[1].to_f32(1)[0].to_bits(), 0.0f32.to_bits(), "empty sum");
     }
 }
 
@@ -934,6 +936,8 @@ fn gather_checks_bounds_and_kernels_without_outer_loops_run_once() {
 fn compiled_kernels_are_send_and_sync_and_outlive_the_compiler() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<CompiledKernel>();
+    fn assert_send<T: Send>() {}
+    assert_send::<CpuCompiler>();
     let (k, p) = pointwise_kernel(true);
     let ck = {
         let mut c = CpuCompiler::new().unwrap();

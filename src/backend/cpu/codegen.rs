@@ -336,6 +336,19 @@ impl Gen<'_, '_> {
                 }
                 v = self.combine(acc.op, DType::F32, types::F32, h, v);
             }
+            if acc.op == ReduceOp::Sum && acc.dtype.is_float() && !stage.inner.is_empty() {
+                // The identity -0 keeps a sum of -0s at -0; an empty sum is +0, as in the
+                // reference.
+                let mut count = self.b.ins().iconst(types::I64, 1);
+                for extent in &stage.inner {
+                    let e = self.dim(extent);
+                    count = self.b.ins().imul(count, e);
+                }
+                let empty = self.b.ins().icmp_imm_s(IntCC::Equal, count, 0);
+                let zero =
+                    if acc.dtype == DType::F32 { self.b.ins().f32const(0.0) } else { self.b.ins().f64const(0.0) };
+                v = self.b.ins().select(empty, zero, v);
+            }
             self.globals[acc.result.index()] = Some(v);
         }
         Ok(())
