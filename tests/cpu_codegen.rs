@@ -1098,3 +1098,28 @@ fn loop_carried_stores_are_not_vectorized() {
     let want: Vec<f32> = (0..len).map(|q| (q * q.saturating_sub(1) / 2) as f32).collect();
     same_bits(&got, &want, "running sum");
 }
+
+#[test]
+fn argmax_of_an_empty_range_is_an_error_not_index_zero() {
+    let (k, p) = argmax_kernel();
+    let (_c, ck) = compile(CpuOptions::default(), &k, &p);
+    let mut bufs = vec![Buf::f32s(&[]), Buf::i64s(&[9; 5]), Buf::f32s(&[9.0; 5])];
+    assert!(matches!(exec(&ck, &mut bufs, &[0], 5), Err(KernelError::EmptyArgmax)));
+    // Nothing was written.
+    assert_eq!(bufs[1].to_i64(5), vec![9; 5]);
+}
+
+#[test]
+fn gathers_from_symbolically_sized_buffers_are_left_to_the_checked_executor() {
+    // Generated code can only bounds-check a gather against a size it knows.
+    let p = program(vec![
+        (DType::F32, vec![Dim::sym("n")], BufferKind::Input(0)),
+        (DType::I64, vec![d(6)], BufferKind::Input(1)),
+        (DType::F32, vec![d(6)], BufferKind::Temp),
+    ]);
+    let e = ix(d(0), &[(i(0), d(1))]);
+    let body = vec![load(0, 1, e.clone()), Instr::LoadAt { dst: r(1), buf: b(0), index: r(0) }, store(2, e, 1)];
+    let k = kernel(vec![], vec![stage(vec![d(6)], vec![], body)], 2);
+    let why = CpuCompiler::new().unwrap().supports(&k, &p).unwrap_err();
+    assert!(why.contains("cannot be bounds-checked"), "{why}");
+}

@@ -108,7 +108,8 @@ pub enum ReduceOp {
     Prod,
     Max,
     Min,
-    /// First index of the maximum (NaN counts as the maximum); its result is i64.
+    /// First index of the maximum (NaN counts as the maximum); its result is i64. The argmax
+    /// of an empty range is a run-time error.
     Argmax,
 }
 
@@ -132,7 +133,8 @@ pub enum Instr {
         index: Index,
     },
     /// A load at a computed element offset (`index` is an i64 register): for gathers, `rev`,
-    /// and `pad`'s in-bounds reads. The offset must be in bounds.
+    /// and `pad`'s in-bounds reads. An offset outside the buffer is a run-time error (never a
+    /// read of other memory); executors must check it.
     LoadAt {
         dst: Reg,
         buf: BufferId,

@@ -118,9 +118,15 @@ pub(crate) fn analyze(kernel: &Kernel, program: &Program, options: &CpuOptions) 
                         return Err(invalid(format!("stage {si}: gather offset {index} is {t}, not an integer")));
                     }
                     let bt = buffer(*buf)?;
-                    if program.buffers[*buf].shape.numel().ok().and_then(|d| d.as_const()).is_some() {
-                        may_fail = true;
+                    // Generated code checks a gather's offset against the buffer's size, which it
+                    // must know: a symbolically sized buffer is left to the reference executor,
+                    // which checks every access.
+                    if program.buffers[*buf].shape.numel().ok().and_then(|d| d.as_const()).is_none() {
+                        return Err(unsupported(format!(
+                            "stage {si}: gather from {buf}, whose size is symbolic, cannot be bounds-checked"
+                        )));
                     }
+                    may_fail = true;
                     bt
                 }
                 Instr::Const { dtype, .. } => *dtype,
@@ -244,6 +250,7 @@ pub(crate) fn analyze(kernel: &Kernel, program: &Program, options: &CpuOptions) 
         }
         for acc in &stage.accumulators {
             check_dtype(acc.dtype)?;
+
             let i = acc.result.index();
             if i >= n || types[i].is_some() {
                 return Err(invalid(format!(

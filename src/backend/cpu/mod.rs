@@ -67,6 +67,8 @@ pub enum KernelError {
     DivisionByZero,
     #[error("gather offset out of bounds")]
     IndexOutOfBounds,
+    #[error("argmax of an empty range")]
+    EmptyArgmax,
     #[error("kernel called with {got} {what}, expected {expected}")]
     BadArguments { what: &'static str, got: usize, expected: usize },
 }
@@ -141,6 +143,10 @@ impl Drop for JitShared {
 pub struct CompiledKernel {
     entry: KernelFn,
     dims: Vec<Dim>,
+    /// Extents of stages with an argmax: the argmax of nothing is an error, checked before
+    /// the call (the generated code has no index to give). Each is a constant or a position
+    /// in the dim table.
+    argmax_extents: Vec<Result<u64, usize>>,
     name: String,
     n_buffers: usize,
     _module: Arc<JitShared>,
@@ -180,6 +186,13 @@ impl CompiledKernel {
         }
         if bufs.len() < self.n_buffers {
             return Err(KernelError::BadArguments { what: "buffers", got: bufs.len(), expected: self.n_buffers });
+        }
+        let empty = self.argmax_extents.iter().any(|e| match *e {
+            Ok(n) => n == 0,
+            Err(j) => dims[j] <= 0,
+        });
+        if empty && begin < end {
+            return Err(KernelError::EmptyArgmax);
         }
         take_kernel_error();
         // SAFETY: the argument arrays have the lengths the code reads (checked above), and
@@ -280,9 +293,24 @@ impl CpuCompiler {
         // (mapped read+execute).
         let entry: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
         drop(guard);
+        let dims = kernel.dim_table();
+        let argmax_extents = kernel
+            .stages
+            .iter()
+            .filter(|st| st.accumulators.iter().any(|a| a.op == crate::kernel::ReduceOp::Argmax))
+            .flat_map(|st| st.inner.iter())
+            .map(|d| match d.as_const() {
+                Some(n) => Ok(n),
+                None => Err(dims
+                    .iter()
+                    .position(|t| t == d)
+                    .unwrap_or_else(|| unreachable!("dim_table holds every extent"))),
+            })
+            .collect();
         Ok(CompiledKernel {
             entry,
-            dims: kernel.dim_table(),
+            dims,
+            argmax_extents,
             name: kernel.name.clone(),
             n_buffers: analysis.n_buffers,
             _module: self.shared.clone(),
