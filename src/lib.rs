@@ -5,6 +5,7 @@
 //! reference interpreter that defines what every operator means; [`text`] prints and parses
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
+pub mod backend;
 pub mod builder;
 pub mod decomp;
 pub mod fuzzing;
