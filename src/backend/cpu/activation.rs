@@ -151,24 +151,32 @@ unsafe fn apply_avx2(act: &Activation, xs: &mut [f32]) {
     apply_generic(act, xs)
 }
 
-#[inline(always)]
-fn map(xs: &mut [f32], f: impl Fn(f32) -> f32) {
-    for x in xs {
-        *x = f(*x);
-    }
+/// `xs[i] = f(xs[i])` as a plain loop around an `#[inline(always)]` function, so the kernel
+/// is inlined into each target-feature copy and vectorized there (passing the function as a
+/// value leaves a call per element).
+macro_rules! map {
+    ($xs:expr, $f:ident) => {
+        for x in $xs.iter_mut() {
+            *x = $f(*x);
+        }
+    };
 }
 
 #[inline(always)]
 fn apply_generic(act: &Activation, xs: &mut [f32]) {
     match act {
         Activation::None => {}
-        Activation::Relu => map(xs, relu),
-        Activation::Gelu => map(xs, gelu_erf),
-        Activation::GeluTanh => map(xs, gelu_tanh),
-        Activation::Sigmoid => map(xs, sigmoid),
-        Activation::Silu => map(xs, silu),
-        Activation::Tanh => map(xs, tanh),
-        Activation::Op(op) => map(xs, |x| op.apply(x as f64) as f32),
+        Activation::Relu => map!(xs, relu),
+        Activation::Gelu => map!(xs, gelu_erf),
+        Activation::GeluTanh => map!(xs, gelu_tanh),
+        Activation::Sigmoid => map!(xs, sigmoid),
+        Activation::Silu => map!(xs, silu),
+        Activation::Tanh => map!(xs, tanh),
+        Activation::Op(op) => {
+            for x in xs.iter_mut() {
+                *x = op.apply(*x as f64) as f32;
+            }
+        }
     }
 }
 

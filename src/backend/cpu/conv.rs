@@ -540,43 +540,72 @@ fn direct_plane_generic<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx
     let grp = oc / og;
     let kpos = geom.kernel_positions();
     let in_prod: usize = geom.in_sp.iter().product();
-    let ow = *geom.out_sp.last().unwrap_or(&1);
+    let last = geom.out_sp.len() - 1;
+    let (ow, iw, kw) = (geom.out_sp[last], geom.in_sp[last], geom.k_sp[last]);
+    let (s, dil, pb) = (geom.stride[last], geom.dilation[last], geom.pad_b[last]);
+    let out_outer: usize = geom.out_sp[..last].iter().product();
+    let k_outer: usize = geom.k_sp[..last].iter().product();
+    let zero_times = |wv: T| T::madd(T::zero(), T::zero(), wv);
     dst.fill(T::zero());
-    for ci in 0..cg {
-        let x_base = (bi * geom.in_ch + grp * cg + ci) * in_prod;
-        let plane = &x[x_base..x_base + in_prod];
-        for kf in 0..kpos {
-            let wv = w[(oc * cg + ci) * kpos + kf];
-            let finite = wv.is_finite();
-            let nan = T::madd(T::zero(), T::zero(), wv);
-            let kidx = unravel(kf, &geom.k_sp);
-            for_each_row(geom, &kidx, plane, |o_outer, src| {
-                let seg = &mut dst[o_outer * ow..(o_outer + 1) * ow];
-                match src {
-                    None => {
-                        if !finite {
-                            seg.iter_mut().for_each(|v| *v = v.add(nan));
+    // Per output row, accumulate over channels, then kernel positions (row-major): each
+    // output element sees the interpreter's order.
+    for oo in 0..out_outer {
+        let o_idx = unravel(oo, &geom.out_sp[..last]);
+        let row_out = &mut dst[oo * ow..(oo + 1) * ow];
+        for ci in 0..cg {
+            let x_plane = &x[(bi * geom.in_ch + grp * cg + ci) * in_prod..][..in_prod];
+            let w_base = (oc * cg + ci) * kpos;
+            for ko in 0..k_outer {
+                let k_idx = unravel(ko, &geom.k_sp[..last]);
+                // The input row for this output row and kernel row, if inside the input.
+                let mut row_in = Some(0usize);
+                for d in 0..last {
+                    let i = (o_idx[d] * geom.stride[d] + k_idx[d] * geom.dilation[d]) as isize - geom.pad_b[d] as isize;
+                    row_in = match row_in {
+                        Some(r) if i >= 0 && (i as usize) < geom.in_sp[d] => Some(r * geom.in_sp[d] + i as usize),
+                        _ => None,
+                    };
+                }
+                let wrow = &w[w_base + ko * kw..][..kw];
+                let Some(row_in) = row_in else {
+                    // The whole row reads padding: only non-finite weights change it.
+                    for &wv in wrow {
+                        if !wv.is_finite() {
+                            let z = zero_times(wv);
+                            row_out.iter_mut().for_each(|v| *v = v.add(z));
                         }
                     }
-                    Some((row, lo, hi, first, s)) => {
-                        if !finite {
-                            let (head, rest) = seg.split_at_mut(lo);
-                            let tail = &mut rest[hi - lo..];
-                            head.iter_mut().chain(tail.iter_mut()).for_each(|v| *v = v.add(nan));
+                    continue;
+                };
+                let xrow = &x_plane[row_in * iw..][..iw];
+                for (j, &wv) in wrow.iter().enumerate() {
+                    // Outputs o with 0 <= o*s + j*dil - pb < iw read the input.
+                    let off = (j * dil) as isize - pb as isize;
+                    let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(s) }.min(ow);
+                    let hi = if (iw as isize) <= off { 0 } else { ((iw as isize - off) as usize).div_ceil(s) };
+                    let hi = hi.clamp(lo, ow);
+                    if !wv.is_finite() {
+                        let z = zero_times(wv);
+                        let (head, rest) = row_out.split_at_mut(lo);
+                        head.iter_mut().chain(rest[hi - lo..].iter_mut()).for_each(|v| *v = v.add(z));
+                    }
+                    if lo == hi {
+                        continue;
+                    }
+                    let first = (lo * s) as isize + off;
+                    let seg = &mut row_out[lo..hi];
+                    if s == 1 {
+                        let src = &xrow[first as usize..][..hi - lo];
+                        for (v, &xv) in seg.iter_mut().zip(src) {
+                            *v = T::madd(*v, xv, wv);
                         }
-                        if s == 1 {
-                            let src = &row[first..first + (hi - lo)];
-                            for (v, &xv) in seg[lo..hi].iter_mut().zip(src) {
-                                *v = T::madd(*v, xv, wv);
-                            }
-                        } else {
-                            for (j, v) in seg[lo..hi].iter_mut().enumerate() {
-                                *v = T::madd(*v, row[first + j * s], wv);
-                            }
+                    } else {
+                        for (t, v) in seg.iter_mut().enumerate() {
+                            *v = T::madd(*v, xrow[first as usize + t * s], wv);
                         }
                     }
                 }
-            });
+            }
         }
     }
 }

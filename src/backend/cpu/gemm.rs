@@ -42,7 +42,7 @@ use smallvec::SmallVec;
 use super::activation::{apply_f32, apply_f64, Activation};
 
 /// Products with at most this many multiply-adds (`m * n * k` per matrix) use the plain loop.
-pub const SMALL_WORK: usize = 8 * 1024;
+pub const SMALL_WORK: usize = 256;
 
 /// Target size of an epilogue tile, in elements (256 KiB of f32).
 pub const TILE_ELEMS: usize = 64 * 1024;
