@@ -1,7 +1,8 @@
 //! Throughput of the CPU library kernels (`backend::cpu::{gemm, conv}`), and the measurements
 //! behind their design choices. Median of N runs; no statistics beyond that on purpose.
 //!
-//! `cargo bench --bench gemm` (`-- --runs N`, `-- --quick` for the sgemm rows only).
+//! `cargo bench --bench gemm` (`-- --runs N`, `-- --quick` for the sgemm rows only,
+//! `-- --conv NAME` for the conv rows whose name contains NAME).
 //!
 //! - sgemm 1024³ through `matmul` against the `gemm` crate called directly, 1 and 2 threads;
 //! - W4's two layers with the epilogue fused per tile against GEMM-then-a-pass;
@@ -69,12 +70,24 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(15usize);
     let quick = args.iter().any(|a| a == "--quick");
+    let conv_only = args.iter().position(|a| a == "--conv").and_then(|i| args.get(i + 1)).cloned();
     let mut rng = Rng::new(0);
-    let none = Epilogue::none();
+    let none: Epilogue<f32> = Epilogue::none();
 
+    if conv_only.is_none() {
+        sections(runs, quick, &mut rng);
+    }
+    if quick {
+        return;
+    }
+    conv_section(runs, conv_only.as_deref().unwrap_or(""), &mut rng);
+}
+
+fn sections(runs: usize, quick: bool, rng: &mut Rng) {
+    let none: Epilogue<f32> = Epilogue::none();
     println!("sgemm 1024^3 (GFLOP/s, median of {runs}):");
     let n = 1024;
-    let (a, b) = (rand(&mut rng, n * n), rand(&mut rng, n * n));
+    let (a, b) = (rand(rng, n * n), rand(rng, n * n));
     let mut c = vec![0.0f32; n * n];
     let flops = 2.0 * (n * n * n) as f64;
     for threads in [1, 2] {
@@ -97,9 +110,9 @@ fn main() {
 
     println!("W4 layers, epilogue fused per tile vs GEMM then one pass (us, median of {runs}):");
     let (m, d, f) = (256, 1024, 4096);
-    let x = rand(&mut rng, m * d);
-    let w1: Vec<f32> = rand(&mut rng, d * f).iter().map(|v| v / 32.0).collect();
-    let w2: Vec<f32> = rand(&mut rng, f * d).iter().map(|v| v / 64.0).collect();
+    let x = rand(rng, m * d);
+    let w1: Vec<f32> = rand(rng, d * f).iter().map(|v| v / 32.0).collect();
+    let w2: Vec<f32> = rand(rng, f * d).iter().map(|v| v / 64.0).collect();
     let mut h = vec![0.0f32; m * f];
     let mut y = vec![0.0f32; m * d];
     for threads in [1, 2] {
@@ -154,7 +167,7 @@ fn main() {
 
     println!("tiny products, plain loop (via matmul) vs gemm crate (ns per call):");
     for s in [4usize, 8, 16, 20, 32] {
-        let (a, b) = (rand(&mut rng, s * s), rand(&mut rng, s * s));
+        let (a, b) = (rand(rng, s * s), rand(rng, s * s));
         let mut c = vec![0.0f32; s * s];
         let reps = 2000;
         let ours = median_s(runs, || {
@@ -174,7 +187,10 @@ fn main() {
             direct * 1e9 / reps as f64
         );
     }
+}
 
+fn conv_section(runs: usize, only: &str, rng: &mut Rng) {
+    let none: Epilogue<f32> = Epilogue::none();
     println!("conv, direct vs im2col + GEMM (us, median of {runs}; depth = C/g * K):");
     struct Case {
         name: &'static str,
@@ -185,19 +201,75 @@ fn main() {
         groups: i64,
     }
     let cases = [
-        Case { name: "resnet 3x3 64ch 56x56", x: vec![1, 64, 56, 56], w: vec![64, 64, 3, 3], stride: vec![], pad: vec![1, 1, 1, 1], groups: 1 },
-        Case { name: "stem 7x7/2 3->64 224", x: vec![1, 3, 224, 224], w: vec![64, 3, 7, 7], stride: vec![2, 2], pad: vec![3, 3, 3, 3], groups: 1 },
-        Case { name: "depthwise 3x3 128ch 56x56", x: vec![1, 128, 56, 56], w: vec![128, 1, 3, 3], stride: vec![], pad: vec![1, 1, 1, 1], groups: 128 },
-        Case { name: "mnist 5x5 1->8 28x28", x: vec![1, 1, 28, 28], w: vec![8, 1, 5, 5], stride: vec![], pad: vec![], groups: 1 },
-        Case { name: "3x3 2->16 32x32", x: vec![1, 2, 32, 32], w: vec![16, 2, 3, 3], stride: vec![], pad: vec![1, 1, 1, 1], groups: 1 },
-        Case { name: "3x3 4->16 32x32", x: vec![1, 4, 32, 32], w: vec![16, 4, 3, 3], stride: vec![], pad: vec![1, 1, 1, 1], groups: 1 },
-        Case { name: "conv1d k3 64ch L1000", x: vec![1, 64, 1000], w: vec![64, 64, 3], stride: vec![], pad: vec![1, 1], groups: 1 },
-        Case { name: "conv1d dw k7 256ch L512", x: vec![1, 256, 512], w: vec![256, 1, 7], stride: vec![], pad: vec![3, 3], groups: 256 },
+        Case {
+            name: "resnet 3x3 64ch 56x56",
+            x: vec![1, 64, 56, 56],
+            w: vec![64, 64, 3, 3],
+            stride: vec![],
+            pad: vec![1, 1, 1, 1],
+            groups: 1,
+        },
+        Case {
+            name: "stem 7x7/2 3->64 224",
+            x: vec![1, 3, 224, 224],
+            w: vec![64, 3, 7, 7],
+            stride: vec![2, 2],
+            pad: vec![3, 3, 3, 3],
+            groups: 1,
+        },
+        Case {
+            name: "depthwise 3x3 128ch 56x56",
+            x: vec![1, 128, 56, 56],
+            w: vec![128, 1, 3, 3],
+            stride: vec![],
+            pad: vec![1, 1, 1, 1],
+            groups: 128,
+        },
+        Case {
+            name: "mnist 5x5 1->8 28x28",
+            x: vec![1, 1, 28, 28],
+            w: vec![8, 1, 5, 5],
+            stride: vec![],
+            pad: vec![],
+            groups: 1,
+        },
+        Case {
+            name: "3x3 2->16 32x32",
+            x: vec![1, 2, 32, 32],
+            w: vec![16, 2, 3, 3],
+            stride: vec![],
+            pad: vec![1, 1, 1, 1],
+            groups: 1,
+        },
+        Case {
+            name: "3x3 4->16 32x32",
+            x: vec![1, 4, 32, 32],
+            w: vec![16, 4, 3, 3],
+            stride: vec![],
+            pad: vec![1, 1, 1, 1],
+            groups: 1,
+        },
+        Case {
+            name: "conv1d k3 64ch L1000",
+            x: vec![1, 64, 1000],
+            w: vec![64, 64, 3],
+            stride: vec![],
+            pad: vec![1, 1],
+            groups: 1,
+        },
+        Case {
+            name: "conv1d dw k7 256ch L512",
+            x: vec![1, 256, 512],
+            w: vec![256, 1, 7],
+            stride: vec![],
+            pad: vec![3, 3],
+            groups: 256,
+        },
     ];
-    for case in &cases {
+    for case in cases.iter().filter(|c| c.name.contains(only)) {
         let geom = ConvGeom::new(&case.x, &case.w, &case.stride, &case.pad, &[], case.groups).expect("geometry");
-        let x = rand(&mut rng, case.x.iter().product());
-        let w = rand(&mut rng, case.w.iter().product());
+        let x = rand(rng, case.x.iter().product());
+        let w = rand(rng, case.w.iter().product());
         let mut out = vec![0.0f32; geom.out_len()];
         let mut line = format!("  {:<28} depth {:>4}:", case.name, geom.depth());
         for threads in [1, 2] {

@@ -152,7 +152,7 @@ fn matmul_batch_broadcasting() {
         (&[2, 3, 40, 50], &[2, 3, 50, 60]),
         (&[2, 1, 40, 50], &[3, 50, 60]),
         (&[40, 50], &[4, 50, 60]),
-        (&[4, 40, 50], &[50, 60]),   // folds the batch into rows
+        (&[4, 40, 50], &[50, 60]), // folds the batch into rows
         (&[1, 4, 40, 50], &[1, 1, 50, 60]),
         (&[3, 1, 5, 6], &[1, 2, 6, 7]),
         (&[0, 5, 6], &[6, 7]),
@@ -325,10 +325,7 @@ fn activations_match_the_ops() {
             let (g, w, x) = (got[i], want[i], xs[i]);
             let wf = w as f32;
             if wf.is_nan() || g.is_nan() || wf.is_infinite() || g.is_infinite() {
-                assert!(
-                    (wf.is_nan() && g.is_nan()) || wf == g,
-                    "{kind:?} {attrs:?} at {x:e}: got {g:e}, want {w:e}"
-                );
+                assert!((wf.is_nan() && g.is_nan()) || wf == g, "{kind:?} {attrs:?} at {x:e}: got {g:e}, want {w:e}");
                 continue;
             }
             // gelu "tanh" gets 3|y| more ulp, y its sigmoid argument (rounded in f32 first).
@@ -340,7 +337,11 @@ fn activations_match_the_ops() {
             if err / ulp > worst.0 && extra == 0.0 {
                 worst = (err / ulp, x);
             }
-            assert!(err <= tol.max(0.5 * ulp), "{kind:?} {attrs:?} at {x:e}: got {g:e}, want {w:e} ({} ulp)", err / ulp);
+            assert!(
+                err <= tol.max(0.5 * ulp),
+                "{kind:?} {attrs:?} at {x:e}: got {g:e}, want {w:e} ({} ulp)",
+                err / ulp
+            );
         }
         eprintln!("{kind:?}: worst {:.2} ulp at {:e}", worst.0, worst.1);
     }
@@ -390,9 +391,8 @@ fn matmul_epilogue_matches_chained_ops() {
                 Tensor::from_f32(&[n], bias.clone()).unwrap(),
                 Tensor::from_f32(&[batch, m, n], res.clone()).unwrap(),
             ];
-            let want = interp::run(&g, &inputs, &Options { precise: true, ..Options::default() }).unwrap().outputs
-                [0]
-            .to_f64_vec();
+            let want = interp::run(&g, &inputs, &Options { precise: true, ..Options::default() }).unwrap().outputs[0]
+                .to_f64_vec();
             let activation = match act_name {
                 "none" => Activation::None,
                 "relu" => Activation::Relu,
@@ -425,9 +425,8 @@ fn matmul_epilogue_matches_chained_ops() {
                 for i in 0..out.len() {
                     let (got, w) = (out[i] as f64, want[i]);
                     let pre = mag[i] + bias[i % n].abs() as f64;
-                    let tol = 1.2 * 2.0 * k as f64 * U32 * mag[i]
-                        + 8.0 * U32 * (w.abs() + pre + res[i].abs() as f64)
-                        + 1e-30;
+                    let tol =
+                        1.2 * 2.0 * k as f64 * U32 * mag[i] + 8.0 * U32 * (w.abs() + pre + res[i].abs() as f64) + 1e-30;
                     assert!(
                         (got - w).abs() <= tol,
                         "{act_name} [{batch},{m},{n},{k}] t={threads} element {i}: got {got}, want {w}"
@@ -502,24 +501,136 @@ fn conv_matches_interpreter() {
     let v = |s: &[i64]| s.to_vec();
     let cases = vec![
         // conv2d: plain, padded, strided, dilated, grouped, depthwise, asymmetric pads.
-        ConvCase { x: vec![2, 3, 9, 10], w: vec![4, 3, 3, 3], stride: v(&[]), padding: v(&[]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![1, 8, 12, 12], w: vec![6, 8, 3, 3], stride: v(&[1, 1]), padding: v(&[1, 1, 1, 1]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![2, 4, 11, 13], w: vec![4, 2, 3, 2], stride: v(&[2, 3]), padding: v(&[1, 0, 2, 1]), dilation: v(&[2, 1]), groups: 2 },
-        ConvCase { x: vec![1, 6, 10, 10], w: vec![6, 1, 3, 3], stride: v(&[]), padding: v(&[1, 1, 1, 1]), dilation: v(&[]), groups: 6 },
-        ConvCase { x: vec![1, 4, 7, 7], w: vec![8, 4, 1, 1], stride: v(&[]), padding: v(&[]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![2, 4, 7, 7], w: vec![6, 2, 1, 1], stride: v(&[]), padding: v(&[]), dilation: v(&[]), groups: 2 },
-        ConvCase { x: vec![1, 2, 5, 5], w: vec![3, 2, 1, 1], stride: v(&[2, 2]), padding: v(&[0, 0, 1, 1]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![1, 16, 20, 20], w: vec![32, 16, 3, 3], stride: v(&[]), padding: v(&[1, 1, 1, 1]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![1, 1, 4, 4], w: vec![1, 1, 5, 5], stride: v(&[]), padding: v(&[2, 2, 2, 2]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![1, 1, 3, 3], w: vec![2, 1, 2, 2], stride: v(&[3, 3]), padding: v(&[0, 0, 0, 0]), dilation: v(&[]), groups: 1 },
+        ConvCase {
+            x: vec![2, 3, 9, 10],
+            w: vec![4, 3, 3, 3],
+            stride: v(&[]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 8, 12, 12],
+            w: vec![6, 8, 3, 3],
+            stride: v(&[1, 1]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 4, 11, 13],
+            w: vec![4, 2, 3, 2],
+            stride: v(&[2, 3]),
+            padding: v(&[1, 0, 2, 1]),
+            dilation: v(&[2, 1]),
+            groups: 2,
+        },
+        ConvCase {
+            x: vec![1, 6, 10, 10],
+            w: vec![6, 1, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 6,
+        },
+        ConvCase {
+            x: vec![1, 4, 7, 7],
+            w: vec![8, 4, 1, 1],
+            stride: v(&[]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 4, 7, 7],
+            w: vec![6, 2, 1, 1],
+            stride: v(&[]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 2,
+        },
+        ConvCase {
+            x: vec![1, 2, 5, 5],
+            w: vec![3, 2, 1, 1],
+            stride: v(&[2, 2]),
+            padding: v(&[0, 0, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 16, 20, 20],
+            w: vec![32, 16, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 1, 4, 4],
+            w: vec![1, 1, 5, 5],
+            stride: v(&[]),
+            padding: v(&[2, 2, 2, 2]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 1, 3, 3],
+            w: vec![2, 1, 2, 2],
+            stride: v(&[3, 3]),
+            padding: v(&[0, 0, 0, 0]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // Windows that see only padding, and an empty output.
-        ConvCase { x: vec![1, 2, 2, 2], w: vec![2, 2, 2, 2], stride: v(&[]), padding: v(&[3, 3, 3, 3]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![1, 2, 2, 2], w: vec![2, 2, 3, 3], stride: v(&[2, 2]), padding: v(&[]), dilation: v(&[]), groups: 1 },
-        ConvCase { x: vec![0, 2, 5, 5], w: vec![2, 2, 3, 3], stride: v(&[]), padding: v(&[]), dilation: v(&[]), groups: 1 },
+        ConvCase {
+            x: vec![1, 2, 2, 2],
+            w: vec![2, 2, 2, 2],
+            stride: v(&[]),
+            padding: v(&[3, 3, 3, 3]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 2, 2],
+            w: vec![2, 2, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![0, 2, 5, 5],
+            w: vec![2, 2, 3, 3],
+            stride: v(&[]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // conv1d and conv3d.
-        ConvCase { x: vec![2, 3, 30], w: vec![4, 3, 5], stride: v(&[2]), padding: v(&[2, 1]), dilation: v(&[2]), groups: 1 },
-        ConvCase { x: vec![1, 4, 17], w: vec![4, 1, 3], stride: v(&[]), padding: v(&[1, 1]), dilation: v(&[]), groups: 4 },
-        ConvCase { x: vec![1, 2, 5, 6, 7], w: vec![3, 2, 2, 3, 2], stride: v(&[1, 2, 1]), padding: v(&[1, 0, 1, 0, 1, 1]), dilation: v(&[1, 1, 2]), groups: 1 },
+        ConvCase {
+            x: vec![2, 3, 30],
+            w: vec![4, 3, 5],
+            stride: v(&[2]),
+            padding: v(&[2, 1]),
+            dilation: v(&[2]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 4, 17],
+            w: vec![4, 1, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1]),
+            dilation: v(&[]),
+            groups: 4,
+        },
+        ConvCase {
+            x: vec![1, 2, 5, 6, 7],
+            w: vec![3, 2, 2, 3, 2],
+            stride: v(&[1, 2, 1]),
+            padding: v(&[1, 0, 1, 0, 1, 1]),
+            dilation: v(&[1, 1, 2]),
+            groups: 1,
+        },
     ];
     for c in &cases {
         conv_case(&mut rng, c, false);
@@ -540,13 +651,11 @@ fn conv_epilogue_and_errors() {
     let mut plain = vec![0.0f32; geom.out_len()];
     conv(&geom, &x, &w, &mut plain, None, 1, &Epilogue::none()).unwrap();
     let p = geom.positions();
-    let want: Vec<f32> =
-        plain.iter().enumerate().map(|(i, &v)| (v + bias[(i / p) % 8]).max(0.0) + res[i]).collect();
+    let want: Vec<f32> = plain.iter().enumerate().map(|(i, &v)| (v + bias[(i / p) % 8]).max(0.0) + res[i]).collect();
     for algo in [ConvAlgo::Direct, ConvAlgo::Im2col] {
         for threads in [1, 2] {
             let mut out = vec![0.0f32; geom.out_len()];
-            let epi =
-                Epilogue { bias: Some(&bias), activation: Activation::Relu, residual: Some(&res), hook: None };
+            let epi = Epilogue { bias: Some(&bias), activation: Activation::Relu, residual: Some(&res), hook: None };
             conv_with(&geom, algo, &x, &w, &mut out, None, threads, &epi).unwrap();
             for i in 0..out.len() {
                 let tol = 2.0 * 54.0 * U32 * 60.0;

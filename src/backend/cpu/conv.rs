@@ -100,6 +100,9 @@ impl ConvGeom {
             return Err(shape_err(format!("conv operands of shapes {x_shape:?} and {w_shape:?}")));
         }
         let n = r - 2;
+        if n > 8 {
+            return Err(shape_err(format!("conv supports at most 8 spatial dims, got {n}")));
+        }
         if groups < 1 {
             return Err(shape_err(format!("conv groups must be at least 1, got {groups}")));
         }
@@ -264,7 +267,9 @@ pub fn conv_with<T: Element>(
     }
     check_activation::<T>(&epilogue.activation)?;
     if algo == ConvAlgo::Pointwise && geom.algorithm() != ConvAlgo::Pointwise {
-        return Err(KernelError::Unsupported("the pointwise algorithm needs 1x..x1 kernels, stride 1, no padding".into()));
+        return Err(KernelError::Unsupported(
+            "the pointwise algorithm needs 1x..x1 kernels, stride 1, no padding".into(),
+        ));
     }
     let threads = threads.max(1);
     if out.is_empty() {
@@ -534,6 +539,7 @@ unsafe fn direct_plane_avx2<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane
 
 #[inline(always)]
 fn direct_plane_generic<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx: usize, dst: &mut [T]) {
+    const V: usize = 16;
     let (bi, oc) = (plane_idx / geom.out_ch, plane_idx % geom.out_ch);
     let cg = geom.in_ch / geom.groups;
     let og = geom.out_ch / geom.groups;
@@ -542,22 +548,28 @@ fn direct_plane_generic<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx
     let in_prod: usize = geom.in_sp.iter().product();
     let last = geom.out_sp.len() - 1;
     let (ow, iw, kw) = (geom.out_sp[last], geom.in_sp[last], geom.k_sp[last]);
-    let (s, dil, pb) = (geom.stride[last], geom.dilation[last], geom.pad_b[last]);
+    let (s, dil, pb) = (geom.stride[last], geom.dilation[last], geom.pad_b[last] as isize);
     let out_outer: usize = geom.out_sp[..last].iter().product();
     let k_outer: usize = geom.k_sp[..last].iter().product();
+    // Output columns where every tap of the kernel row reads the input (no division for
+    // stride 1: a division per row costs as much as a short row).
+    let div = |a: isize| if s == 1 { a } else { (a + s as isize - 1).div_euclid(s as isize) };
+    let last_tap = ((kw - 1) * dil) as isize;
+    let lo_all = div(pb).clamp(0, ow as isize) as usize;
+    let hi_all = div(iw as isize + pb - last_tap).clamp(lo_all as isize, ow as isize) as usize;
     let zero_times = |wv: T| T::madd(T::zero(), T::zero(), wv);
-    dst.fill(T::zero());
-    // Per output row, accumulate over channels, then kernel positions (row-major): each
-    // output element sees the interpreter's order.
+    // Taps of one output row, in the interpreter's order (channel, then kernel position):
+    // the x offset of the input row (None: the row lies in padding), the column offset
+    // `j * dil - pb`, and the weight.
+    let mut taps: SmallVec<[(Option<usize>, isize, T); 32]> = SmallVec::new();
+    let x_batch = (bi * geom.in_ch + grp * cg) * in_prod;
     for oo in 0..out_outer {
-        let o_idx = unravel(oo, &geom.out_sp[..last]);
-        let row_out = &mut dst[oo * ow..(oo + 1) * ow];
+        let o_idx = unravel_small(oo, &geom.out_sp[..last]);
+        taps.clear();
         for ci in 0..cg {
-            let x_plane = &x[(bi * geom.in_ch + grp * cg + ci) * in_prod..][..in_prod];
             let w_base = (oc * cg + ci) * kpos;
             for ko in 0..k_outer {
-                let k_idx = unravel(ko, &geom.k_sp[..last]);
-                // The input row for this output row and kernel row, if inside the input.
+                let k_idx = unravel_small(ko, &geom.k_sp[..last]);
                 let mut row_in = Some(0usize);
                 for d in 0..last {
                     let i = (o_idx[d] * geom.stride[d] + k_idx[d] * geom.dilation[d]) as isize - geom.pad_b[d] as isize;
@@ -566,46 +578,90 @@ fn direct_plane_generic<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx
                         _ => None,
                     };
                 }
-                let wrow = &w[w_base + ko * kw..][..kw];
-                let Some(row_in) = row_in else {
-                    // The whole row reads padding: only non-finite weights change it.
-                    for &wv in wrow {
-                        if !wv.is_finite() {
-                            let z = zero_times(wv);
-                            row_out.iter_mut().for_each(|v| *v = v.add(z));
-                        }
-                    }
-                    continue;
-                };
-                let xrow = &x_plane[row_in * iw..][..iw];
-                for (j, &wv) in wrow.iter().enumerate() {
-                    // Outputs o with 0 <= o*s + j*dil - pb < iw read the input.
-                    let off = (j * dil) as isize - pb as isize;
-                    let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(s) }.min(ow);
-                    let hi = if (iw as isize) <= off { 0 } else { ((iw as isize - off) as usize).div_ceil(s) };
-                    let hi = hi.clamp(lo, ow);
-                    if !wv.is_finite() {
-                        let z = zero_times(wv);
-                        let (head, rest) = row_out.split_at_mut(lo);
-                        head.iter_mut().chain(rest[hi - lo..].iter_mut()).for_each(|v| *v = v.add(z));
-                    }
-                    if lo == hi {
-                        continue;
-                    }
-                    let first = (lo * s) as isize + off;
-                    let seg = &mut row_out[lo..hi];
-                    if s == 1 {
-                        let src = &xrow[first as usize..][..hi - lo];
-                        for (v, &xv) in seg.iter_mut().zip(src) {
-                            *v = T::madd(*v, xv, wv);
-                        }
-                    } else {
-                        for (t, v) in seg.iter_mut().enumerate() {
-                            *v = T::madd(*v, xrow[first as usize + t * s], wv);
-                        }
-                    }
+                let base = row_in.map(|r| x_batch + ci * in_prod + r * iw);
+                for j in 0..kw {
+                    taps.push((base, (j * dil) as isize - pb, w[w_base + ko * kw + j]));
                 }
             }
         }
+        let row_out = &mut dst[oo * ow..(oo + 1) * ow];
+        // Interior: blocks of outputs accumulated in registers over all taps (64 at a time
+        // keeps four vector accumulators in flight). A last short block may overlap the one
+        // before it: it recomputes the same values.
+        let width = hi_all - lo_all;
+        let mut o = lo_all;
+        while hi_all - o >= 64 {
+            row_out[o..o + 64].copy_from_slice(&block::<T, 64>(&taps, x, s, o));
+            o += 64;
+        }
+        while hi_all - o >= V {
+            row_out[o..o + V].copy_from_slice(&block::<T, V>(&taps, x, s, o));
+            o += V;
+        }
+        if o < hi_all && width >= V {
+            let o = hi_all - V;
+            row_out[o..o + V].copy_from_slice(&block::<T, V>(&taps, x, s, o));
+        } else if o < hi_all && width >= 4 {
+            while o < hi_all {
+                let b = o.min(hi_all - 4);
+                row_out[b..b + 4].copy_from_slice(&block::<T, 4>(&taps, x, s, b));
+                o += 4;
+            }
+        }
+        let (lo_in, hi_in) = if width >= 4 { (lo_all, hi_all) } else { (ow, ow) };
+        // Borders: one output at a time.
+        for o in (0..lo_in.min(ow)).chain(hi_in..ow) {
+            let mut acc = T::zero();
+            for &(base, joff, wv) in &taps {
+                let col = (o * s) as isize + joff;
+                match base {
+                    Some(b) if col >= 0 && (col as usize) < iw => acc = T::madd(acc, x[b + col as usize], wv),
+                    _ if !wv.is_finite() => acc = acc.add(zero_times(wv)),
+                    _ => {}
+                }
+            }
+            row_out[o] = acc;
+        }
     }
+}
+
+/// Outputs `o0..o0 + V` of one row (all inside the input for every tap), accumulated over
+/// `taps` in order.
+#[inline(always)]
+fn block<T: Element, const V: usize>(taps: &[(Option<usize>, isize, T)], x: &[T], s: usize, o0: usize) -> [T; V] {
+    let mut acc = [T::zero(); V];
+    for &(base, joff, wv) in taps {
+        match base {
+            Some(b) => {
+                let start = (b as isize + (o0 * s) as isize + joff) as usize;
+                if s == 1 {
+                    let xs = &x[start..start + V];
+                    for i in 0..V {
+                        acc[i] = T::madd(acc[i], xs[i], wv);
+                    }
+                } else {
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        *a = T::madd(*a, x[start + i * s], wv);
+                    }
+                }
+            }
+            None if !wv.is_finite() => {
+                let z = T::madd(T::zero(), T::zero(), wv);
+                acc.iter_mut().for_each(|a| *a = a.add(z));
+            }
+            None => {}
+        }
+    }
+    acc
+}
+
+/// `unravel` into a fixed array (no allocation; `dims.len() <= 8`, checked by `ConvGeom`).
+#[inline(always)]
+fn unravel_small(mut flat: usize, dims: &[usize]) -> [usize; 8] {
+    let mut idx = [0usize; 8];
+    for d in (0..dims.len()).rev() {
+        idx[d] = flat % dims[d];
+        flat /= dims[d];
+    }
+    idx
 }

@@ -287,7 +287,12 @@ pub struct MatmulGeom {
 }
 
 impl MatmulGeom {
-    pub fn new(a_shape: &[usize], b_shape: &[usize], transpose_a: bool, transpose_b: bool) -> Result<Self, KernelError> {
+    pub fn new(
+        a_shape: &[usize],
+        b_shape: &[usize],
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<Self, KernelError> {
         let (ra, rb) = (a_shape.len(), b_shape.len());
         if ra < 2 || rb < 2 {
             return Err(KernelError::Shape(format!(
@@ -580,11 +585,8 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     }
     let threads = threads.max(1);
     let probe = operands(0);
-    let has_epilogue = !act.is_none()
-        || probe.col_bias.is_some()
-        || probe.row_bias.is_some()
-        || probe.res.is_some()
-        || hook.is_some();
+    let has_epilogue =
+        !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();
     let (mb, nb) = tile_shape(g.m, g.n, has_epilogue, threads, problems);
     let (rt, ct) = (g.m.div_ceil(mb), g.n.div_ceil(nb));
     let per_problem = rt * ct;
