@@ -72,7 +72,6 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let conv_only = args.iter().position(|a| a == "--conv").and_then(|i| args.get(i + 1)).cloned();
     let mut rng = Rng::new(0);
-    let none: Epilogue<f32> = Epilogue::none();
 
     if conv_only.is_none() {
         sections(runs, quick, &mut rng);

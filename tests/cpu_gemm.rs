@@ -282,6 +282,9 @@ fn matmul_rejects_bad_arguments() {
     ));
 }
 
+/// An activation op, its attributes, and its ulp bound.
+type ActCase = (OpKind, Vec<(&'static str, AttrValue)>, f64);
+
 /// Every activation op against `Activation::apply_f32` over a sweep of f32 values, within
 /// the bound stated in `activation.rs`.
 #[test]
@@ -299,7 +302,7 @@ fn activations_match_the_ops() {
     }
     xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN, 1e-45, -1e-45]);
     let n = xs.len();
-    let cases: Vec<(OpKind, Vec<(&str, AttrValue)>, f64)> = vec![
+    let cases: Vec<ActCase> = vec![
         (OpKind::Relu, vec![], 0.0),
         (OpKind::Gelu, vec![("approximate", AttrValue::Str("none".into()))], 4.0),
         (OpKind::Gelu, vec![("approximate", AttrValue::Str("tanh".into()))], 4.0),

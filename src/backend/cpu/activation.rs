@@ -185,6 +185,17 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
 // that the loops above vectorize; no fused multiply-add, so the portable build is as accurate.
 // ---------------------------------------------------------------------------------------------
 
+/// An f64 table rounded to f32 at compile time.
+const fn to_f32<const N: usize>(a: [f64; N]) -> [f32; N] {
+    let mut out = [0f32; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = a[i] as f32;
+        i += 1;
+    }
+    out
+}
+
 /// 1.5 * 2^23: adding and subtracting it rounds an f32 of magnitude below 2^22 to an integer
 /// (ties to even).
 const ROUND_MAGIC: f32 = 12_582_912.0;
@@ -254,20 +265,20 @@ fn exp(x: f32) -> f32 {
 fn tanh(x: f32) -> f32 {
     // Taylor coefficients of tanh (x^1, x^3, ..., x^23): below |x| = 0.55 the series is
     // exact to 4e-11; above, 1 - 2/(e^2a + 1) loses nothing to cancellation.
-    const C: [f32; 12] = [
+    const C: [f32; 12] = to_f32([
         1.0,
-        -0.333_333_34,
-        0.133_333_33,
-        -0.053_968_254,
-        0.021_869_488,
-        -0.008_863_236,
-        0.003_592_128,
-        -0.001_455_834_4,
-        0.000_590_027_45,
-        -0.000_239_129_11,
-        9.691_538e-5,
-        -3.927_832_4e-5,
-    ];
+        -0.3333333333333333,
+        0.13333333333333333,
+        -0.05396825396825397,
+        0.021869488536155203,
+        -0.008863235529902197,
+        0.003592128036572481,
+        -0.0014558343870513183,
+        0.000590027440945586,
+        -0.00023912911424355248,
+        9.691537956929451e-05,
+        -3.927832388331683e-05,
+    ]);
     let a = x.abs();
     let x2 = x * x;
     let mut p = C[11];
@@ -317,9 +328,11 @@ fn silu(x: f32) -> f32 {
 
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
-    const C1: f32 = 1.595_769_1; // 2 sqrt(2/pi)
-    const C2: f32 = 1.595_769_1 * 0.044715;
-    let y = x * (C1 + C2 * (x * x));
+    // 2 sqrt(2/pi), and times 0.044715.
+    const C1: f64 = 2.0 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
+    const C1F: f32 = C1 as f32;
+    const C2F: f32 = (C1 * 0.044715) as f32;
+    let y = x * (C1F + C2F * (x * x));
     // |x| >= 2^43 overflows x^3; y is then ±inf with x's sign, which still selects right.
     select_nan(x, times_sigmoid(x, y))
 }
@@ -333,18 +346,18 @@ fn gelu_tanh(x: f32) -> f32 {
 /// `-aΦ(-a)` for `x <= -1`.
 #[inline(always)]
 fn gelu_erf(x: f32) -> f32 {
-    const ERF: [f32; 10] = [
-        1.128_379_2,
-        -0.376_126_4,
-        0.112_837_92,
-        -0.026_866_17,
-        0.005_223_977_6,
-        -0.000_854_832_7,
-        0.000_120_553_33,
-        -1.492_565e-5,
-        1.646_211_4e-6,
-        -1.636_584_5e-7,
-    ];
+    const ERF: [f32; 10] = to_f32([
+        std::f64::consts::FRAC_2_SQRT_PI,
+        -0.37612638903183754,
+        0.11283791670955126,
+        -0.026866170645131252,
+        0.005223977625442188,
+        -0.0008548327023450852,
+        0.00012055332981789664,
+        -1.492565035840625e-05,
+        1.6462114365889246e-06,
+        -1.6365844691234924e-07,
+    ]);
     // Highest degree first.
     const TAIL: [f64; 12] = [
         0.054_964_895_033_101_98,

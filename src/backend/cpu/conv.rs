@@ -206,7 +206,7 @@ impl ConvGeom {
     /// Workers that each need their own im2col scratch.
     fn im2col_workers(&self, threads: usize) -> usize {
         let tasks = self.tasks();
-        if threads > 1 && tasks >= threads && (tasks % threads == 0 || tasks >= 4 * threads) {
+        if threads > 1 && tasks >= threads && (tasks.is_multiple_of(threads) || tasks >= 4 * threads) {
             threads
         } else {
             1

@@ -559,7 +559,7 @@ fn tile_shape(m: usize, n: usize, epilogue: bool, threads: usize, problems: usiz
     let row_blocks = m.div_ceil(256);
     let mb = m.div_ceil(row_blocks);
     let mut col_blocks = n.div_ceil((TILE_ELEMS / mb).max(64));
-    if threads > 1 && (row_blocks * col_blocks * problems) % threads != 0 {
+    if threads > 1 && !(row_blocks * col_blocks * problems).is_multiple_of(threads) {
         col_blocks = col_blocks.next_multiple_of(threads);
     }
     let nb = n.div_ceil(col_blocks).next_multiple_of(16).min(n);
@@ -623,7 +623,7 @@ pub(crate) unsafe fn run_gemm<T: Element>(
             }
         }
     };
-    let even = tiles >= threads && (tiles % threads == 0 || tiles >= 4 * threads);
+    let even = tiles >= threads && (tiles.is_multiple_of(threads) || tiles >= 4 * threads);
     if threads == 1 || small {
         for t in 0..tiles {
             run_tile(t, Parallelism::None, false);
