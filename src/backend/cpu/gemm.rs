@@ -16,10 +16,11 @@
 //! kernel there). Each step rounds like the op it stands for (a bias add is one f32 add,
 //! equal to `linear`'s f64 add rounded once).
 //!
-//! Tiling: without an epilogue each matrix of the batch is one GEMM call. With one, the
-//! output is cut into tiles of about [`TILE_ELEMS`] elements (whole rows when the matrix is
-//! small, else column blocks of up to 256 rows) so a tile stays in L2 between the GEMM and
-//! the epilogue. `threads <= 1` runs on the calling thread only. With more, independent tiles
+//! Tiling: without an epilogue each matrix of the batch is one GEMM call. With one, a large
+//! output is cut into tiles of about [`TILE_ELEMS`] elements so a tile stays in L2 between
+//! the GEMM and the epilogue, but only into as many tiles as pay for the operand re-packing
+//! the `gemm` crate does per call (see `tile_shape`); a small output is one tile.
+//! `threads <= 1` runs on the calling thread only. With more, independent tiles
 //! (or batch matrices) run in parallel, each GEMM single-threaded, when there are enough of
 //! them to share evenly; otherwise tiles run in order and each GEMM uses
 //! `gemm::Parallelism::Rayon(threads)`. Parallel work runs on the current rayon pool (call
@@ -44,8 +45,8 @@ use super::activation::{apply_f32, apply_f64, Activation};
 /// Products with at most this many multiply-adds (`m * n * k` per matrix) use the plain loop.
 pub const SMALL_WORK: usize = 256;
 
-/// Target size of an epilogue tile, in elements (256 KiB of f32).
-pub const TILE_ELEMS: usize = 64 * 1024;
+/// Target size of an epilogue tile, in elements (1 MiB of f32, this machine's L2).
+pub const TILE_ELEMS: usize = 256 * 1024;
 
 /// Why a library kernel refused its arguments.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -546,23 +547,24 @@ pub(crate) struct Operands<T> {
     pub row_base: usize,
 }
 
-/// Tile sizes `(rows, cols)` for an `m x n` output.
-fn tile_shape(m: usize, n: usize, epilogue: bool, threads: usize, problems: usize) -> (usize, usize) {
+/// Tile sizes `(rows, cols)` for an `m x n x k` product.
+///
+/// The `gemm` crate packs its operands on every call, so each extra column block re-packs
+/// `a` (`m x k`) and each extra row block re-packs `b` (`k x n`). Tiling pays when that costs
+/// less than the pass over the output it saves (`m x n`, written and read once more), so an
+/// output is cut into at most `n / k` column blocks and `m / k` row blocks, aiming at
+/// [`TILE_ELEMS`] per tile; an output that small stays one tile (it is still in cache when
+/// the epilogue runs).
+fn tile_shape(m: usize, n: usize, k: usize, epilogue: bool) -> (usize, usize) {
     if !epilogue || m * n <= TILE_ELEMS {
-        if threads > 1 && problems < threads && m * n > TILE_ELEMS / 4 && epilogue {
-            // A single small-ish matrix with an epilogue: split columns so both threads
-            // get a tile.
-            return (m, n.div_ceil(threads).next_multiple_of(16).min(n));
-        }
         return (m, n);
     }
-    let row_blocks = m.div_ceil(256);
-    let mb = m.div_ceil(row_blocks);
-    let mut col_blocks = n.div_ceil((TILE_ELEMS / mb).max(64));
-    if threads > 1 && !(row_blocks * col_blocks * problems).is_multiple_of(threads) {
-        col_blocks = col_blocks.next_multiple_of(threads);
-    }
+    let k = k.max(1);
+    let want = (m * n).div_ceil(TILE_ELEMS);
+    let col_blocks = want.min(n / k).max(1);
+    let row_blocks = want.div_ceil(col_blocks).min(m / k).max(1);
     let nb = n.div_ceil(col_blocks).next_multiple_of(16).min(n);
+    let mb = m.div_ceil(row_blocks).next_multiple_of(8).min(m);
     (mb, nb)
 }
 
@@ -587,7 +589,7 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     let probe = operands(0);
     let has_epilogue =
         !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();
-    let (mb, nb) = tile_shape(g.m, g.n, has_epilogue, threads, problems);
+    let (mb, nb) = tile_shape(g.m, g.n, g.k, has_epilogue);
     let (rt, ct) = (g.m.div_ceil(mb), g.n.div_ceil(nb));
     let per_problem = rt * ct;
     let tiles = problems * per_problem;
