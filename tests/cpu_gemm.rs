@@ -14,7 +14,7 @@
 
 use ladder::backend::cpu::activation::Activation;
 use ladder::backend::cpu::conv::{conv, conv_with, ConvAlgo, ConvGeom};
-use ladder::backend::cpu::gemm::{matmul, Epilogue, KernelError, MatmulGeom, Tile, SMALL_WORK};
+use ladder::backend::cpu::gemm::{matmul, Epilogue, KernelError, MatmulGeom, Tile, SMALL_WORK, TILE_ELEMS};
 use ladder::interp::{self, Options};
 use ladder::ir::AttrValue;
 use ladder::models::Rng;
@@ -363,7 +363,10 @@ fn ulp_of(x: f32) -> f64 {
 #[test]
 fn matmul_epilogue_matches_chained_ops() {
     let mut rng = Rng::new(6);
-    for &(batch, m, n, k) in &[(1, 3, 5, 4), (2, 100, 70, 50), (1, 256, 300, 64), (3, 40, 1030, 20)] {
+    // The last two are cut into tiles: two column blocks, and two row blocks.
+    let shapes =
+        [(1, 3, 5, 4), (2, 100, 70, 50), (1, 256, 300, 64), (3, 40, 1030, 20), (1, 300, 1000, 16), (1, 4200, 64, 48)];
+    for &(batch, m, n, k) in &shapes {
         for &act_name in &["none", "relu", "gelu", "gelu_tanh", "silu"] {
             let a_shape = [batch, m, k];
             let a = rand_f32(&mut rng, batch * m * k);
@@ -421,7 +424,8 @@ fn matmul_epilogue_matches_chained_ops() {
                 let mut out = vec![f32::NAN; batch * m * n];
                 matmul(&a, &a_shape, &w, &[k, n], false, false, &mut out, threads, &epi).unwrap();
                 assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), out.len(), "hook covers the output once");
-                assert!(calls.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+                let tiles = calls.load(std::sync::atomic::Ordering::Relaxed);
+                assert!(tiles >= if m * n > TILE_ELEMS { 2 } else { 1 }, "{tiles} tiles");
                 // Tolerance: the GEMM bound (times the activation's slope, at most 1.13 for
                 // these), a few ulp of the activation and the two adds, on the result and on
                 // the pre-activation value.
