@@ -108,3 +108,35 @@ fn a_model_from_text_counts_its_flops_and_bytes() {
     assert_eq!(w.io_bytes, (128 + 64 + 32) * 4);
     assert_eq!(w.floor, FloorKind::Max);
 }
+
+#[test]
+fn cli_prints_json_and_a_table() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--workload", "W9,W2_softmax_64", "--threads", "1,2", "--runs", "3", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let names: Vec<&str> = rows.iter().map(|r| r["workload"].as_str().unwrap()).collect();
+    assert_eq!(names, ["W2_softmax_64x128", "W2_softmax_64x128", "W9_call_overhead_add16", "W9_call_overhead_add16"]);
+    for r in rows {
+        for key in ["threads", "median_us", "floor_ratio", "compile_ms"] {
+            assert!(r[key].is_number(), "{key} in {r}");
+        }
+    }
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--workload", "W9", "--threads", "1", "--runs", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("W9_call_overhead_add16") && text.contains("floor"), "{text}");
+    for bad in [&["bench", "--backend", "gpu"][..], &["bench", "--workload", "W7"], &["bench", "--threads", "0"]] {
+        let out = std::process::Command::new(exe).args(bad).output().unwrap();
+        assert!(!out.status.success(), "{bad:?} should fail");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
+    }
+}

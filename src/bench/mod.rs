@@ -349,18 +349,35 @@ pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<W
     let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
     let mut io_bytes: usize = inputs.iter().map(bytes).sum::<usize>() + outputs.iter().map(bytes).sum::<usize>();
     io_bytes += graph.blobs().map(|(_, b)| bytes(&b.tensor)).sum::<usize>();
-    let flops = graph_flops(&graph);
+    // Bind size symbols from the inputs' shapes, to count FLOPs of symbolic nodes too.
+    let mut bound: Vec<(String, u64)> = Vec::new();
+    for (&v, t) in graph.inputs().iter().zip(&inputs) {
+        for (d, &n) in graph.ty(v).shape.dims().iter().zip(t.shape()) {
+            if let Some(sym) = d.as_symbol() {
+                bound.push((sym.to_string(), n as u64));
+            }
+        }
+    }
+    let lookup = |s: &str| bound.iter().find(|(name, _)| name == s).map(|&(_, n)| n);
+    let flops = graph_flops_with(&graph, &lookup);
     Ok(Workload { name: name.to_string(), graph, inputs, floor: FloorKind::Max, flops, io_bytes })
 }
 
 /// 2 × multiply-adds of the statically shaped matmul, linear, conv and attention nodes.
 pub fn graph_flops(graph: &Graph) -> f64 {
-    let numel = |s: &Shape| -> Option<f64> { s.dims().iter().map(|d| d.as_const().map(|n| n as f64)).product() };
+    graph_flops_with(graph, &|_| None)
+}
+
+/// [`graph_flops`] with size symbols bound by `lookup` (nodes whose shapes stay unknown
+/// count 0).
+pub fn graph_flops_with(graph: &Graph, lookup: &dyn Fn(&str) -> Option<u64>) -> f64 {
+    let size = |d: &Dim| d.eval(lookup).ok();
+    let numel = |s: &Shape| -> Option<f64> { s.dims().iter().map(|d| size(d).map(|n| n as f64)).product() };
     let mut total = 0.0;
     for (v, node) in graph.nodes() {
         let out = &graph.ty(v).shape;
         let arg = |i: usize| node.args.get(i).map(|&a| &graph.ty(a).shape);
-        let last = |s: &Shape, back: usize| s.dims().get(s.rank().wrapping_sub(back)).and_then(Dim::as_const);
+        let last = |s: &Shape, back: usize| s.dims().get(s.rank().wrapping_sub(back)).and_then(size);
         let f = match node.op {
             OpKind::Matmul => arg(0).and_then(|a| {
                 let k = if node.attrs.bool("transpose_a") { last(a, 2) } else { last(a, 1) };
@@ -371,7 +388,7 @@ pub fn graph_flops(graph: &Graph) -> f64 {
             }
             OpKind::Linear => arg(0).and_then(|a| Some(numel(out)? * last(a, 1)? as f64)),
             OpKind::Conv | OpKind::Conv2d => arg(1).and_then(|w| {
-                let per_out = numel(w)? / w.dims().first()?.as_const()? as f64;
+                let per_out = numel(w)? / size(w.dims().first()?)? as f64;
                 Some(numel(out)? * per_out)
             }),
             OpKind::ScaledDotProductAttention => arg(1).and_then(|k| {

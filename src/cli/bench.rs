@@ -83,18 +83,18 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     let mut floors = Floors::default();
     let mut results: Vec<Measurement> = Vec::new();
-    if !args.json {
-        writeln!(
-            out,
-            "{:<26} {:>3} {:>12} {:>9} {:>9} {:>12} {:>8} {:>11}",
-            "workload", "thr", "median_us", "GB/s", "GFLOP/s", "floor_us", "floor/t", "compile_ms"
-        )
-        .map_err(Error::Stdout)?;
-    }
     for w in &work {
         for &threads in &args.threads {
             let m = bench::run(w, backend, threads, args.runs, &mut floors).map_err(usage)?;
             if !args.json {
+                if results.is_empty() {
+                    writeln!(
+                        out,
+                        "{:<26} {:>3} {:>12} {:>9} {:>9} {:>12} {:>8} {:>11}",
+                        "workload", "thr", "median_us", "GB/s", "GFLOP/s", "floor_us", "floor/t", "compile_ms"
+                    )
+                    .map_err(Error::Stdout)?;
+                }
                 let gflops = if m.flops > 0.0 { format!("{:9.1}", m.gflops()) } else { format!("{:>9}", "-") };
                 writeln!(
                     out,
