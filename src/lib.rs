@@ -6,6 +6,7 @@
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
 pub mod backend;
+pub mod bench;
 pub mod builder;
 pub mod decomp;
 pub mod frontend;

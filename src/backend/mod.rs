@@ -1,4 +1,5 @@
-//! Backends that run kernel programs ([`crate::kernel`]): `cpu` compiles each generated
-//! kernel to native code with Cranelift.
+//! Native backends: each compiles or runs a scheduled kernel program ([`crate::kernel`]) on one
+//! kind of device. `cpu` compiles generated kernels with Cranelift and calls library kernels
+//! (GEMM, convolution) for the opaque ops.
 
 pub mod cpu;

@@ -1,6 +1,7 @@
 //! The `ladder` command line: argument definitions, the error type, and dispatch. Each
 //! subcommand lives in its own file; `model` loads what they all work on.
 
+mod bench;
 mod conformance;
 mod dump;
 mod info;
@@ -38,6 +39,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
     Conformance(conformance::ConformanceArgs),
+    /// Time the built-in workloads (W0–W9) or a model against floors measured in the same run.
+    Bench(bench::BenchArgs),
 }
 
 /// Why a command failed. Every variant prints as one clear message.
@@ -79,6 +82,7 @@ pub fn main() -> ExitCode {
         Command::Dump(args) => dump::dump(&args, &mut out),
         Command::Info(args) => info::info(&args, &mut out),
         Command::Conformance(args) => conformance::conformance(&args, &mut out),
+        Command::Bench(args) => bench::bench(&args, &mut out),
     }
     .and_then(|()| out.flush().map_err(Error::Stdout));
     match result {

@@ -46,12 +46,12 @@ fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> 
     }
 }
 
-fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+pub(super) fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     let (name, file) = split_pair(s, "NAME=FILE.npy")?;
     Ok((name.to_string(), PathBuf::from(file)))
 }
 
-fn parse_dim(s: &str) -> Result<(String, u64), String> {
+pub(super) fn parse_dim(s: &str) -> Result<(String, u64), String> {
     let (sym, n) = split_pair(s, "SYMBOL=N")?;
     let n = n.parse::<u64>().map_err(|_| format!("`{n}` is not a size (a non-negative integer)"))?;
     Ok((sym.to_string(), n))
@@ -142,7 +142,7 @@ struct Binding {
 /// One tensor per graph input: read from its `--input` file, or generated. Checks each file
 /// against the input's declared type (naming the input and the file when it does not fit)
 /// and binds size symbols from `--dim`, from the files, and otherwise to the default.
-fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
+pub(super) fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
     let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
     let listing =
         || if names.is_empty() { "it has none".to_string() } else { format!("its inputs: {}", names.join(", ")) };

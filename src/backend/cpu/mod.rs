@@ -1,4 +1,6 @@
-//! The CPU backend: one generated [`Kernel`] → one native function, through Cranelift.
+//! The CPU backend: one generated [`Kernel`] → one native function, through Cranelift; and
+//! the library kernels for the opaque ops: [`gemm`] (matmul), [`conv`], and the
+//! [`activation`]s their epilogues apply.
 //!
 //! [`CpuCompiler`] owns a `JITModule` and compiles many kernels into it. Each
 //! [`CompiledKernel`] holds the entry point (the [`KernelFn`] convention of
@@ -26,9 +28,12 @@
 //! approximations ([`math`]); f64 transcendentals, float `rem` and integer `pow` call the Rust
 //! function of the reference per element (exact, scalar, slow).
 
+pub mod activation;
 mod analyze;
 mod codegen;
+pub mod conv;
 mod emit;
+pub mod gemm;
 pub mod math;
 
 use std::cell::Cell;

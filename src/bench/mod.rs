@@ -1,0 +1,665 @@
+//! Benchmarks: the W0–W9 workloads, their floors, and the timing loop behind `ladder bench`.
+//!
+//! The workloads are the ones `../shared/peers` runs on onnxruntime, XLA and tract (same
+//! names, shapes, scales and structure; activations are graph inputs, parameters are
+//! constants), so numbers compare side by side. Values come from ladder's own generator
+//! (normal via Box–Muller), not NumPy's, so only timings compare, not outputs.
+//!
+//! Each measurement reports the median latency and `floor_ratio = floor / median`, where the
+//! floor is measured in the same run: for memory-bound workloads a plain copy moving the same
+//! bytes (every input and constant read once, the output written once; with `threads = 2`
+//! the faster of one and two copying threads), for matmul-heavy ones (W0, W4, W5, W6) the
+//! FLOPs at the `gemm` crate's own throughput on a 1024³ sgemm at that thread count. A model
+//! given by file gets the larger of the two floors (FLOPs counted over its statically shaped
+//! matmul, linear, conv and attention nodes, causal attention at half).
+//!
+//! Backends: [`prepare`] turns a graph into something runnable and is what `compile_ms`
+//! times. Until the CPU runtime lands only the interpreter is there (single-threaded; the
+//! thread count only sizes the rayon pool the run happens in); switching `Backend::Cpu` on
+//! is the one marked line in [`prepare`].
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::builder::{BuildError, GraphBuilder};
+use crate::interp::{self, Options};
+use crate::ir::{AttrValue, DType, Dim, Graph, Shape, Value};
+use crate::models::Rng;
+use crate::ops::OpKind;
+use crate::tensor::{Tensor, TensorData};
+
+/// Every built-in workload, in order.
+pub const WORKLOADS: &[&str] = &[
+    "W0_sgemm_1024",
+    "W1_gelu_4M",
+    "W1_gelu_16K",
+    "W2_softmax_4096x1024",
+    "W2_softmax_64x128",
+    "W3_layernorm_4096x1024",
+    "W4_mlp_256x1024x4096",
+    "W5_attn_8x512x64",
+    "W5_attn_causal",
+    "W6_encoder_s128_d256",
+    "W9_call_overhead_add16",
+];
+
+/// Layer-norm epsilon of the workloads.
+pub const EPS: f64 = 1e-5;
+
+/// Which floor a workload is measured against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloorKind {
+    /// A copy of the bytes the workload must move.
+    Copy,
+    /// Its FLOPs at the GEMM crate's measured throughput.
+    Gemm,
+    /// The larger of the two (models given by file).
+    Max,
+}
+
+/// A graph with its inputs and what its floor is made of.
+pub struct Workload {
+    pub name: String,
+    pub graph: Graph,
+    pub inputs: Vec<Tensor>,
+    pub floor: FloorKind,
+    /// Multiply-add FLOPs (2 per multiply-add), 0 when not counted.
+    pub flops: f64,
+    /// Bytes a perfect implementation moves: inputs and constants read once, outputs written once.
+    pub io_bytes: usize,
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("building workload {name}: {error}")]
+    Build { name: String, error: BuildError },
+    #[error("no workload matches `{0}` (workloads: {list})", list = WORKLOADS.join(", "))]
+    NoMatch(String),
+    #[error("{0}")]
+    Backend(String),
+    #[error("the run failed: {0}")]
+    Run(String),
+}
+
+/// Where a benchmark runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Interp,
+    Cpu,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Interp => "interp",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+/// A graph made runnable by a backend.
+pub trait Runnable: Send + Sync {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String>;
+}
+
+struct InterpRunnable(Arc<Graph>);
+
+impl Runnable for InterpRunnable {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        interp::run(&self.0, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
+    }
+}
+
+/// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times).
+pub fn prepare(graph: &Graph, backend: Backend, threads: usize) -> Result<Box<dyn Runnable>, BenchError> {
+    let _ = threads;
+    match backend {
+        Backend::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
+        // When the runtime lands, this line becomes
+        // `Backend::Cpu => Ok(Box::new(crate::compile(graph, &crate::Options { backend: crate::Backend::Cpu, threads, ..Default::default() })?)),`
+        // with `Runnable` implemented for its plan.
+        Backend::Cpu => Err(BenchError::Backend("backend `cpu` is not available yet (use --backend interp)".into())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads
+// ---------------------------------------------------------------------------------------------
+
+/// Normal(0, scale²) values (Box–Muller over ladder's generator), as f32.
+fn normal(rng: &mut Rng, n: usize, scale: f64) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let u1 = (rng.uniform() + 1.0) * 0.5; // (0, 1]
+        let u1 = if u1 <= 0.0 { f64::MIN_POSITIVE } else { u1 };
+        let u2 = (rng.uniform() + 1.0) * 0.5;
+        let r = (-2.0 * u1.ln()).sqrt();
+        let t = 2.0 * std::f64::consts::PI * u2;
+        out.push((r * t.cos() * scale) as f32);
+        out.push((r * t.sin() * scale) as f32);
+    }
+    out.truncate(n);
+    out
+}
+
+fn tensor(rng: &mut Rng, shape: &[usize], scale: f64) -> Tensor {
+    let n = shape.iter().product();
+    // The length is the shape's product by construction.
+    Tensor::from_f32(shape, normal(rng, n, scale)).expect("data matches its shape")
+}
+
+fn shape(dims: &[usize]) -> Shape {
+    dims.iter().map(|&d| Dim::new(d as u64)).collect()
+}
+
+struct Builder {
+    b: GraphBuilder,
+    rng: Rng,
+    inputs: Vec<Tensor>,
+    io_bytes: usize,
+}
+
+impl Builder {
+    fn new(name: &str) -> Builder {
+        Builder { b: GraphBuilder::new(name), rng: Rng::new(0), inputs: Vec::new(), io_bytes: 0 }
+    }
+
+    fn input(&mut self, name: &str, dims: &[usize], scale: f64) -> Result<Value, BuildError> {
+        let t = tensor(&mut self.rng, dims, scale);
+        self.io_bytes += t.numel() * 4;
+        self.inputs.push(t);
+        self.b.input(name, DType::F32, shape(dims))
+    }
+
+    fn param(&mut self, name: &str, dims: &[usize], scale: f64, offset: f32) -> Result<Value, BuildError> {
+        let mut t = tensor(&mut self.rng, dims, scale);
+        if offset != 0.0 {
+            let v: Vec<f32> = t.as_f32().unwrap_or(&[]).iter().map(|x| x + offset).collect();
+            t = Tensor::from_f32(dims, v).expect("same shape");
+        }
+        self.io_bytes += t.numel() * 4;
+        self.b.named_constant(name, t)
+    }
+
+    fn finish(mut self, name: &str, y: Value, floor: FloorKind, flops: f64) -> Result<Workload, BuildError> {
+        let out_elems: usize = self.b.ty(y).shape.dims().iter().filter_map(|d| d.as_const()).product::<u64>() as usize;
+        self.io_bytes += out_elems * 4;
+        self.b.output("y", y)?;
+        let graph = self.b.finish()?;
+        Ok(Workload { name: name.to_string(), graph, inputs: self.inputs, floor, flops, io_bytes: self.io_bytes })
+    }
+}
+
+fn gelu(b: &mut GraphBuilder, x: Value) -> Result<Value, BuildError> {
+    b.gelu(x, "none")
+}
+
+fn attention(b: &mut GraphBuilder, q: Value, k: Value, v: Value, causal: bool, d: usize) -> Result<Value, BuildError> {
+    b.op(
+        OpKind::ScaledDotProductAttention,
+        &[q, k, v],
+        &[("causal", AttrValue::Bool(causal)), ("scale", AttrValue::Float(1.0 / (d as f64).sqrt()))],
+    )
+}
+
+/// Builds one workload by name (the full name, as in [`WORKLOADS`]).
+pub fn workload(name: &str) -> Result<Workload, BenchError> {
+    build(name)
+        .map_err(|error| BenchError::Build { name: name.to_string(), error })?
+        .ok_or_else(|| BenchError::NoMatch(name.to_string()))
+}
+
+fn build(name: &str) -> Result<Option<Workload>, BuildError> {
+    let mut w = Builder::new(name);
+    match name {
+        "W0_sgemm_1024" => {
+            let x = w.input("x", &[1024, 1024], 1.0)?;
+            let m = w.param("w", &[1024, 1024], 1.0, 0.0)?;
+            let y = w.b.matmul(x, m)?;
+            w.finish(name, y, FloorKind::Gemm, 2.0 * 1024f64.powi(3))
+        }
+        "W1_gelu_4M" | "W1_gelu_16K" => {
+            let rows = if name.ends_with("4M") { 4096 } else { 16 };
+            let x = w.input("x", &[rows, 1024], 1.0)?;
+            let a = w.param("a", &[1024], 1.0, 0.0)?;
+            let bias = w.param("b", &[1024], 1.0, 0.0)?;
+            let u = w.b.mul(x, a)?;
+            let u = w.b.add(u, bias)?;
+            let y = gelu(&mut w.b, u)?;
+            w.finish(name, y, FloorKind::Copy, 0.0)
+        }
+        "W2_softmax_4096x1024" | "W2_softmax_64x128" => {
+            let dims: &[usize] = if name.contains("4096") { &[4096, 1024] } else { &[64, 128] };
+            let x = w.input("x", dims, 3.0)?;
+            let y = w.b.softmax(x, -1)?;
+            w.finish(name, y, FloorKind::Copy, 0.0)
+        }
+        "W3_layernorm_4096x1024" => {
+            let x = w.input("x", &[4096, 1024], 1.0)?;
+            let g = w.param("w", &[1024], 1.0, 0.0)?;
+            let bias = w.param("b", &[1024], 1.0, 0.0)?;
+            let y = w.b.layer_norm(x, g, bias, EPS)?;
+            w.finish(name, y, FloorKind::Copy, 0.0)
+        }
+        "W4_mlp_256x1024x4096" => {
+            let x = w.input("x", &[256, 1024], 1.0)?;
+            let w1 = w.param("w1", &[1024, 4096], 1.0 / 32.0, 0.0)?;
+            let w2 = w.param("w2", &[4096, 1024], 1.0 / 64.0, 0.0)?;
+            let h = w.b.matmul(x, w1)?;
+            let h = gelu(&mut w.b, h)?;
+            let o = w.b.matmul(h, w2)?;
+            let y = w.b.add(o, x)?;
+            w.finish(name, y, FloorKind::Gemm, 2.0 * 256.0 * 1024.0 * 4096.0 * 2.0)
+        }
+        "W5_attn_8x512x64" | "W5_attn_causal" => {
+            let causal = name == "W5_attn_causal";
+            let q = w.input("q", &[1, 8, 512, 64], 1.0)?;
+            let k = w.input("k", &[1, 8, 512, 64], 1.0)?;
+            let v = w.input("v", &[1, 8, 512, 64], 1.0)?;
+            let y = attention(&mut w.b, q, k, v, causal, 64)?;
+            let f = 2.0 * 2.0 * 8.0 * 512.0 * 512.0 * 64.0;
+            w.finish(name, y, FloorKind::Gemm, if causal { f / 2.0 } else { f })
+        }
+        "W6_encoder_s128_d256" => {
+            let (s, d, ff, h) = (128usize, 256usize, 1024usize, 4usize);
+            let x = w.input("x", &[1, s, d], 1.0)?;
+            let ln1_w = w.param("ln1_w", &[d], 0.1, 1.0)?;
+            let ln1_b = w.param("ln1_b", &[d], 0.1, 0.0)?;
+            let wqkv = w.param("wqkv", &[d, 3 * d], 1.0 / 16.0, 0.0)?;
+            let bqkv = w.param("bqkv", &[3 * d], 0.1, 0.0)?;
+            let wo = w.param("wo", &[d, d], 1.0 / 16.0, 0.0)?;
+            let bo = w.param("bo", &[d], 0.1, 0.0)?;
+            let ln2_w = w.param("ln2_w", &[d], 0.1, 1.0)?;
+            let ln2_b = w.param("ln2_b", &[d], 0.1, 0.0)?;
+            let w1 = w.param("w1", &[d, ff], 1.0 / 16.0, 0.0)?;
+            let b1 = w.param("b1", &[ff], 0.1, 0.0)?;
+            let w2 = w.param("w2", &[ff, d], 1.0 / 32.0, 0.0)?;
+            let b2 = w.param("b2", &[d], 0.1, 0.0)?;
+            let b = &mut w.b;
+            let hn = b.layer_norm(x, ln1_w, ln1_b, EPS)?;
+            let qkv = b.matmul(hn, wqkv)?;
+            let qkv = b.add(qkv, bqkv)?;
+            let mut heads = Vec::new();
+            for i in 0..3i64 {
+                let part = b.op(
+                    OpKind::Slice,
+                    &[qkv],
+                    &[
+                        ("axis", AttrValue::Int(2)),
+                        ("start", AttrValue::Int(i * d as i64)),
+                        ("end", AttrValue::Int((i + 1) * d as i64)),
+                    ],
+                )?;
+                let split = b.reshape(part, &[1, s as i64, h as i64, (d / h) as i64])?;
+                heads.push(b.transpose(split, 1, 2)?);
+            }
+            let a = attention(b, heads[0], heads[1], heads[2], false, d / h)?;
+            let a = b.transpose(a, 1, 2)?;
+            let a = b.reshape(a, &[1, s as i64, d as i64])?;
+            let a = b.matmul(a, wo)?;
+            let a = b.add(a, bo)?;
+            let x2 = b.add(x, a)?;
+            let h2 = b.layer_norm(x2, ln2_w, ln2_b, EPS)?;
+            let f = b.matmul(h2, w1)?;
+            let f = b.add(f, b1)?;
+            let f = gelu(b, f)?;
+            let f = b.matmul(f, w2)?;
+            let f = b.add(f, b2)?;
+            let y = b.add(x2, f)?;
+            let (sf, df, fff) = (s as f64, d as f64, ff as f64);
+            let flops =
+                2.0 * sf * df * 3.0 * df + 2.0 * 2.0 * sf * sf * df + 2.0 * sf * df * df + 2.0 * 2.0 * sf * df * fff;
+            w.finish(name, y, FloorKind::Gemm, flops)
+        }
+        "W9_call_overhead_add16" => {
+            let x = w.input("x", &[16], 1.0)?;
+            let one = w.b.constant(Tensor::scalar_f32(1.0))?;
+            w.io_bytes += 4;
+            let y = w.b.add(x, one)?;
+            w.finish(name, y, FloorKind::Copy, 0.0)
+        }
+        _ => return Ok(None),
+    }
+    .map(Some)
+}
+
+/// The workloads whose names start with any of `prefixes` (all when empty), in order.
+pub fn select(prefixes: &[String]) -> Result<Vec<&'static str>, BenchError> {
+    let mut out = Vec::new();
+    for &w in WORKLOADS {
+        if prefixes.is_empty() || prefixes.iter().any(|p| w.starts_with(p.as_str())) {
+            out.push(w);
+        }
+    }
+    for p in prefixes {
+        if !WORKLOADS.iter().any(|w| w.starts_with(p.as_str())) {
+            return Err(BenchError::NoMatch(p.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// A model from a file as a workload: `inputs` as given; io bytes are the inputs, the
+/// graph's constants and the outputs; FLOPs are counted over statically shaped matmul-family,
+/// conv and attention nodes.
+pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<Workload, BenchError> {
+    let outputs = prepare(&graph, Backend::Interp, 1)?.run(&inputs).map_err(BenchError::Run)?;
+    let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
+    let mut io_bytes: usize = inputs.iter().map(bytes).sum::<usize>() + outputs.iter().map(bytes).sum::<usize>();
+    io_bytes += graph.blobs().map(|(_, b)| bytes(&b.tensor)).sum::<usize>();
+    // Bind size symbols from the inputs' shapes, to count FLOPs of symbolic nodes too.
+    let mut bound: Vec<(String, u64)> = Vec::new();
+    for (&v, t) in graph.inputs().iter().zip(&inputs) {
+        for (d, &n) in graph.ty(v).shape.dims().iter().zip(t.shape()) {
+            if let Some(sym) = d.as_symbol() {
+                bound.push((sym.to_string(), n as u64));
+            }
+        }
+    }
+    let lookup = |s: &str| bound.iter().find(|(name, _)| name == s).map(|&(_, n)| n);
+    let flops = graph_flops_with(&graph, &lookup);
+    Ok(Workload { name: name.to_string(), graph, inputs, floor: FloorKind::Max, flops, io_bytes })
+}
+
+/// 2 × multiply-adds of the statically shaped matmul, linear, conv and attention nodes.
+pub fn graph_flops(graph: &Graph) -> f64 {
+    graph_flops_with(graph, &|_| None)
+}
+
+/// [`graph_flops`] with size symbols bound by `lookup` (nodes whose shapes stay unknown
+/// count 0).
+pub fn graph_flops_with(graph: &Graph, lookup: &dyn Fn(&str) -> Option<u64>) -> f64 {
+    let size = |d: &Dim| d.eval(lookup).ok();
+    let numel = |s: &Shape| -> Option<f64> { s.dims().iter().map(|d| size(d).map(|n| n as f64)).product() };
+    let mut total = 0.0;
+    for (v, node) in graph.nodes() {
+        let out = &graph.ty(v).shape;
+        let arg = |i: usize| node.args.get(i).map(|&a| &graph.ty(a).shape);
+        let last = |s: &Shape, back: usize| s.dims().get(s.rank().wrapping_sub(back)).and_then(size);
+        let f = match node.op {
+            OpKind::Matmul => arg(0).and_then(|a| {
+                let k = if node.attrs.bool("transpose_a") { last(a, 2) } else { last(a, 1) };
+                Some(numel(out)? * k? as f64)
+            }),
+            OpKind::Bmm | OpKind::Addmm => {
+                arg(if node.op == OpKind::Addmm { 1 } else { 0 }).and_then(|a| Some(numel(out)? * last(a, 1)? as f64))
+            }
+            OpKind::Linear => arg(0).and_then(|a| Some(numel(out)? * last(a, 1)? as f64)),
+            OpKind::Conv | OpKind::Conv2d => arg(1).and_then(|w| {
+                let per_out = numel(w)? / size(w.dims().first()?)? as f64;
+                Some(numel(out)? * per_out)
+            }),
+            OpKind::ScaledDotProductAttention => arg(1).and_then(|k| {
+                // q k^T and p v: 2 * (out elements) * key length; causal does half the work
+                // (as the peers count it).
+                let half = if node.attrs.bool("causal") { 0.5 } else { 1.0 };
+                Some(2.0 * numel(out)? * last(k, 2)? as f64 * half)
+            }),
+            _ => None,
+        };
+        total += 2.0 * f.unwrap_or(0.0);
+    }
+    total
+}
+
+// ---------------------------------------------------------------------------------------------
+// Floors and timing
+// ---------------------------------------------------------------------------------------------
+
+/// Median and minimum of a timing, in microseconds, and how many runs it took.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub median_us: f64,
+    pub min_us: f64,
+    pub runs: usize,
+}
+
+/// Times `f`: `runs` calls after one warm-up when given; otherwise as the peers' scripts do
+/// (warm-up of at least 3 calls and 0.15 s, then calls until 0.5 s and at least 10 have
+/// passed, at most 20000; a workload slower than 0.1 s a call gets 1 warm-up and 5 calls,
+/// slower than 1 s gets 3).
+pub fn time(runs: Option<usize>, mut f: impl FnMut() -> Result<(), String>) -> Result<Timing, String> {
+    let t0 = Instant::now();
+    f()?;
+    let first = t0.elapsed().as_secs_f64();
+    let (min_runs, min_time, max_runs) = match runs {
+        Some(n) => (n.max(1), 0.0, n.max(1)),
+        None if first > 1.0 => (3, 0.0, 3),
+        None if first > 0.1 => (5, 0.0, 5),
+        None => {
+            let w = Instant::now();
+            let mut k = 0;
+            while k < 3 || w.elapsed().as_secs_f64() < 0.15 {
+                f()?;
+                k += 1;
+            }
+            (10, 0.5, 20_000)
+        }
+    };
+    let mut times = Vec::with_capacity(min_runs);
+    let start = Instant::now();
+    while times.len() < max_runs && (times.len() < min_runs || start.elapsed().as_secs_f64() < min_time) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Timing { median_us: times[times.len() / 2], min_us: times[0], runs: times.len() })
+}
+
+/// Reads `src` once and writes `dst` once (the copy floor's kernel).
+fn copy_bytes(src: &[u8], dst: &mut [u8]) {
+    let n = src.len().min(dst.len());
+    dst[..n].copy_from_slice(&src[..n]);
+    if src.len() > n {
+        let mut acc = 0u64;
+        for c in src[n..].chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            acc = acc.wrapping_add(u64::from_ne_bytes(w));
+        }
+        black_box(acc);
+    } else {
+        dst[n..].fill(0);
+    }
+    black_box(dst);
+}
+
+/// Microseconds to read `bytes_in` and write `bytes_out` with 1 thread, and with up to
+/// `threads` (the faster), on the current rayon pool.
+pub fn copy_floor_us(bytes_in: usize, bytes_out: usize, threads: usize) -> f64 {
+    let src = vec![1u8; bytes_in];
+    let mut dst = vec![0u8; bytes_out];
+    let one = time(None, || {
+        copy_bytes(&src, &mut dst);
+        Ok(())
+    })
+    .map(|t| t.median_us)
+    .unwrap_or(f64::NAN);
+    if threads < 2 || bytes_in.max(bytes_out) < 64 * 1024 {
+        return one;
+    }
+    let t = threads.min(rayon::current_num_threads().max(1));
+    let (ci, co) = (bytes_in.div_ceil(t), bytes_out.div_ceil(t));
+    let par = time(None, || {
+        use rayon::prelude::*;
+        let pieces: Vec<(&[u8], &mut [u8])> = src.chunks(ci.max(1)).zip(dst.chunks_mut(co.max(1))).collect();
+        pieces.into_par_iter().for_each(|(s, d)| copy_bytes(s, d));
+        Ok(())
+    })
+    .map(|t| t.median_us)
+    .unwrap_or(f64::NAN);
+    one.min(par)
+}
+
+/// The `gemm` crate's sgemm throughput at 1024³ on `threads` threads (GFLOP/s), called
+/// directly, on the current rayon pool.
+pub fn gemm_peak_gflops(threads: usize) -> f64 {
+    let n = 1024;
+    let a = vec![0.5f32; n * n];
+    let b = vec![0.25f32; n * n];
+    let mut c = vec![0.0f32; n * n];
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let t = time(None, || {
+        // SAFETY: row-major [n, n] operands of exactly that length.
+        unsafe {
+            gemm::gemm(
+                n,
+                n,
+                n,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                n as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            )
+        };
+        Ok(())
+    });
+    t.map(|t| 2.0 * (n * n * n) as f64 / (t.median_us * 1e3)).unwrap_or(f64::NAN)
+}
+
+/// One benchmark result.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    pub workload: String,
+    pub backend: Backend,
+    pub threads: usize,
+    pub timing: Timing,
+    pub compile_ms: f64,
+    pub floor: FloorKind,
+    pub floor_us: f64,
+    pub floor_ratio: f64,
+    pub io_bytes: usize,
+    pub flops: f64,
+}
+
+impl Measurement {
+    /// Achieved bandwidth over the workload's io bytes (GB/s).
+    pub fn gbps(&self) -> f64 {
+        self.io_bytes as f64 / (self.timing.median_us * 1e3)
+    }
+
+    /// Achieved GFLOP/s (0 when FLOPs are not counted).
+    pub fn gflops(&self) -> f64 {
+        self.flops / (self.timing.median_us * 1e3)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workload": self.workload,
+            "backend": self.backend.name(),
+            "threads": self.threads,
+            "median_us": self.timing.median_us,
+            "min_us": self.timing.min_us,
+            "runs": self.timing.runs,
+            "floor_us": self.floor_us,
+            "floor_kind": match self.floor { FloorKind::Copy => "copy", FloorKind::Gemm => "gemm", FloorKind::Max => "max" },
+            "floor_ratio": self.floor_ratio,
+            "compile_ms": self.compile_ms,
+            "io_bytes": self.io_bytes,
+            "gb_per_s": self.gbps(),
+            "flops": self.flops,
+            "gflop_per_s": self.gflops(),
+        })
+    }
+}
+
+/// Floors measured once per thread count and reused across workloads.
+#[derive(Default)]
+pub struct Floors {
+    gemm: Vec<(usize, f64)>,
+}
+
+impl Floors {
+    /// The floor of `w` at `threads`, in microseconds. Call on the pool the workload runs on.
+    pub fn floor_us(&mut self, w: &Workload, threads: usize) -> f64 {
+        let copy = || copy_floor_us(w.io_bytes.saturating_sub(out_bytes(w)), out_bytes(w), threads);
+        let gemm = |s: &mut Floors| w.flops / (s.gemm_gflops(threads) * 1e3);
+        match w.floor {
+            FloorKind::Copy => copy(),
+            FloorKind::Gemm => gemm(self),
+            FloorKind::Max => copy().max(if w.flops > 0.0 { gemm(self) } else { 0.0 }),
+        }
+    }
+
+    /// The GEMM throughputs measured so far: (threads, GFLOP/s).
+    pub fn gemm_measured(&self) -> &[(usize, f64)] {
+        &self.gemm
+    }
+
+    /// The GEMM crate's 1024³ throughput at `threads` (measured on first use).
+    pub fn gemm_gflops(&mut self, threads: usize) -> f64 {
+        if let Some(&(_, g)) = self.gemm.iter().find(|(t, _)| *t == threads) {
+            return g;
+        }
+        let g = gemm_peak_gflops(threads);
+        self.gemm.push((threads, g));
+        g
+    }
+}
+
+/// Output bytes of a workload's graph (its static output shapes).
+fn out_bytes(w: &Workload) -> usize {
+    w.graph
+        .outputs()
+        .iter()
+        .map(|o| {
+            let ty = w.graph.ty(o.value);
+            ty.shape.dims().iter().filter_map(|d| d.as_const()).product::<u64>() as usize * ty.dtype.size_bytes()
+        })
+        .sum()
+}
+
+/// Prepares and times `w` on `backend` with `threads` threads (in a rayon pool of that
+/// size), and measures its floor in the same pool.
+pub fn run(
+    w: &Workload,
+    backend: Backend,
+    threads: usize,
+    runs: Option<usize>,
+    floors: &mut Floors,
+) -> Result<Measurement, BenchError> {
+    let threads = threads.max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))?;
+    pool.install(|| {
+        let t = Instant::now();
+        let runnable = prepare(&w.graph, backend, threads)?;
+        let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+        let timing = time(runs, || runnable.run(&w.inputs).map(|o| drop(black_box(o)))).map_err(BenchError::Run)?;
+        let floor_us = floors.floor_us(w, threads);
+        Ok(Measurement {
+            workload: w.name.clone(),
+            backend,
+            threads,
+            timing,
+            compile_ms,
+            floor: w.floor,
+            floor_us,
+            floor_ratio: floor_us / timing.median_us,
+            io_bytes: w.io_bytes,
+            flops: w.flops,
+        })
+    })
+}
+
+/// Makes tensors with the given shapes and data, for callers that build inputs by hand.
+pub fn f32_tensor(shape: &[usize], data: Vec<f32>) -> Option<Tensor> {
+    Tensor::new(shape.to_vec(), TensorData::F32(data)).ok()
+}

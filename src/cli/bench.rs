@@ -1,0 +1,133 @@
+//! `ladder bench`: time the built-in workloads (W0–W9) or a model against floors measured in
+//! the same run (see `ladder::bench`), as a table or as JSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use ladder::bench::{self, Backend, Floors, Measurement};
+
+use super::run::{parse_dim, parse_input, prepare_inputs, RunArgs};
+use super::{model, note, Error};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Model in the text form (.lad); without one, the built-in workloads W0–W9.
+    pub model: Option<PathBuf>,
+    /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Thread counts to measure (comma-separated or repeated).
+    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = vec![1usize, 2])]
+    pub threads: Vec<usize>,
+    /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs).
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Print a JSON array of results instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the built-in workloads whose names start with these prefixes (e.g. W1,W6).
+    #[arg(long = "workload", value_name = "PREFIX", value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Where to run: `interp` (the reference interpreter) or `cpu` (once the runtime lands).
+    #[arg(long, value_name = "NAME", default_value = "interp")]
+    pub backend: String,
+    /// Seed for generated model inputs.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Size of a symbolic input dim of the model (repeatable).
+    #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
+    pub dims: Vec<(String, u64)>,
+}
+
+pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let backend = match args.backend.as_str() {
+        "interp" => Backend::Interp,
+        "cpu" => Backend::Cpu,
+        other => return Err(Error::Usage(format!("unknown backend `{other}` (available: interp, cpu)"))),
+    };
+    if args.threads.contains(&0) {
+        return Err(Error::Usage("--threads must be at least 1".into()));
+    }
+    let usage = |e: bench::BenchError| Error::Usage(e.to_string());
+    let mut work = Vec::new();
+    match &args.model {
+        Some(path) => {
+            if !args.workloads.is_empty() {
+                return Err(Error::Usage("--workload selects built-in workloads; it does not apply to a model".into()));
+            }
+            let g = model::load(Some(path))?;
+            let run_args = RunArgs {
+                model: Some(path.clone()),
+                inputs: args.inputs.clone(),
+                backend: args.backend.clone(),
+                out: None,
+                seed: args.seed,
+                dims: args.dims.clone(),
+                precise: false,
+            };
+            let inputs = prepare_inputs(&g, &run_args)?;
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+            work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
+        }
+        None => {
+            if !args.inputs.is_empty() || !args.dims.is_empty() {
+                return Err(Error::Usage("--input and --dim apply to a model file only".into()));
+            }
+            for name in bench::select(&args.workloads).map_err(usage)? {
+                work.push(bench::workload(name).map_err(usage)?);
+            }
+        }
+    }
+    if backend == Backend::Interp {
+        note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
+    }
+    let mut floors = Floors::default();
+    let mut results: Vec<Measurement> = Vec::new();
+    for w in &work {
+        for &threads in &args.threads {
+            let m = bench::run(w, backend, threads, args.runs, &mut floors).map_err(usage)?;
+            if !args.json {
+                if results.is_empty() {
+                    writeln!(
+                        out,
+                        "{:<26} {:>3} {:>12} {:>9} {:>9} {:>12} {:>8} {:>11}",
+                        "workload", "thr", "median_us", "GB/s", "GFLOP/s", "floor_us", "floor/t", "compile_ms"
+                    )
+                    .map_err(Error::Stdout)?;
+                }
+                let gflops = if m.flops > 0.0 { format!("{:9.1}", m.gflops()) } else { format!("{:>9}", "-") };
+                writeln!(
+                    out,
+                    "{:<26} {:>3} {:>12.1} {:>9.2} {} {:>12.1} {:>8.3} {:>11.3}",
+                    m.workload,
+                    m.threads,
+                    m.timing.median_us,
+                    m.gbps(),
+                    gflops,
+                    m.floor_us,
+                    m.floor_ratio,
+                    m.compile_ms
+                )
+                .map_err(Error::Stdout)?;
+                out.flush().map_err(Error::Stdout)?;
+            }
+            results.push(m);
+        }
+    }
+    if args.json {
+        let array: Vec<serde_json::Value> = results.iter().map(Measurement::to_json).collect();
+        let text = serde_json::to_string_pretty(&array).map_err(|e| Error::Usage(e.to_string()))?;
+        writeln!(out, "{text}").map_err(Error::Stdout)?;
+    } else {
+        let rates: Vec<String> =
+            floors.gemm_measured().iter().map(|(t, g)| format!("{g:.0} GFLOP/s at {t} thread(s)")).collect();
+        let rates = if rates.is_empty() { String::new() } else { format!(": {}", rates.join(", ")) };
+        writeln!(
+            out,
+            "floor/t = floor_ratio (floor time / ladder time); floors: a copy of the io bytes, or the FLOPs at \
+             the gemm crate's 1024^3 sgemm rate{rates}"
+        )
+        .map_err(Error::Stdout)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! The benchmark harness (`ladder::bench`, `ladder bench`): workloads match the peers'
+//! definitions (shapes, io bytes, FLOPs), selection by prefix, measurements and their JSON.
+//! No assertion is about timing.
+
+use ladder::bench::{self, Backend, FloorKind, Floors};
+
+#[test]
+fn workloads_match_the_peer_definitions() {
+    // (name, output shape, io bytes as ../shared/peers/common.py counts them, flops)
+    let f = 4usize;
+    let cases: &[(&str, &[u64], usize, f64)] = &[
+        ("W0_sgemm_1024", &[1024, 1024], 3 * 1024 * 1024 * f, 2.0 * 1024f64.powi(3)),
+        ("W1_gelu_4M", &[4096, 1024], (2 * 4096 * 1024 + 2 * 1024) * f, 0.0),
+        ("W1_gelu_16K", &[16, 1024], (2 * 16 * 1024 + 2 * 1024) * f, 0.0),
+        ("W2_softmax_4096x1024", &[4096, 1024], 2 * 4096 * 1024 * f, 0.0),
+        ("W2_softmax_64x128", &[64, 128], 2 * 64 * 128 * f, 0.0),
+        ("W3_layernorm_4096x1024", &[4096, 1024], (2 * 4096 * 1024 + 2 * 1024) * f, 0.0),
+        (
+            "W4_mlp_256x1024x4096",
+            &[256, 1024],
+            (2 * 256 * 1024 + 2 * 1024 * 4096) * f,
+            2.0 * 256.0 * 1024.0 * 4096.0 * 2.0,
+        ),
+        ("W5_attn_8x512x64", &[1, 8, 512, 64], 4 * 8 * 512 * 64 * f, 2.0 * 2.0 * 8.0 * 512.0 * 512.0 * 64.0),
+        ("W5_attn_causal", &[1, 8, 512, 64], 4 * 8 * 512 * 64 * f, 2.0 * 8.0 * 512.0 * 512.0 * 64.0),
+        (
+            "W6_encoder_s128_d256",
+            &[1, 128, 256],
+            (2 * 128 * 256 + 4 * 256 + 256 * 768 + 768 + 256 * 256 + 256 + 256 * 1024 + 1024 + 1024 * 256 + 256) * f,
+            2.0 * 128.0 * 256.0 * 768.0
+                + 4.0 * 128.0 * 128.0 * 256.0
+                + 2.0 * 128.0 * 256.0 * 256.0
+                + 4.0 * 128.0 * 256.0 * 1024.0,
+        ),
+        ("W9_call_overhead_add16", &[16], (2 * 16 + 1) * f, 0.0),
+    ];
+    assert_eq!(cases.len(), bench::WORKLOADS.len());
+    for &(name, out, io, flops) in cases {
+        let w = bench::workload(name).unwrap();
+        let y = w.graph.outputs()[0].value;
+        let dims: Vec<u64> = w.graph.ty(y).shape.dims().iter().map(|d| d.as_const().unwrap()).collect();
+        assert_eq!(dims, out, "{name} output shape");
+        assert_eq!(w.io_bytes, io, "{name} io bytes");
+        assert_eq!(w.flops, flops, "{name} flops");
+        let kind = if flops > 0.0 { FloorKind::Gemm } else { FloorKind::Copy };
+        assert_eq!(w.floor, kind, "{name} floor kind");
+        if flops > 0.0 {
+            // The counter over the graph agrees with the stated FLOPs (W6's elementwise
+            // work is not counted by either).
+            assert_eq!(bench::graph_flops(&w.graph), flops, "{name} graph flops");
+        }
+    }
+}
+
+#[test]
+fn selection_by_prefix() {
+    assert_eq!(bench::select(&[]).unwrap().len(), bench::WORKLOADS.len());
+    assert_eq!(bench::select(&["W5".into()]).unwrap(), vec!["W5_attn_8x512x64", "W5_attn_causal"]);
+    assert_eq!(
+        bench::select(&["W9".into(), "W1_gelu_16".into()]).unwrap(),
+        vec!["W1_gelu_16K", "W9_call_overhead_add16"]
+    );
+    assert!(matches!(bench::select(&["W7".into()]), Err(bench::BenchError::NoMatch(_))));
+    assert!(matches!(bench::workload("nope"), Err(bench::BenchError::NoMatch(_))));
+}
+
+#[test]
+fn measurements_and_json() {
+    let mut floors = Floors::default();
+    for name in ["W9_call_overhead_add16", "W2_softmax_64x128"] {
+        let w = bench::workload(name).unwrap();
+        for threads in [1, 2] {
+            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors).unwrap();
+            assert_eq!(m.timing.runs, 3);
+            assert!(m.timing.median_us > 0.0 && m.timing.min_us <= m.timing.median_us);
+            assert!(m.floor_us > 0.0 && m.floor_ratio > 0.0 && m.compile_ms >= 0.0);
+            let j = m.to_json();
+            for key in ["workload", "threads", "median_us", "floor_ratio", "compile_ms", "floor_us", "gb_per_s"] {
+                assert!(j.get(key).is_some(), "{key} missing from {j}");
+            }
+            assert_eq!(j["workload"], name);
+            assert_eq!(j["threads"], threads);
+        }
+    }
+    let w = bench::workload("W9_call_overhead_add16").unwrap();
+    assert!(matches!(bench::run(&w, Backend::Cpu, 1, Some(1), &mut floors), Err(bench::BenchError::Backend(_))));
+}
+
+#[test]
+fn a_model_from_text_counts_its_flops_and_bytes() {
+    let src = "graph m(%x: f32[8, 16]) {\n  %w = const w : f32[16, 4]\n  %y = matmul(%x, %w)\n  return %y\n}\n";
+    let g = match ladder::text::parse(src) {
+        Ok(g) => g,
+        // The text form may spell constants differently; build the same graph instead.
+        Err(_) => {
+            let mut b = ladder::GraphBuilder::new("m");
+            let x =
+                b.input("x", ladder::DType::F32, [8u64, 16].iter().map(|&d| ladder::Dim::new(d)).collect()).unwrap();
+            let w = b.named_constant("w", ladder::Tensor::from_f32(&[16, 4], vec![0.5; 64]).unwrap()).unwrap();
+            let y = b.matmul(x, w).unwrap();
+            b.output("y", y).unwrap();
+            b.finish().unwrap()
+        }
+    };
+    let x = ladder::Tensor::from_f32(&[8, 16], vec![1.0; 128]).unwrap();
+    let w = bench::model_workload("m", g, vec![x]).unwrap();
+    assert_eq!(w.flops, 2.0 * 8.0 * 4.0 * 16.0);
+    assert_eq!(w.io_bytes, (128 + 64 + 32) * 4);
+    assert_eq!(w.floor, FloorKind::Max);
+}
+
+#[test]
+fn cli_prints_json_and_a_table() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--workload", "W9,W2_softmax_64", "--threads", "1,2", "--runs", "3", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let names: Vec<&str> = rows.iter().map(|r| r["workload"].as_str().unwrap()).collect();
+    assert_eq!(names, ["W2_softmax_64x128", "W2_softmax_64x128", "W9_call_overhead_add16", "W9_call_overhead_add16"]);
+    for r in rows {
+        for key in ["threads", "median_us", "floor_ratio", "compile_ms"] {
+            assert!(r[key].is_number(), "{key} in {r}");
+        }
+    }
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--workload", "W9", "--threads", "1", "--runs", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("W9_call_overhead_add16") && text.contains("floor"), "{text}");
+    for bad in [&["bench", "--backend", "gpu"][..], &["bench", "--workload", "W7"], &["bench", "--threads", "0"]] {
+        let out = std::process::Command::new(exe).args(bad).output().unwrap();
+        assert!(!out.status.success(), "{bad:?} should fail");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
+    }
+}
