@@ -16,6 +16,7 @@ pub mod models;
 pub mod numerics;
 pub mod ops;
 pub mod passes;
+pub mod sched;
 pub mod tensor;
 pub mod text;
 

@@ -46,6 +46,7 @@ use cranelift_entity::{entity_impl, PrimaryMap};
 use crate::ir::{DType, Dim, Graph, Shape, Symbol, Value};
 use crate::ops::OpKind;
 
+pub mod eval;
 pub mod print;
 
 /// A buffer of the program. Prints as `b3`.
