@@ -1,6 +1,7 @@
 //! The `ladder` command line: argument definitions, the error type, and dispatch. Each
 //! subcommand lives in its own file; `model` loads what they all work on.
 
+mod check;
 mod dump;
 mod model;
 mod npy;
@@ -32,6 +33,8 @@ enum Command {
     Run(run::RunArgs),
     /// Print a model in the text form.
     Dump(dump::DumpArgs),
+    /// Run a model on a backend and on the interpreter (precise mode) and compare the outputs.
+    Check(check::CheckArgs),
 }
 
 /// Why a command failed. Every variant prints as one clear message.
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Ops(args) => ops::ops(&args, &mut out),
         Command::Run(args) => run::run(&args, &mut out),
         Command::Dump(args) => dump::dump(&args, &mut out),
+        Command::Check(args) => check::check(&args, &mut out),
     }
     .and_then(|()| out.flush().map_err(Error::Stdout));
     match result {

@@ -510,10 +510,19 @@ impl PreparedKernel {
         Ok(())
     }
 
-    /// Checks that every affine load and store of the kernel stays inside its buffer, given
-    /// the evaluated dim table and each buffer's element count. (Run before a compiled kernel,
-    /// this makes its memory accesses safe; the reference executor checks every access anyway.)
-    pub fn check_bounds(&self, dims: &[i64], len_of: &dyn Fn(BufferId) -> usize) -> Result<(), ExecError> {
+    /// Checks, before a run, what a compiled kernel cannot check itself: that every affine
+    /// load and store stays inside its buffer (given the evaluated dim table and each buffer's
+    /// element count), and that no argmax runs over an empty axis. Run before a compiled
+    /// kernel, this makes its memory accesses safe; the reference executor checks every access
+    /// anyway.
+    pub fn check(&self, dims: &[i64], len_of: &dyn Fn(BufferId) -> usize) -> Result<(), ExecError> {
+        if self.outer.iter().all(|&s| dims[s] > 0) {
+            for stage in &self.stages {
+                if stage.accs.iter().any(|a| a.op == ReduceOp::Argmax) && stage.inner.iter().any(|&s| dims[s] <= 0) {
+                    return Err(ExecError::EmptyArgmax { kernel: self.name.clone() });
+                }
+            }
+        }
         for (buf, r) in &self.loads {
             if r.stage_extents.iter().any(|&s| dims[s] == 0) {
                 continue;
@@ -832,10 +841,10 @@ pub enum GuardError {
     InputCount { expected: usize, got: usize },
     #[error("input `{name}` must be {expected}, got {got}")]
     DType { name: String, expected: DType, got: DType },
-    #[error("input `{name}` must have rank {expected}, got shape {got:?}")]
-    Rank { name: String, expected: usize, got: Vec<usize> },
-    #[error("input `{name}`: dim {axis} must be {expected}, got {got}")]
-    Dim { name: String, axis: usize, expected: String, got: u64 },
+    #[error("input `{name}` must have shape {expected}, got {got:?} (rank {}, expected {})", got.len(), rank)]
+    Rank { name: String, expected: String, rank: usize, got: Vec<usize> },
+    #[error("input `{name}` must have shape {expected}, got {got:?} (dim {axis} is {}, expected {dim})", got[*axis])]
+    Dim { name: String, expected: String, got: Vec<usize>, axis: usize, dim: String },
     #[error("input `{name}`: dim {axis} is {got} but `{symbol}` is already {bound} (from another dim)")]
     SymbolConflict { name: String, axis: usize, symbol: String, bound: u64, got: u64 },
     #[error("size symbol `{0}` is not bound by any input dim")]
@@ -885,14 +894,27 @@ pub fn bind_inputs(
         if t.dtype() != g.dtype {
             return Err(GuardError::DType { name: g.name.clone(), expected: g.dtype, got: t.dtype() });
         }
+        let shape_of = |g: &InputGuard| crate::ir::Shape(g.dims.iter().cloned().collect()).to_string();
         if t.shape().len() != g.dims.len() {
-            return Err(GuardError::Rank { name: g.name.clone(), expected: g.dims.len(), got: t.shape().to_vec() });
+            return Err(GuardError::Rank {
+                name: g.name.clone(),
+                expected: shape_of(g),
+                rank: g.dims.len(),
+                got: t.shape().to_vec(),
+            });
         }
+        let dim_err = |axis: usize, d: &Dim| GuardError::Dim {
+            name: g.name.clone(),
+            expected: shape_of(g),
+            got: t.shape().to_vec(),
+            axis,
+            dim: d.to_string(),
+        };
         for (axis, (d, &got)) in g.dims.iter().zip(t.shape()).enumerate() {
             let got = got as u64;
             if let Some(n) = d.as_const() {
                 if n != got {
-                    return Err(GuardError::Dim { name: g.name.clone(), axis, expected: n.to_string(), got });
+                    return Err(dim_err(axis, d));
                 }
             } else if let Some(sym) = d.as_symbol() {
                 let Some(i) = pos(sym) else { return Err(GuardError::Unbound(sym.to_string())) };
@@ -921,7 +943,13 @@ pub fn bind_inputs(
             match d.eval(&lookup) {
                 Ok(n) if n == got as u64 => {}
                 Ok(_) | Err(DimError::Negative | DimError::Overflow | DimError::NotDivisible) => {
-                    return Err(GuardError::Dim { name: g.name.clone(), axis, expected: d.to_string(), got: got as u64 })
+                    return Err(GuardError::Dim {
+                        name: g.name.clone(),
+                        expected: crate::ir::Shape(g.dims.iter().cloned().collect()).to_string(),
+                        got: t.shape().to_vec(),
+                        axis,
+                        dim: d.to_string(),
+                    })
                 }
                 Err(DimError::UnboundSymbol(s)) => return Err(GuardError::Unbound(s)),
             }

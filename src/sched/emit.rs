@@ -587,7 +587,6 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         by_level[l as usize].push(i);
     }
     let mut stages: Vec<Stage> = Vec::new();
-    let mut stage_of_old: Vec<Option<usize>> = vec![None; em.stages.len()];
     let finish = |s: &StageB| Stage {
         inner: s.inner.clone(),
         accumulators: s.acc.iter().cloned().collect(),
@@ -597,9 +596,8 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         if !body.is_empty() {
             stages.push(Stage { inner: Vec::new(), accumulators: Vec::new(), body });
         }
-        for (k, s) in em.stages.iter().enumerate() {
+        for s in &em.stages {
             if s.level == Some(l as u32 + 1) {
-                stage_of_old[k] = Some(stages.len());
                 stages.push(finish(s));
             }
         }
@@ -607,10 +605,10 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
     for sid in store_stages {
         let s = &em.stages[sid as usize];
         if !s.body.is_empty() {
-            stage_of_old[sid as usize] = Some(stages.len());
             stages.push(finish(s));
         }
     }
+    let n_regs = renumber(&mut stages);
     let mut reads: BTreeMap<Value, usize> = BTreeMap::new();
     for s in &stages {
         let mut seen = BTreeSet::new();
@@ -627,8 +625,67 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         name: name.to_string(),
         outer: outer_dims,
         stages,
-        n_regs: em.reg_dtype.len() as u32,
+        n_regs,
         covers: em.covers.iter().copied().collect(),
     };
     Ok(Emitted { kernel, reads })
+}
+
+/// Renumbers registers in program order (each stage's body, then its accumulator results);
+/// returns the register count.
+fn renumber(stages: &mut [Stage]) -> u32 {
+    let mut map: HashMap<Reg, Reg> = HashMap::new();
+    let mut next = 0u32;
+    let mut def = |r: Reg, map: &mut HashMap<Reg, Reg>| {
+        map.insert(r, Reg::from_u32(next));
+        next += 1;
+    };
+    for stage in stages.iter() {
+        for i in &stage.body {
+            if let Some(d) = i.dst() {
+                def(d, &mut map);
+            }
+        }
+        for a in &stage.accumulators {
+            def(a.result, &mut map);
+        }
+    }
+    let m = |r: &mut Reg| *r = map[r];
+    for stage in stages.iter_mut() {
+        for a in &mut stage.accumulators {
+            m(&mut a.result);
+        }
+        for i in &mut stage.body {
+            match i {
+                Instr::Load { dst, .. } | Instr::Const { dst, .. } | Instr::LoopVar { dst, .. } => m(dst),
+                Instr::LoadAt { dst, index, .. } => {
+                    m(dst);
+                    m(index);
+                }
+                Instr::Unary { dst, x, .. } | Instr::Convert { dst, x, .. } => {
+                    m(dst);
+                    m(x);
+                }
+                Instr::Binary { dst, a, b, .. } => {
+                    m(dst);
+                    m(a);
+                    m(b);
+                }
+                Instr::Select { dst, cond, a, b, .. } => {
+                    m(dst);
+                    m(cond);
+                    m(a);
+                    m(b);
+                }
+                Instr::Accumulate { x, index, .. } => {
+                    m(x);
+                    if let Some(i) = index {
+                        m(i);
+                    }
+                }
+                Instr::Store { value, .. } => m(value),
+            }
+        }
+    }
+    next
 }
