@@ -55,8 +55,7 @@ struct Executor {
     run: fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>,
 }
 
-const EXECUTORS: &[Executor] =
-    &[Executor { name: "interp", run: run_interp }, Executor { name: "cpu", run: run_cpu }];
+const EXECUTORS: &[Executor] = &[Executor { name: "interp", run: run_interp }, Executor { name: "cpu", run: run_cpu }];
 
 fn run_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     ladder::interp::run(g, inputs, &ladder::interp::Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())

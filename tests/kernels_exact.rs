@@ -57,7 +57,7 @@ fn check_random(seed: u64, rungs: Vec<Rung>) -> Option<usize> {
             random_tensor(&mut data, ty.dtype, &shape)
         })
         .collect();
-    check_program(&format!("seed {seed}"), s, &p, &inputs).then(|| p.steps.len())
+    check_program(&format!("seed {seed}"), s, &p, &inputs).then_some(p.steps.len())
 }
 
 #[test]

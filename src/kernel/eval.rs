@@ -193,14 +193,14 @@ pub fn data_to_bytes(data: &TensorData, out: &mut [u8]) {
 }
 
 /// A tensor of `dtype` and `shape` read from native-endian bytes.
-pub fn tensor_from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, ExecError> {
+pub fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Result<Tensor, ExecError> {
     let n: usize = shape.iter().product();
     let mut data = TensorData::zeros(dtype, n);
     for i in 0..n {
         let v = get_bytes(dtype, bytes, i).ok_or_else(|| ExecError::Invalid("buffer shorter than its shape".into()))?;
         set_elem(&mut data, i, v);
     }
-    Tensor::new(shape.to_vec(), data).map_err(|e| ExecError::Invalid(e.to_string()))
+    Tensor::new(shape, data).map_err(|e| ExecError::Invalid(e.to_string()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -798,7 +798,10 @@ pub fn eval_library(
     let views: Vec<View> = args.iter().map(|t| View::from_tensor(t)).collect();
     let mut ctx = EvalCtx::new(false, u64::MAX);
     ctx.out_shape = Some(out_shape.to_vec());
-    let ty = TensorType::new(out_dtype, crate::ir::Shape::from_static(&out_shape.iter().map(|&d| d as u64).collect::<Vec<_>>()));
+    let ty = TensorType::new(
+        out_dtype,
+        crate::ir::Shape::from_static(&out_shape.iter().map(|&d| d as u64).collect::<Vec<_>>()),
+    );
     let out = (kind.spec().eval)(kind, &mut ctx, attrs, &views, &ty)?;
     if out.shape() != out_shape || out.dtype() != out_dtype {
         return Err(EvalError::Invalid(format!(
@@ -1017,9 +1020,10 @@ impl Memory for HostMemory<'_> {
         match &mut self.bufs[buf.index()] {
             Store::Owned(data) => {
                 let len = data.len();
-                usize::try_from(index).ok().and_then(|i| set_elem(data, i, value)).ok_or_else(|| {
-                    ExecError::OutOfBounds { kernel: kernel.clone(), buffer: buf, index, len }
-                })
+                usize::try_from(index)
+                    .ok()
+                    .and_then(|i| set_elem(data, i, value))
+                    .ok_or_else(|| ExecError::OutOfBounds { kernel: kernel.clone(), buffer: buf, index, len })
             }
             Store::Borrowed(_) => Err(ExecError::Invalid(format!("{buf} is read-only"))),
         }
@@ -1070,7 +1074,10 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                     .ok_or_else(|| ProgramError::MissingBlob { buffer: id, name: name.clone() })?;
                 let t = &blobs[k];
                 if t.dtype() != b.dtype || t.shape() != &shape[..] {
-                    return Err(ProgramError::Malformed(format!("{id}: blob `{name}` is {t}, not {}{}", b.dtype, b.shape)));
+                    return Err(ProgramError::Malformed(format!(
+                        "{id}: blob `{name}` is {t}, not {}{}",
+                        b.dtype, b.shape
+                    )));
                 }
                 Store::Borrowed(t.data())
             }
@@ -1113,7 +1120,8 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());
             }
             Step::Interp(call) => {
-                let args: Vec<Tensor> = call.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
+                let args: Vec<Tensor> =
+                    call.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
                 let outcome = interp::run(&call.graph, &args, &interp::Options::default())
                     .map_err(|e| at(ExecError::Interp(e)))?;
                 for (&b, t) in call.results.iter().zip(outcome.outputs) {
@@ -1125,8 +1133,5 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
             }
         }
     }
-    p.outputs
-        .iter()
-        .map(|(_, b)| tensor_of(&mem, *b).map_err(|e| ProgramError::Malformed(e.to_string())))
-        .collect()
+    p.outputs.iter().map(|(_, b)| tensor_of(&mem, *b).map_err(|e| ProgramError::Malformed(e.to_string()))).collect()
 }

@@ -410,7 +410,8 @@ impl Plan {
         let mut st = RunState::default();
         self.bind(&mut st, inputs)?;
         self.layout(&mut st)?;
-        let naive = st.bytes.iter().map(|&b| memory::align_up(b).unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
+        let naive =
+            st.bytes.iter().map(|&b| memory::align_up(b).unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
         Ok(MemoryReport {
             arena_bytes: st.arena_bytes,
             naive_bytes: naive,
@@ -444,7 +445,8 @@ impl Plan {
         let mut values = Vec::new();
         bind_inputs(&self.guards, &interp_symbols(&self.graph), inputs, &mut values)?;
         let outcome = interp::run(&self.graph, inputs, &interp::Options::default())?;
-        let mutated_inputs = self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
+        let mutated_inputs =
+            self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
         Ok(Outputs { outputs: outcome.outputs, mutated_inputs })
     }
 
@@ -458,16 +460,24 @@ impl Plan {
         for (id, b) in p.buffers.iter() {
             let mut n: u64 = 1;
             for d in b.shape.dims() {
-                let v = d.eval(&lookup).map_err(|error| RunError::Size { buffer: id, shape: b.shape.to_string(), error })?;
-                n = n.checked_mul(v).ok_or(RunError::Size {
+                let v = d.eval(&lookup).map_err(|error| RunError::Size {
+                    buffer: id,
+                    shape: b.shape.to_string(),
+                    error,
+                })?;
+                n = n.checked_mul(v).ok_or_else(|| RunError::Size {
                     buffer: id,
                     shape: b.shape.to_string(),
                     error: DimError::Overflow,
                 })?;
             }
-            let bytes = n.checked_mul(elem_size(b.dtype) as u64).filter(|&x| x <= self.max_arena_bytes).ok_or(
-                RunError::TooLarge { need: n.saturating_mul(elem_size(b.dtype) as u64), limit: self.max_arena_bytes },
-            )?;
+            let bytes =
+                n.checked_mul(elem_size(b.dtype) as u64).filter(|&x| x <= self.max_arena_bytes).ok_or_else(|| {
+                    RunError::TooLarge {
+                        need: n.saturating_mul(elem_size(b.dtype) as u64),
+                        limit: self.max_arena_bytes,
+                    }
+                })?;
             st.lens.push(n as usize);
             st.bytes.push(if matches!(b.kind, BufferKind::Temp) { bytes as usize } else { 0 });
         }
@@ -523,8 +533,12 @@ impl Plan {
                     self.write(p, st, c.out, &t).map_err(at)?;
                 }
                 Step::Interp(call) => {
-                    let args: Vec<Tensor> =
-                        call.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>().map_err(at)?;
+                    let args: Vec<Tensor> = call
+                        .args
+                        .iter()
+                        .map(|&b| self.tensor(p, st, inputs, b))
+                        .collect::<Result<_, _>>()
+                        .map_err(at)?;
                     let outcome = interp::run(&call.graph, &args, &interp::Options::default())
                         .map_err(|e| at(ExecError::Interp(e)))?;
                     for (&b, t) in call.results.iter().zip(&outcome.outputs) {
@@ -559,14 +573,14 @@ impl Plan {
 
     /// A buffer's contents as a tensor (allocates).
     fn tensor(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> Result<Tensor, ExecError> {
-        let shape = self.shape(p, st, b)?;
         match &self.locs[b.index()] {
             Loc::Input(n) => Ok(inputs[*n].clone()),
-            Loc::Const(t) => Ok((**t).clone()),
+            Loc::Const(t) => Ok(Tensor::clone(t)),
             Loc::Temp => {
+                let shape = self.shape(p, st, b)?;
                 let off = st.offsets[b.index()];
                 let arena = arena_bytes_mut(&mut st.arena);
-                tensor_from_bytes(p.buffers[b].dtype, &shape, &arena[off..off + st.bytes[b.index()]])
+                tensor_from_bytes(p.buffers[b].dtype, shape, &arena[off..off + st.bytes[b.index()]])
             }
         }
     }
@@ -584,7 +598,13 @@ impl Plan {
         Ok(())
     }
 
-    fn run_kernel_step(&self, p: &Program, st: &mut RunState, k: &KernelStep, inputs: &[Tensor]) -> Result<(), ExecError> {
+    fn run_kernel_step(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        inputs: &[Tensor],
+    ) -> Result<(), ExecError> {
         let symbols = &st.symbols;
         let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
         k.prepared.eval_dims(&lookup, &mut st.dims)?;

@@ -104,7 +104,7 @@ fn root_index(g: &Graph, r: Value) -> Ix {
 /// at, or all its non-unit axes. Returns the axis list.
 pub(crate) fn domain(ctx: &Ctx, roots: &[Value], r: Value) -> Vec<usize> {
     let ix = root_index(ctx.g, r);
-    let mut seen: BTreeSet<(Value, String)> = BTreeSet::new();
+    let mut seen: HashSet<(Value, Ix)> = HashSet::new();
     let mut budget = 10_000usize;
     let found = walk(ctx, roots, r, ix.clone(), &mut seen, &mut budget, true);
     match found {
@@ -132,7 +132,7 @@ fn walk(
     roots: &[Value],
     v: Value,
     ix: Ix,
-    seen: &mut BTreeSet<(Value, String)>,
+    seen: &mut HashSet<(Value, Ix)>,
     budget: &mut usize,
     is_start: bool,
 ) -> Option<Ix> {
@@ -143,7 +143,7 @@ fn walk(
     if !is_start && (ctx.storage)(v).is_some_and(|s| !roots.contains(&s)) {
         return None;
     }
-    if !seen.insert((v, format!("{ix:?}"))) {
+    if !seen.insert((v, ix.clone())) {
         return None;
     }
     let node = ctx.g.node(v);
@@ -374,8 +374,8 @@ impl Em<'_, '_> {
     fn iota(&mut self, v: Value, ix: Ix, place: Option<u32>) -> Result<Reg, Fail> {
         let node = self.ctx.g.node(v);
         let dtype = node.ty.dtype;
-        let axis = normalize_axis(node.attrs.int("axis"), ix.len())
-            .map_err(|e| Fail::Error(format!("iota {v}: {e}")))?;
+        let axis =
+            normalize_axis(node.attrs.int("axis"), ix.len()).map_err(|e| Fail::Error(format!("iota {v}: {e}")))?;
         let a = &ix[axis];
         if let Some(var) = a.single_var() {
             let var = to_var(var)?;
@@ -468,14 +468,10 @@ impl Em<'_, '_> {
         let x = self.value(arg, aix, sid)?;
         let index = if op == ReduceOp::Argmax {
             Some(match pos_var {
-                Some(var) => {
-                    self.push(Some(sid), DType::I64, |dst| Instr::LoopVar { dst, var, dtype: DType::I64 })?
+                Some(var) => self.push(Some(sid), DType::I64, |dst| Instr::LoopVar { dst, var, dtype: DType::I64 })?,
+                None => {
+                    self.push(None, DType::I64, |dst| Instr::Const { dst, value: Scalar::Int(0), dtype: DType::I64 })?
                 }
-                None => self.push(None, DType::I64, |dst| Instr::Const {
-                    dst,
-                    value: Scalar::Int(0),
-                    dtype: DType::I64,
-                })?,
             })
         } else {
             None
@@ -483,13 +479,8 @@ impl Em<'_, '_> {
         self.append(Some(sid), Instr::Accumulate { acc: 0, x, index })?;
         let result = self.new_reg(node.ty.dtype);
         let stage = &self.stages[sid as usize];
-        let level = 1 + stage
-            .body
-            .iter()
-            .flat_map(operands)
-            .filter_map(|r| self.level.get(&r).copied())
-            .max()
-            .unwrap_or(0);
+        let level =
+            1 + stage.body.iter().flat_map(operands).filter_map(|r| self.level.get(&r).copied()).max().unwrap_or(0);
         let stage = &mut self.stages[sid as usize];
         stage.acc = Some(Accumulator { op, dtype: adtype, result });
         stage.level = Some(level);

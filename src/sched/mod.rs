@@ -49,9 +49,7 @@ use cranelift_entity::{EntityRef, PrimaryMap};
 
 use crate::ir::verify::{verify, Stage as VStage, VerifyErrors};
 use crate::ir::{Graph, Shape, Symbol, Value};
-use crate::kernel::{
-    Buffer, BufferId, BufferKind, ConvCall, Instr, InterpCall, Kernel, MatmulCall, Program, Step,
-};
+use crate::kernel::{Buffer, BufferId, BufferKind, ConvCall, Instr, InterpCall, Kernel, MatmulCall, Program, Step};
 use crate::ops::OpKind;
 use emit::{emit, Ctx, Emitted, Fail};
 
@@ -118,6 +116,9 @@ fn class(op: OpKind) -> Class {
         _ => Class::Break,
     }
 }
+
+/// Per step, the steps it reads from.
+type Deps = BTreeMap<Unit, BTreeSet<Unit>>;
 
 struct KGroup {
     roots: Vec<Value>,
@@ -375,7 +376,13 @@ impl<'g> Sched<'g> {
                     if red == Some(v) {
                         new.insert(v, format!("it is a reduction needed by {kernels}"));
                     } else if let Some(r) = red {
-                        new.insert(v, format!("it is needed by {kernels} and its computation includes the reduction {}", self.name(r)));
+                        new.insert(
+                            v,
+                            format!(
+                                "it is needed by {kernels} and its computation includes the reduction {}",
+                                self.name(r)
+                            ),
+                        );
                     } else if c > RECOMPUTE_LIMIT {
                         new.insert(
                             v,
@@ -420,7 +427,7 @@ impl<'g> Sched<'g> {
     }
 
     /// The units (steps) and, per unit, the units it reads from.
-    fn units(&self) -> (Vec<Unit>, BTreeMap<Unit, BTreeSet<Unit>>) {
+    fn units(&self) -> (Vec<Unit>, Deps) {
         let mut units: Vec<Unit> = (0..self.groups.len()).map(Unit::Kernel).collect();
         let mut producer: HashMap<Value, Unit> = HashMap::new();
         for (i, grp) in self.groups.iter().enumerate() {
@@ -443,7 +450,7 @@ impl<'g> Sched<'g> {
                 producer.insert(m, Unit::Break(i));
             }
         }
-        let mut deps: BTreeMap<Unit, BTreeSet<Unit>> = BTreeMap::new();
+        let mut deps: Deps = BTreeMap::new();
         for &u in &units {
             let reads: Vec<Value> = match u {
                 Unit::Kernel(i) => self.groups[i].em.reads.keys().copied().collect(),
@@ -469,8 +476,9 @@ impl<'g> Sched<'g> {
 
     /// Whether `to` is reachable from `from` along dependencies, not using the direct edge
     /// `from → to`.
-    fn reaches_indirectly(deps: &BTreeMap<Unit, BTreeSet<Unit>>, from: Unit, to: Unit) -> bool {
-        let mut stack: Vec<Unit> = deps.get(&from).map(|d| d.iter().copied().filter(|&x| x != to).collect()).unwrap_or_default();
+    fn reaches_indirectly(deps: &Deps, from: Unit, to: Unit) -> bool {
+        let mut stack: Vec<Unit> =
+            deps.get(&from).map(|d| d.iter().copied().filter(|&x| x != to).collect()).unwrap_or_default();
         let mut seen = BTreeSet::new();
         while let Some(u) = stack.pop() {
             if u == to {
@@ -498,6 +506,10 @@ impl<'g> Sched<'g> {
                 consumers.sort_by_key(|&j| self.groups[j].roots[0]);
                 for j in consumers {
                     let key = (self.groups[i].roots[0], self.groups[j].roots[0]);
+                    if self.merge_notes.contains_key(&key) {
+                        // Tried before and refused; merges elsewhere rarely change that.
+                        continue;
+                    }
                     let (ui, uj) = (Unit::Kernel(i), Unit::Kernel(j));
                     if Self::reaches_indirectly(&deps, uj, ui) || Self::reaches_indirectly(&deps, ui, uj) {
                         self.merge_notes.insert(key, "merging them would make a cycle through another step".into());
@@ -514,8 +526,10 @@ impl<'g> Sched<'g> {
                             self.merge_notes.insert(key, format!("their loops differ: {m}"));
                         }
                         Err(Fail::Materialise { value, reason }) => {
-                            self.merge_notes
-                                .insert(key, format!("merged, {} would have to be materialised ({reason})", self.name(value)));
+                            self.merge_notes.insert(
+                                key,
+                                format!("merged, {} would have to be materialised ({reason})", self.name(value)),
+                            );
                         }
                         Err(Fail::Error(m)) => {
                             self.merge_notes.insert(key, m);
@@ -539,7 +553,7 @@ impl<'g> Sched<'g> {
     }
 
     /// The steps in dependency order (ties: the earliest node first).
-    fn order(&self) -> Result<(Vec<Unit>, BTreeMap<Unit, BTreeSet<Unit>>), ScheduleError> {
+    fn order(&self) -> Result<(Vec<Unit>, Deps), ScheduleError> {
         let (units, deps) = self.units();
         let mut indegree: BTreeMap<Unit, usize> = units.iter().map(|&u| (u, deps[&u].len())).collect();
         let mut ready: BTreeSet<(Value, Unit)> =
@@ -591,9 +605,12 @@ impl<'g> Sched<'g> {
             needed.extend(self.g.ty(v).shape.symbols());
         }
         for s in needed.difference(&bound.clone()) {
-            let carrier = self.g.inputs().iter().copied().find(|&x| {
-                self.g.ty(x).shape.dims().iter().any(|d| d.as_symbol().is_some_and(|t| t == s))
-            });
+            let carrier = self
+                .g
+                .inputs()
+                .iter()
+                .copied()
+                .find(|&x| self.g.ty(x).shape.dims().iter().any(|d| d.as_symbol().is_some_and(|t| t == s)));
             if let Some(c) = carrier {
                 if !args.contains(&c) {
                     args.push(c);
@@ -620,13 +637,14 @@ impl<'g> Sched<'g> {
         let mut ops: Vec<&str> = members.iter().map(|&m| self.g.node(m).op.name()).collect();
         ops.sort();
         ops.dedup();
-        let reason = format!("{} not compiled by the kernel backends", if ops.len() == 1 {
-            format!("{} is", ops[0])
-        } else {
-            format!("{} are", ops.join(", "))
-        });
-        let storages =
-            args.iter().map(|&a| self.storage(a).ok_or_else(|| ScheduleError::Failed(format!("{a} has no buffer")))).collect::<Result<Vec<_>, _>>()?;
+        let reason = format!(
+            "{} not compiled by the kernel backends",
+            if ops.len() == 1 { format!("{} is", ops[0]) } else { format!("{} are", ops.join(", ")) }
+        );
+        let storages = args
+            .iter()
+            .map(|&a| self.storage(a).ok_or_else(|| ScheduleError::Failed(format!("{a} has no buffer"))))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok((sg, storages, results, reason))
     }
 
@@ -637,7 +655,12 @@ impl<'g> Sched<'g> {
         let mut buf_of: BTreeMap<Value, BufferId> = BTreeMap::new();
         for (n, &v) in g.inputs().iter().enumerate() {
             let ty = g.ty(v);
-            let id = buffers.push(Buffer { dtype: ty.dtype, shape: ty.shape.clone(), kind: BufferKind::Input(n), value: Some(v) });
+            let id = buffers.push(Buffer {
+                dtype: ty.dtype,
+                shape: ty.shape.clone(),
+                kind: BufferKind::Input(n),
+                value: Some(v),
+            });
             buf_of.insert(v, id);
         }
         // The declared shape of a storage: a reshape sharing it is what library calls, graph
@@ -675,7 +698,9 @@ impl<'g> Sched<'g> {
                     n_kernels += 1;
                     for stage in &mut k.stages {
                         for instr in &mut stage.body {
-                            if let Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } | Instr::Store { buf, .. } = instr {
+                            if let Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } | Instr::Store { buf, .. } =
+                                instr
+                            {
                                 *buf = get(&mut buffers, Value::from_u32(buf.as_u32()))?;
                             }
                         }
@@ -684,8 +709,12 @@ impl<'g> Sched<'g> {
                 }
                 Unit::Library(v) => {
                     let node = g.node(v);
-                    let a = self.storage(node.args[0]).ok_or_else(|| ScheduleError::Failed(format!("{v}: operand has no buffer")))?;
-                    let b = self.storage(node.args[1]).ok_or_else(|| ScheduleError::Failed(format!("{v}: operand has no buffer")))?;
+                    let a = self
+                        .storage(node.args[0])
+                        .ok_or_else(|| ScheduleError::Failed(format!("{v}: operand has no buffer")))?;
+                    let b = self
+                        .storage(node.args[1])
+                        .ok_or_else(|| ScheduleError::Failed(format!("{v}: operand has no buffer")))?;
                     let (a, b) = (get(&mut buffers, a)?, get(&mut buffers, b)?);
                     let out = get(&mut buffers, v)?;
                     names.insert(u, format!("{} {}", node.op, self.name(v)));
@@ -721,7 +750,9 @@ impl<'g> Sched<'g> {
         }
         let mut outputs = Vec::with_capacity(g.outputs().len());
         for o in g.outputs() {
-            let s = self.storage(o.value).ok_or_else(|| ScheduleError::Failed(format!("output {} has no buffer", o.name)))?;
+            let s = self
+                .storage(o.value)
+                .ok_or_else(|| ScheduleError::Failed(format!("output {} has no buffer", o.name)))?;
             outputs.push((o.name.clone(), get(&mut buffers, s)?));
         }
         let mut symbols: Vec<Symbol> = Vec::new();
@@ -748,7 +779,7 @@ impl<'g> Sched<'g> {
         &self,
         p: &Program,
         order: &[Unit],
-        deps: &BTreeMap<Unit, BTreeSet<Unit>>,
+        deps: &Deps,
         names: &BTreeMap<Unit, String>,
     ) -> String {
         let mut out = String::new();
@@ -782,7 +813,9 @@ impl<'g> Sched<'g> {
                         .em
                         .reads
                         .iter()
-                        .map(|(&v, &n)| format!("{} {}", self.name(v), if n == 1 { "once".into() } else { format!("{n} times") }))
+                        .map(|(&v, &n)| {
+                            format!("{} {}", self.name(v), if n == 1 { "once".into() } else { format!("{n} times") })
+                        })
                         .collect();
                     if !reads.is_empty() {
                         let _ = writeln!(out, ";   reads {} (per outer point, one pass per stage)", reads.join(", "));
@@ -796,7 +829,13 @@ impl<'g> Sched<'g> {
                         Unit::Break(i) => self.breaks[i].clone(),
                         _ => Vec::new(),
                     };
-                    let _ = writeln!(out, "; {}: graph break over {}: {}", names[&u], list(&mut members.into_iter()), c.reason);
+                    let _ = writeln!(
+                        out,
+                        "; {}: graph break over {}: {}",
+                        names[&u],
+                        list(&mut members.into_iter()),
+                        c.reason
+                    );
                 }
                 _ => {}
             }
@@ -806,7 +845,12 @@ impl<'g> Sched<'g> {
             for (&v, why) in &self.mat {
                 match self.alias.get(&v) {
                     Some(&a) => {
-                        let _ = writeln!(out, ";   {}: {why}; it shares the buffer of {} (same elements, reshaped)", self.name(v), self.name(a));
+                        let _ = writeln!(
+                            out,
+                            ";   {}: {why}; it shares the buffer of {} (same elements, reshaped)",
+                            self.name(v),
+                            self.name(a)
+                        );
                     }
                     None => {
                         let _ = writeln!(out, ";   {}: {why}", self.name(v));
