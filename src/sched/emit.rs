@@ -38,12 +38,16 @@ pub(crate) const MAX_INSTRS: usize = 20_000;
 /// Why a group could not be emitted as one kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Fail {
-    /// `value` must be materialised (given a buffer), for `reason`.
-    Materialise { value: Value, reason: String },
+    /// These values must be materialised (given buffers), for these reasons.
+    Materialise(Vec<(Value, String)>),
     /// The roots need different outer loops.
     Domains(String),
     /// Size arithmetic overflowed, or the graph is not what the scheduler expects.
     Error(String),
+}
+
+fn need(v: Value, reason: String) -> Fail {
+    Fail::Materialise(vec![(v, reason)])
 }
 
 impl From<crate::ir::DimError> for Fail {
@@ -58,6 +62,9 @@ pub(crate) struct Ctx<'a> {
     /// The storage a buffered value is read from (a value whose buffer holds it), or `None`
     /// for values that are computed inside kernels.
     pub storage: &'a dyn Fn(Value) -> Option<Value>,
+    /// Why `v` must not be computed in this kernel too (another kernel computes it and it is
+    /// not cheap to recompute), if so.
+    pub shared: &'a dyn Fn(Value) -> Option<String>,
 }
 
 /// An emitted kernel. Its buffer ids are *storage values* (`BufferId::from_u32(value)`),
@@ -67,6 +74,9 @@ pub(crate) struct Emitted {
     pub kernel: Kernel,
     /// Storage values loaded, with the number of stages loading each.
     pub reads: BTreeMap<Value, usize>,
+    /// Values the kernel needs materialised first, and why; when not empty, the kernel was
+    /// built as if they were, and is not final.
+    pub needs: Vec<(Value, String)>,
 }
 
 fn buf(v: Value) -> BufferId {
@@ -180,6 +190,9 @@ struct Em<'a, 'c> {
     demands: HashMap<Value, HashSet<Ix>>,
     covers: BTreeSet<Value>,
     n_instrs: usize,
+    /// Values found to need a buffer during this emission, treated as buffered from then on.
+    assumed: HashSet<Value>,
+    failures: Vec<(Value, String)>,
 }
 
 fn operands(i: &Instr) -> Vec<Reg> {
@@ -222,7 +235,15 @@ fn reduce_op(op: OpKind) -> ReduceOp {
 impl Em<'_, '_> {
     /// The buffer `v` is loaded from: its storage, unless this kernel stores that itself.
     fn buffered(&self, v: Value) -> Option<Value> {
+        if self.assumed.contains(&v) {
+            return Some(v);
+        }
         (self.ctx.storage)(v).filter(|s| !self.roots.contains(s))
+    }
+
+    /// Whether emission may go on as if `u` were materialised.
+    fn can_assume(&self, u: Value) -> bool {
+        !self.roots.contains(&u) && !self.assumed.contains(&u) && (self.ctx.storage)(u).is_none()
     }
 
     fn new_reg(&mut self, dtype: DType) -> Reg {
@@ -288,23 +309,38 @@ impl Em<'_, '_> {
         let d = self.demands.entry(v).or_default();
         d.insert(ix.clone());
         if d.len() > MAX_DEMANDS {
-            return Err(Fail::Materialise {
-                value: v,
-                reason: format!("it is needed at more than {MAX_DEMANDS} different indices in one kernel"),
-            });
+            return Err(need(v, format!("it is needed at more than {MAX_DEMANDS} different indices in one kernel")));
         }
         if self.n_instrs > MAX_INSTRS {
-            return Err(Fail::Materialise {
-                value: v,
-                reason: format!("the kernel computing it would exceed {MAX_INSTRS} instructions"),
-            });
+            return Err(need(v, format!("the kernel computing it would exceed {MAX_INSTRS} instructions")));
         }
         let shape = node.ty.shape.dims().to_vec();
         let r = match self.buffered(v) {
             Some(store) => self.load(store, ravel(&ix, &shape)?, place, dtype)?,
             None => {
+                if !self.roots.contains(&v) {
+                    if let Some(reason) = (self.ctx.shared)(v) {
+                        return Err(need(v, reason));
+                    }
+                }
                 self.covers.insert(v);
-                self.compute(v, ix.clone(), sid, place)?
+                loop {
+                    match self.compute(v, ix.clone(), sid, place) {
+                        Ok(r) => break r,
+                        // A value this one needs must be materialised: assume it is (load it)
+                        // and go on, so that one emission finds every such value.
+                        Err(Fail::Materialise(list)) if list.len() == 1 && self.can_assume(list[0].0) => {
+                            let (u, reason) = list.into_iter().next().ok_or(Fail::Error("empty".into()))?;
+                            self.assumed.insert(u);
+                            self.failures.push((u, reason));
+                            if u == v {
+                                self.covers.remove(&v);
+                                break self.load(v, ravel(&ix, &shape)?, place, dtype)?;
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         };
         self.cache.insert(key, r);
@@ -355,15 +391,15 @@ impl Em<'_, '_> {
                 match reshape_index(&from, node.ty.shape.dims(), &ix) {
                     Ok(aix) => self.value(a, aix, sid),
                     Err(MapFail::Dim(e)) => Err(e.into()),
-                    Err(MapFail::NotAffine) => Err(Fail::Materialise {
-                        value: a,
-                        reason: format!(
+                    Err(MapFail::NotAffine) => Err(need(
+                        a,
+                        format!(
                             "reshape {v} ({} to {}) merges dims of the computed value {a}: reading it in place would \
                              need a division, not an affine index",
                             g.ty(a).shape,
                             node.ty.shape
                         ),
-                    }),
+                    )),
                 }
             }
             op if op.is_reduction() => self.reduction(v, ix, place),
@@ -384,10 +420,7 @@ impl Em<'_, '_> {
         let statics: Option<Vec<(IV, i64)>> =
             a.terms.iter().map(|(v, k)| k.as_const().and_then(|k| i64::try_from(k).ok()).map(|k| (*v, k))).collect();
         let (Some(terms), Some(c)) = (statics, a.c.as_const().and_then(|c| i64::try_from(c).ok())) else {
-            return Err(Fail::Materialise {
-                value: v,
-                reason: "it is an iota needed at an index with symbolic coefficients".into(),
-            });
+            return Err(need(v, "it is an iota needed at an index with symbolic coefficients".into()));
         };
         let i64c = |em: &mut Self, x: i64| {
             em.push(place, DType::I64, |dst| Instr::Const { dst, value: Scalar::Int(x), dtype: DType::I64 })
@@ -420,12 +453,12 @@ impl Em<'_, '_> {
 
     fn reduction(&mut self, v: Value, ix: Ix, place: Option<u32>) -> Result<Reg, Fail> {
         if place.is_some() {
-            return Err(Fail::Materialise {
-                value: v,
-                reason: "it is a reduction needed at an index that varies inside its consumer's loops, not once \
-                         per outer point of the kernel"
+            return Err(need(
+                v,
+                "it is a reduction needed at an index that varies inside its consumer's loops, not once per outer \
+                 point of the kernel"
                     .into(),
-            });
+            ));
         }
         let g = self.ctx.g;
         let node = g.node(v);
@@ -503,6 +536,8 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         demands: HashMap::new(),
         covers: BTreeSet::new(),
         n_instrs: 0,
+        assumed: HashSet::new(),
+        failures: Vec::new(),
     };
     // The outer loops: every root must agree.
     let mut outer: Option<(Value, Vec<Dim>)> = None;
@@ -538,7 +573,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
             n_regs: 0,
             covers: roots.to_vec(),
         };
-        return Ok(Emitted { kernel, reads: BTreeMap::new() });
+        return Ok(Emitted { kernel, reads: BTreeMap::new(), needs: Vec::new() });
     }
     let mut store_stages = Vec::new();
     for (r, axes) in plans {
@@ -619,7 +654,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         n_regs,
         covers: em.covers.iter().copied().collect(),
     };
-    Ok(Emitted { kernel, reads })
+    Ok(Emitted { kernel, reads, needs: em.failures })
 }
 
 /// Renumbers registers in program order (each stage's body, then its accumulator results);

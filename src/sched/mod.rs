@@ -42,6 +42,7 @@
 mod affine;
 mod emit;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
@@ -300,9 +301,37 @@ impl<'g> Sched<'g> {
     }
 
     fn emit(&self, roots: &[Value]) -> Result<Emitted, Fail> {
+        self.emit_with(roots, &|_| None)
+    }
+
+    fn emit_with(&self, roots: &[Value], shared: &dyn Fn(Value) -> Option<String>) -> Result<Emitted, Fail> {
         let storage = |v: Value| self.storage(v);
-        let ctx = Ctx { g: self.g, storage: &storage };
+        let ctx = Ctx { g: self.g, storage: &storage, shared };
         emit(&ctx, roots, "k")
+    }
+
+    /// Why `v`, needed by the kernels of `kernels`, is not recomputed in each of them; `None`
+    /// when it is cheap enough to recompute.
+    fn not_cheap(
+        &self,
+        v: Value,
+        kernels: &[Value],
+        memo: &mut HashMap<Value, (u32, Option<Value>)>,
+    ) -> Option<String> {
+        let (c, red) = self.cost(v, memo, true);
+        let kernels =
+            format!("the kernels of {}", kernels.iter().map(|&r| self.name(r)).collect::<Vec<_>>().join(", "));
+        if red == Some(v) {
+            Some(format!("it is a reduction needed by {kernels}"))
+        } else if let Some(r) = red {
+            Some(format!("it is needed by {kernels} and its computation includes the reduction {}", self.name(r)))
+        } else if c > RECOMPUTE_LIMIT {
+            Some(format!(
+                "it is needed by {kernels} and costs {c} instructions (recomputed only up to {RECOMPUTE_LIMIT})"
+            ))
+        } else {
+            None
+        }
     }
 
     /// Instructions needed to recompute `v` from buffers, and a reduction among them if any.
@@ -338,18 +367,46 @@ impl<'g> Sched<'g> {
             let roots: Vec<Value> = self.mat.keys().copied().filter(|v| !self.alias.contains_key(v)).collect();
             let mut groups = Vec::with_capacity(roots.len());
             let mut new: BTreeMap<Value, String> = BTreeMap::new();
+            // The kernel that first computed each value in this round: a later kernel needing an
+            // expensive one stops there (instead of walking its whole computation again).
+            let owner: RefCell<HashMap<Value, Value>> = RefCell::new(HashMap::new());
+            let memo = RefCell::new(HashMap::new());
             for &r in &roots {
-                match self.emit(&[r]) {
-                    Ok(em) => groups.push(KGroup { roots: vec![r], em }),
-                    Err(Fail::Materialise { value, reason }) if !self.mat.contains_key(&value) => {
-                        new.entry(value).or_insert(reason);
+                let shared = |v: Value| {
+                    let a = owner.borrow().get(&v).copied()?;
+                    self.not_cheap(v, &[a, r], &mut memo.borrow_mut())
+                };
+                match self.emit_with(&[r], &shared) {
+                    Ok(em) => {
+                        let mut own = owner.borrow_mut();
+                        for &v in &em.kernel.covers {
+                            if v != r && self.g.node(v).op != OpKind::Full {
+                                own.entry(v).or_insert(r);
+                            }
+                        }
+                        for (value, reason) in &em.needs {
+                            if self.mat.contains_key(value) {
+                                return Err(ScheduleError::Failed(format!(
+                                    "the kernel of {} needs {} materialised ({reason}), but it already is",
+                                    self.name(r),
+                                    self.name(*value)
+                                )));
+                            }
+                            new.entry(*value).or_insert_with(|| reason.clone());
+                        }
+                        groups.push(KGroup { roots: vec![r], em });
                     }
-                    Err(Fail::Materialise { value, reason }) => {
-                        return Err(ScheduleError::Failed(format!(
-                            "the kernel of {} needs {} materialised ({reason}), but it already is",
-                            self.name(r),
-                            self.name(value)
-                        )))
+                    Err(Fail::Materialise(list)) => {
+                        for (value, reason) in list {
+                            if self.mat.contains_key(&value) {
+                                return Err(ScheduleError::Failed(format!(
+                                    "the kernel of {} needs {} materialised ({reason}), but it already is",
+                                    self.name(r),
+                                    self.name(value)
+                                )));
+                            }
+                            new.entry(value).or_insert(reason);
+                        }
                     }
                     Err(Fail::Domains(m) | Fail::Error(m)) => {
                         return Err(ScheduleError::Failed(format!("the kernel of {}: {m}", self.name(r))))
@@ -365,29 +422,13 @@ impl<'g> Sched<'g> {
                         }
                     }
                 }
-                let mut memo = HashMap::new();
+                let mut memo = memo.borrow_mut();
                 for (v, rs) in computed_in {
                     if rs.len() < 2 {
                         continue;
                     }
-                    let (c, red) = self.cost(v, &mut memo, true);
-                    let kernels =
-                        format!("the kernels of {}", rs.iter().map(|&r| self.name(r)).collect::<Vec<_>>().join(", "));
-                    if red == Some(v) {
-                        new.insert(v, format!("it is a reduction needed by {kernels}"));
-                    } else if let Some(r) = red {
-                        new.insert(
-                            v,
-                            format!(
-                                "it is needed by {kernels} and its computation includes the reduction {}",
-                                self.name(r)
-                            ),
-                        );
-                    } else if c > RECOMPUTE_LIMIT {
-                        new.insert(
-                            v,
-                            format!("it is needed by {kernels} and costs {c} instructions (recomputed only up to {RECOMPUTE_LIMIT})"),
-                        );
+                    if let Some(why) = self.not_cheap(v, &rs, &mut memo) {
+                        new.insert(v, why);
                     }
                 }
                 // Materialise the last of a chain: a flagged value whose every user is flagged
@@ -518,6 +559,13 @@ impl<'g> Sched<'g> {
                     let mut all: Vec<Value> = self.groups[j].roots.iter().chain(roots).copied().collect();
                     all.sort();
                     match self.emit(&all) {
+                        Ok(em) if !em.needs.is_empty() => {
+                            let (value, reason) = &em.needs[0];
+                            self.merge_notes.insert(
+                                key,
+                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
+                            );
+                        }
                         Ok(em) => {
                             done = Some((i, j, all, em));
                             break 'search;
@@ -525,10 +573,11 @@ impl<'g> Sched<'g> {
                         Err(Fail::Domains(m)) => {
                             self.merge_notes.insert(key, format!("their loops differ: {m}"));
                         }
-                        Err(Fail::Materialise { value, reason }) => {
+                        Err(Fail::Materialise(list)) => {
+                            let (value, reason) = &list[0];
                             self.merge_notes.insert(
                                 key,
-                                format!("merged, {} would have to be materialised ({reason})", self.name(value)),
+                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
                             );
                         }
                         Err(Fail::Error(m)) => {
@@ -775,13 +824,7 @@ impl<'g> Sched<'g> {
         Ok(Scheduled { program, explanation })
     }
 
-    fn explanation(
-        &self,
-        p: &Program,
-        order: &[Unit],
-        deps: &Deps,
-        names: &BTreeMap<Unit, String>,
-    ) -> String {
+    fn explanation(&self, p: &Program, order: &[Unit], deps: &Deps, names: &BTreeMap<Unit, String>) -> String {
         let mut out = String::new();
         let count = |f: fn(&Step) -> bool| p.steps.iter().filter(|s| f(s)).count();
         let _ = writeln!(
