@@ -91,6 +91,8 @@ pub enum ExecError {
     EmptyArgmax { kernel: String },
     #[error("a size expression cannot be evaluated: {0}")]
     Dim(#[from] DimError),
+    #[error("kernel {kernel}: the size `{dim}` cannot be evaluated with these inputs ({error}); an input may be smaller than the graph assumes")]
+    Size { kernel: String, dim: String, error: DimError },
     #[error("size arithmetic overflowed")]
     Overflow,
     #[error("{what}: {error}")]
@@ -504,7 +506,11 @@ impl PreparedKernel {
     pub fn eval_dims(&self, lookup: &dyn Fn(&str) -> Option<u64>, out: &mut Vec<i64>) -> Result<(), ExecError> {
         out.clear();
         for d in &self.dims {
-            let v = d.eval(lookup)?;
+            let v = d.eval(lookup).map_err(|error| ExecError::Size {
+                kernel: self.name.clone(),
+                dim: d.to_string(),
+                error,
+            })?;
             out.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
         }
         Ok(())

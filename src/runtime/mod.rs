@@ -251,12 +251,11 @@ pub struct Plan {
 
 /// Compiles `g` for `options.backend`.
 pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError> {
-    let lowered = crate::passes::lower(g)?;
     let names = |n: usize| g.input_name(n);
     let mut plan = Plan {
         backend: options.backend,
         graph: g.clone(),
-        epilogue: lowered.functional.epilogue.clone(),
+        epilogue: Epilogue::default(),
         program: None,
         explanation: String::new(),
         guards: Vec::new(),
@@ -270,6 +269,9 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         arenas: AtomicUsize::new(0),
     };
     if options.backend == Backend::Interp {
+        // Only the epilogue is needed: which inputs the graph mutates.
+        let functional = crate::passes::functionalize(g).map_err(PipelineError::from)?;
+        plan.epilogue = functional.epilogue;
         plan.guards = g
             .inputs()
             .iter()
@@ -278,6 +280,8 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             .collect();
         return Ok(plan);
     }
+    let lowered = crate::passes::lower(g)?;
+    plan.epilogue = lowered.functional.epilogue.clone();
     let simplified = &lowered.simplified;
     let scheduled = crate::sched::schedule_explained(simplified)?;
     let p = scheduled.program;
