@@ -109,3 +109,53 @@ pub fn assign(
     }
     Some(arena)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_buffers_never_overlap_and_dead_ones_share() {
+        // A pseudo-random family of lifetimes and sizes (splitmix64).
+        let mut state = 7u64;
+        let mut next = |n: u64| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) % n
+        };
+        for _ in 0..200 {
+            let n = 1 + next(30) as usize;
+            let life: Vec<Option<Lifetime>> = (0..n)
+                .map(|_| {
+                    (next(5) != 0).then(|| {
+                        let first = next(20) as usize;
+                        Lifetime { first, last: first + next(6) as usize }
+                    })
+                })
+                .collect();
+            let sizes: Vec<usize> = (0..n).map(|_| next(1000) as usize).collect();
+            let (mut offsets, mut order, mut placed) = (Vec::new(), Vec::new(), Vec::new());
+            let arena = assign(&life, &sizes, &mut offsets, &mut order, &mut placed).unwrap();
+            let naive: usize = (0..n).filter(|&i| life[i].is_some()).map(|i| align_up(sizes[i]).unwrap()).sum();
+            assert!(arena <= naive);
+            for a in 0..n {
+                let Some(la) = life[a] else { continue };
+                assert_eq!(offsets[a] % ALIGN, 0);
+                assert!(offsets[a] + sizes[a] <= arena);
+                for b in a + 1..n {
+                    let Some(lb) = life[b] else { continue };
+                    let live_together = la.first <= lb.last && lb.first <= la.last;
+                    let disjoint = offsets[a] + sizes[a] <= offsets[b] || offsets[b] + sizes[b] <= offsets[a];
+                    assert!(!live_together || disjoint || sizes[a] == 0 || sizes[b] == 0);
+                }
+            }
+        }
+        // Two buffers that are never live together share one place.
+        let life = [Some(Lifetime { first: 0, last: 1 }), Some(Lifetime { first: 2, last: 3 })];
+        let (mut offsets, mut order, mut placed) = (Vec::new(), Vec::new(), Vec::new());
+        assert_eq!(assign(&life, &[100, 64], &mut offsets, &mut order, &mut placed), Some(128));
+        assert_eq!(offsets, vec![0, 0]);
+    }
+}

@@ -219,3 +219,39 @@ pub(crate) fn reshape_index(from: &[Dim], to: &[Dim], ix: &[Aff]) -> Result<Ix, 
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(n: u64) -> Dim {
+        Dim::new(n)
+    }
+
+    #[test]
+    fn reshapes_split_and_drop_unit_dims_affinely_but_do_not_merge() {
+        let (a, b) = (Aff::var(IV::Outer(0)), Aff::var(IV::Outer(1)));
+        // [6] -> [2, 3]: the [6] index is 3*a + b.
+        let ix = reshape_index(&[d(6)], &[d(2), d(3)], &[a.clone(), b.clone()]).unwrap();
+        assert_eq!(ix, vec![a.scale(&d(3)).unwrap().add(&b).unwrap()]);
+        // [n] -> [n, 1]: the unit dim is dropped.
+        let n = Dim::sym("n");
+        let ix = reshape_index(std::slice::from_ref(&n), &[n.clone(), d(1)], &[a.clone(), Aff::zero()]).unwrap();
+        assert_eq!(ix, vec![a.clone()]);
+        // [2, 3] -> [6] merges two dims of the argument: not affine.
+        assert_eq!(reshape_index(&[d(2), d(3)], &[d(6)], std::slice::from_ref(&a)), Err(MapFail::NotAffine));
+        // [2, 3] -> [3, 2] neither splits nor merges.
+        assert_eq!(reshape_index(&[d(2), d(3)], &[d(3), d(2)], &[a.clone(), b.clone()]), Err(MapFail::NotAffine));
+        // Symbolic: [4*n] -> [4, n] splits.
+        let four_n = d(4).mul(&n).unwrap();
+        let ix = reshape_index(&[four_n], &[d(4), n.clone()], &[a.clone(), b.clone()]).unwrap();
+        assert_eq!(ix, vec![a.scale(&n).unwrap().add(&b).unwrap()]);
+    }
+
+    #[test]
+    fn ravel_uses_row_major_strides() {
+        let (a, b) = (Aff::var(IV::Outer(0)), Aff::var(IV::Inner(1, 0)));
+        let flat = ravel(&[a.clone(), b.clone()], &[Dim::sym("n"), d(8)]).unwrap();
+        assert_eq!(flat, a.scale(&d(8)).unwrap().add(&b).unwrap());
+    }
+}

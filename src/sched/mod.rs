@@ -3,8 +3,10 @@
 //! Every node is one of: a source (graph input, constant), a kernel prim (elementwise,
 //! `convert_element_type`, `where`, `full`, `iota`; the layout prims `broadcast_in_dim`,
 //! `permute`, `slice`, `reshape`; the reductions), a library call (`matmul`, `conv`), or a
-//! graph break (`pad`, `cat`, `rev`, `gather`, `scatter_add`: run by the interpreter, adjacent
-//! ones grouped into one break when that makes no cycle).
+//! graph break run by the interpreter (`pad`, `cat`, `rev`, `gather`, `scatter_add`; adjacent
+//! ones are grouped into one break unless a path through other steps connects them, which
+//! would be a cycle). `pad`, `cat` and `rev` stay breaks because the kernel IR has no guarded
+//! load: their reads would need indices clamped in registers (`LoadAt`) with static strides.
 //!
 //! ## Materialised values
 //!
@@ -15,19 +17,26 @@
 //! - it is a reduction needed at an index that varies inside its consumer's loops (so not once
 //!   per outer point of the consumer's kernel);
 //! - it is computed in several kernels and is not cheap: recomputing is allowed only for a
-//!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it;
+//!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it
+//!   (within one kernel a value is recomputed in every stage that needs it, whatever it costs:
+//!   that is what keeps softmax and layer_norm one kernel each);
 //! - it is needed at more than 16 indices in one kernel, or its kernel would get too big.
 //!
-//! These rules are applied to a fixed point: each materialised value is the root of a kernel,
-//! kernels are built, and every failure or duplication names a value to materialise next.
+//! These rules are applied to a fixed point: each materialised value is the root of a kernel
+//! and the kernels are built; building one records every value it finds it needs materialised
+//! (and goes on as if it were), and a kernel that reaches an expensive value another kernel
+//! already computes stops there, so each round costs about the size of the graph and a few
+//! rounds settle it (a 12 000-prim stack schedules in a quarter of a second).
 //!
 //! ## Kernels
 //!
 //! A kernel computes its roots and everything they need that has no buffer, with layout prims
 //! folded into load indices (broadcast is a zero stride, permute permutes strides, slice is an
 //! offset and a scaled stride, an affine reshape splits or merges strides) and reductions as
-//! stages (see `emit.rs`): softmax is one kernel of three stages over the rows; layer_norm one
-//! kernel whose stages are its reductions in sequence and the normalised output.
+//! stages (see `emit.rs`): softmax is one kernel of three stages over the rows, reading each
+//! row three times; layer_norm, whose decomposition has three reductions in sequence (max-abs
+//! prescale, mean, variance), is one kernel reading each row four times. A kernel without
+//! reductions loops over all axes of its result as outer loops.
 //!
 //! Two kernels are then *merged* when one reads a value the other stores, both loop over the
 //! same outer dims and merging makes no cycle: the producer's roots become extra stores of the
@@ -35,9 +44,13 @@
 //! second matmul, is stored by the softmax kernel). A reshape whose argument is materialised by
 //! a kernel and read by nothing but kernels shares that buffer instead of copying it.
 //!
+//! A kernel computes only the elements its stores need, so an integer division by zero in an
+//! element no output depends on is not an error here, while the interpreter, which computes
+//! every value whole, reports it.
+//!
 //! Everything is deterministic (ordered maps, fixed visiting orders) and bounded: at most one
-//! materialisation per node, at most one merge per kernel, and per-kernel limits on indices and
-//! instructions.
+//! materialisation per node, every merge removes a kernel and a refused merge is not retried,
+//! and each kernel has limits on indices per value and on instructions.
 
 mod affine;
 mod emit;
@@ -97,6 +110,12 @@ pub fn schedule_explained(g: &Graph) -> Result<Scheduled, ScheduleError> {
     s.settle()?;
     s.merge()?;
     s.assemble()
+}
+
+/// Whether the scheduler computes `op` in kernels or library calls (rather than a graph break
+/// run by the interpreter). Sources count as compiled.
+pub fn compiles(op: OpKind) -> bool {
+    class(op) != Class::Break
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
