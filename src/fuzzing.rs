@@ -65,3 +65,35 @@ pub fn zero_inputs(g: &Graph) -> Option<Vec<Tensor>> {
     }
     Some(out)
 }
+
+/// Import limits for fuzzed ONNX bytes: small, so no input can make a case slow.
+pub fn tight_import_options() -> crate::frontend::onnx::ImportOptions {
+    crate::frontend::onnx::ImportOptions {
+        max_tensor_bytes: 1 << 20,
+        max_total_bytes: 1 << 24,
+        max_nodes: 1 << 12,
+        max_depth: 4,
+        allow_external_data: false,
+        fold_max_elements: 1 << 12,
+    }
+}
+
+/// ONNX importer invariants on arbitrary bytes:
+/// 1. importing returns a graph or a typed `ImportError`; it never panics (the wire check and
+///    the limits bound every allocation by the input's size);
+/// 2. an imported graph verifies and round-trips through the text form;
+/// 3. it runs on the interpreter (tight limits, zero inputs) to a result or a typed error.
+pub fn check_onnx(data: &[u8]) {
+    let Ok(g) = crate::frontend::onnx::import(data, &tight_import_options()) else { return };
+    if let Err(e) = verify(&g, Stage::HighLevel) {
+        panic!("an imported graph does not verify: {e}");
+    }
+    let printed = print(&g);
+    match parse(&printed) {
+        Ok(back) => assert!(back == g, "print/parse round trip changed an imported graph\n--- printed ---\n{printed}"),
+        Err(e) => panic!("the text of an imported graph does not parse: {e}\n--- printed ---\n{printed}"),
+    }
+    if let Some(inputs) = zero_inputs(&g) {
+        let _ = interp::run(&g, &inputs, &tight_options(false));
+    }
+}

@@ -5,8 +5,10 @@
 //! reference interpreter that defines what every operator means; [`text`] prints and parses
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
 
+pub mod backend;
 pub mod builder;
 pub mod decomp;
+pub mod frontend;
 pub mod fuzzing;
 pub mod gen;
 pub mod interp;

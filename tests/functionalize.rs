@@ -81,3 +81,35 @@ fn random_graphs_functionalize_without_changing_results() {
     eprintln!("functionalize: {ran} of 2000 graphs compared, {mutated} with mutated inputs");
     assert!(ran > 1000 && mutated > 100, "too few useful cases: {ran} ran, {mutated} mutated inputs");
 }
+
+#[test]
+fn functional_forms_list_what_functionalize_emits() {
+    use ladder::passes::functionalize::functional_forms;
+    use ladder::OpKind;
+    // Mixed dtypes and a broadcast source, so every conversion and expansion is exercised.
+    let cases = [
+        (OpKind::AddInplace, "add_(%x, %y)"),
+        (OpKind::SubInplace, "sub_(%x, %y)"),
+        (OpKind::MulInplace, "mul_(%x, %y)"),
+        (OpKind::DivInplace, "div_(%x, %y)"),
+        (OpKind::ReluInplace, "relu_(%x)"),
+        (OpKind::CopyInplace, "copy_(%x, %y)"),
+        (OpKind::FillInplace, "fill_(%x) {value=2.0}"),
+        (OpKind::MaskedFillInplace, "masked_fill_(%x, %m) {value=2.0}"),
+        (OpKind::SliceAssignInplace, "slice_assign_(%x, %y) {axis=1, start=1}"),
+    ];
+    for (op, node) in cases {
+        let src = format!("graph g(%x: f32[2, 3], %y: f64[1], %m: bool[3]) {{\n  %r = {node}\n  return %r\n}}");
+        let g = ladder::text::parse(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let f = functionalize(&g).unwrap();
+        for (_, n) in f.graph.nodes() {
+            assert!(
+                matches!(n.op, OpKind::Input | OpKind::Const) || functional_forms(op).contains(&n.op),
+                "{op:?} was rewritten into {:?}, missing from functional_forms:\n{}",
+                n.op,
+                print(&f.graph)
+            );
+        }
+        assert!(!functional_forms(op).is_empty());
+    }
+}

@@ -315,12 +315,22 @@ fn infer_handles_symbolic_dims() {
         "do not broadcast",
     );
     parse_err("graph g(%x: f32[1, 4], %y: f32[batch, 4]) {\n  %2 = copy_(%x, %y)\n  return %2\n}", 2, "enlarge");
-    // A slice of a symbolic dim whose length is not a polynomial of it: checked when run.
-    let src = "graph g(%x: f32[n], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=1}\n  return %x\n}";
-    assert_eq!(parse(src).ty(parse(src).outputs()[0].value).to_string(), "f32[n]");
-    assert_eq!(run1(src, &[f32t(&[3], &[0., 0., 0.]), f32t(&[2], &[1., 2.])]), vec![0., 1., 2.]);
-    let err = run(src, &[f32t(&[4], &[0.; 4]), f32t(&[2], &[1., 2.])]).unwrap_err();
-    assert!(err.to_string().contains("cannot broadcast"), "{err}");
+    // On a symbolic dim the slice's length is known from the dim (here `n - 1`, as for the
+    // `slice` op), so a source that cannot fit it is refused at the node.
+    parse_err(
+        "graph g(%x: f32[n], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=1}\n  return %x\n}",
+        2,
+        "do not broadcast",
+    );
+    let src = "graph g(%x: f32[n], %s: f32[1]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=1}\n  return %x\n}";
+    assert_eq!(run1(src, &[f32t(&[3], &[0., 0., 0.]), f32t(&[1], &[7.])]), vec![0., 7., 7.]);
+    // A window the graph assumes fits (`1:3` of `n`) fails at run time when it does not,
+    // as `slice` does, rather than silently clamping.
+    let src =
+        "graph g(%x: f32[n], %s: f32[2]) {\n  %2 = slice_assign_(%x, %s) {axis=0, start=1, end=3}\n  return %x\n}";
+    assert_eq!(run1(src, &[f32t(&[4], &[0.; 4]), f32t(&[2], &[1., 2.])]), vec![0., 1., 2., 0.]);
+    let err = run(src, &[f32t(&[2], &[0.; 2]), f32t(&[2], &[1., 2.])]).unwrap_err();
+    assert!(err.to_string().contains("shorter than the graph assumes"), "{err}");
 }
 
 #[test]

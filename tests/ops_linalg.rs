@@ -599,8 +599,16 @@ fn adaptive_avg_pool2d_windows() {
 
 #[test]
 fn pools_symbolic_shapes() {
-    let src = "graph g(%x: f32[batch, 3, h, w]) {\n  %y = adaptive_avg_pool2d(%x) {output_size=[2, 2]}\n  return %y\n}";
+    // Adaptive pooling's cells are fractions of the input size: one cell works on a symbolic
+    // size, more need a static one.
+    let src = "graph g(%x: f32[batch, 3, h, w]) {\n  %y = adaptive_avg_pool2d(%x) {output_size=[1, 1]}\n  return %y\n}";
+    assert_eq!(out_type(src), "f32[batch, 3, 1, 1]");
+    let src = "graph g(%x: f32[batch, 3, 5, 6]) {\n  %y = adaptive_avg_pool2d(%x) {output_size=[2, 2]}\n  return %y\n}";
     assert_eq!(out_type(src), "f32[batch, 3, 2, 2]");
+    assert_bad(
+        "graph g(%x: f32[batch, 3, h, w]) {\n  %y = adaptive_avg_pool2d(%x) {output_size=[2, 2]}\n  return %y\n}",
+        "needs a static input size",
+    );
     let src = "graph g(%x: f32[batch, c, 4, 4]) {\n  %y = max_pool2d(%x) {kernel=[2, 2]}\n  return %y\n}";
     assert_eq!(out_type(src), "f32[batch, c, 2, 2]");
     let src = "graph g(%x: f32[batch, 3, 4, 4]) {\n  %y = avg_pool2d(%x) {kernel=[3, 3], stride=[1, 1], padding=[1, 1]}\n  return %y\n}";

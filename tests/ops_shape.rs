@@ -378,7 +378,7 @@ fn slice_errors() {
         ("%x: f32[4]", "slice(%x) {axis=0, step=-1}", "must be at least 1"),
         ("%x: f32[4]", "slice(%x) {axis=1}", "axis 1 is out of range for rank 1"),
         ("%x: f32[4]", "slice(%x) {start=1}", "`axis` is required"),
-        ("%x: f32[seq]", "slice(%x) {axis=0, end=3}", "needs a static size"),
+        ("%x: f32[seq]", "slice(%x) {axis=0, start=-3, end=2}", "needs a static size"),
         ("%x: f32[seq]", "slice(%x) {axis=0, step=2}", "needs a static size"),
         ("%x: f32[4]", "slice(%x) {axis=0, start=1.5}", "must be a int, found a float"),
     ];
@@ -387,10 +387,13 @@ fn slice_errors() {
     }
     let e = infer_err(
         OpKind::Slice,
-        vec![("axis", AttrValue::Int(0)), ("end", AttrValue::Int(2))],
+        vec![("axis", AttrValue::Int(0)), ("start", AttrValue::Int(-3)), ("end", AttrValue::Int(2))],
         &[ty(DType::F32, &["seq"])],
     );
     assert!(matches!(e, OpError::Shape(_)), "{e:?}");
+    // A fixed window from the front (0 <= start <= end) has a static size on a symbolic dim.
+    let g = ladder::text::parse(&one("%x: f32[seq]", "slice(%x) {axis=0, start=1, end=3}")).unwrap();
+    assert_eq!(g.ty(g.outputs()[0].value).to_string(), "f32[2]");
 }
 
 // --- pad ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ use super::{model, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct DumpArgs {
-    /// Model in the text form (.lad); the built-in example encoder when omitted.
+    /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
     /// Print `elided` instead of the data of blobs with more than N elements (such text is
     /// for reading only: it does not parse). Use a large N to print everything.

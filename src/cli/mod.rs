@@ -2,7 +2,9 @@
 //! subcommand lives in its own file; `model` loads what they all work on.
 
 mod check;
+mod conformance;
 mod dump;
+mod info;
 mod model;
 mod npy;
 mod ops;
@@ -35,6 +37,10 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Run a model on a backend and on the interpreter (precise mode) and compare the outputs.
     Check(check::CheckArgs),
+    /// Describe an ONNX model: inputs, outputs, opsets, op histogram, what ladder supports.
+    Info(info::InfoArgs),
+    /// Run the ONNX backend node tests (a folder of cases) and count passes.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// Why a command failed. Every variant prints as one clear message.
@@ -46,6 +52,8 @@ pub enum Error {
     Write { path: PathBuf, source: io::Error },
     #[error("{path}:{}:{}: {}", error.line, error.col, error.message)]
     Parse { path: PathBuf, error: ParseError },
+    #[error("{path}: {error}")]
+    Onnx { path: PathBuf, error: ladder::frontend::onnx::ImportError },
     #[error("`{path}` is not a usable .npy file: {message}")]
     Npy { path: PathBuf, message: String },
     #[error("input `{name}` (from `{path}`): {message}")]
@@ -73,6 +81,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args, &mut out),
         Command::Dump(args) => dump::dump(&args, &mut out),
         Command::Check(args) => check::check(&args, &mut out),
+        Command::Info(args) => info::info(&args, &mut out),
+        Command::Conformance(args) => conformance::conformance(&args, &mut out),
     }
     .and_then(|()| out.flush().map_err(Error::Stdout));
     match result {

@@ -1,18 +1,54 @@
-//! Loading the model a command works on: a text-form file, or the built-in example.
+//! Loading the model a command works on: a text-form file, an ONNX file, or the built-in
+//! example.
 
 use std::path::Path;
 
+use ladder::frontend::onnx::{self, ImportOptions};
 use ladder::models::{example_encoder, EXAMPLE_ENCODER_OPS};
 use ladder::ops::coverage;
 use ladder::Graph;
 
 use super::Error;
 
-/// The graph in `path` (text form), or the built-in example encoder when there is no path.
+/// True when `path` names an ONNX file: by its `.onnx` extension, or, for any other name,
+/// by content that starts like a protobuf `ModelProto` and is not text.
+pub fn is_onnx(path: &Path, head: &[u8]) -> bool {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+        return true;
+    }
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("lad")) {
+        return false;
+    }
+    onnx::looks_like_onnx(head) && std::str::from_utf8(head).is_err()
+}
+
+/// The graph in `path` (text form or ONNX), or the built-in example encoder when there is
+/// no path.
 pub fn load(path: Option<&Path>) -> Result<Graph, Error> {
     match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.into(), source })?;
+            let read_err = |source| Error::Read { path: path.into(), source };
+            let len = std::fs::metadata(path).map_err(read_err)?.len();
+            let limit = ImportOptions::default().max_total_bytes;
+            if len > limit {
+                return Err(Error::Onnx {
+                    path: path.into(),
+                    error: onnx::ImportError::Limit { what: "the file".into(), size: len, limit },
+                });
+            }
+            let bytes = std::fs::read(path).map_err(read_err)?;
+            if is_onnx(path, &bytes[..bytes.len().min(64)]) {
+                let options = ImportOptions::default();
+                return onnx::decode(&bytes, &options)
+                    .and_then(|m| {
+                        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                        onnx::import_model(&m, &options, Some(&dir))
+                    })
+                    .map_err(|error| Error::Onnx { path: path.into(), error });
+            }
+            let text = String::from_utf8(bytes).map_err(|_| {
+                read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+            })?;
             ladder::text::parse(&text).map_err(|error| Error::Parse { path: path.into(), error })
         }
         None => built_in(),

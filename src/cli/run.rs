@@ -18,7 +18,7 @@ const DEFAULT_SYMBOL_VALUE: u64 = 2;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Model in the text form (.lad); the built-in example encoder when omitted.
+    /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
     /// Read input NAME from a .npy file (repeatable). Inputs not given are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]

@@ -185,9 +185,14 @@ pub(super) fn var_of(e: &mut Emitter, x: Value, axes: &[usize], correction: i64)
     // not 0/0 (the op's variance of nothing is 0 / max(0, N - correction)).
     let n_or_one = e.binary_scalar(OpKind::Max, n, 1.0)?;
     let fix = e.div(sd2, n_or_one)?;
-    let ss = e.sub(ss, fix)?;
+    let corrected = e.sub(ss, fix)?;
     // Mathematically Σd² >= (Σd)²/N; rounding must not make the variance negative.
-    let ss = e.binary_scalar(OpKind::Max, ss, 0.0)?;
+    let corrected = e.binary_scalar(OpKind::Max, corrected, 0.0)?;
+    // Where Σd² overflowed (or is NaN) keep it: inf - inf would turn an infinite variance
+    // into NaN.
+    let inf = e.full_like(f64::INFINITY, ss)?;
+    let finite = e.prim(OpKind::Lt, &[ss, inf], &[])?;
+    let ss = e.select(finite, corrected, ss)?;
     let denom = match counted {
         Count::Static(n) => {
             let n = i64::try_from(n).unwrap_or(i64::MAX);
@@ -209,7 +214,20 @@ pub(super) fn var_of(e: &mut Emitter, x: Value, axes: &[usize], correction: i64)
             e.broadcast_to(diff, &out)?
         }
     };
-    e.div(ss, denom)
+    let var = e.div(ss, denom)?;
+    // With a zero divisor (N <= correction) the op's answer is inf when Σd² > 0 and NaN when
+    // it is 0. Σd² can underflow to 0 in f32 (d ~ 1e-29) where it is positive in f64, so
+    // decide "> 0" as "some d != 0", which does not underflow.
+    let abs_d = e.unary(OpKind::Abs, d)?;
+    let max_d = reduce(e, OpKind::ReduceMax, abs_d, axes, false)?;
+    let zero = e.full_like(0.0, max_d)?;
+    let spread = e.prim(OpKind::Gt, &[max_d, zero], &[])?;
+    let inf = e.full_like(f64::INFINITY, var)?;
+    let nan = e.full_like(f64::NAN, var)?;
+    let at_zero = e.select(spread, inf, nan)?;
+    // NaN in the data stays NaN: max|d| is then NaN and `spread` false.
+    let denom_zero = e.binary_scalar(OpKind::Eq, denom, 0.0)?;
+    e.select(denom_zero, at_zero, var)
 }
 
 /// `log(sum(exp(x)))` of float `x` (in its compute dtype) over `axes`, axes removed,

@@ -4,7 +4,8 @@
 //! - `interp`: the reference interpreter can evaluate it. Every op with a spec row has an
 //!   `eval`, so this is true for every op the registry lists.
 //! - `decomp`: the op reaches the prims rung: a high-level op has a decomposition rule
-//!   (`crate::decomp::rule`); prims and opaque ops are there already.
+//!   (`crate::decomp::rule`), or is an in-place op that functionalization turns into ops
+//!   that do; prims and opaque ops are there already.
 //! - `vjp`: a reverse-mode derivative rule exists.
 //! - `cpu`, `vulkan`: the backend can execute it.
 //!
@@ -28,6 +29,9 @@ pub fn coverage(kind: OpKind) -> Coverage {
     // `OpKind::spec` treats a missing row as a bug; asking about coverage must not panic.
     let Some(spec) = all_specs().find(|s| s.kind == kind) else { return Coverage::default() };
     let decomp = match spec.rung {
+        Rung::High if spec.mutates => crate::passes::functionalize::functional_forms(kind)
+            .iter()
+            .all(|&f| f.rung() != Rung::High || crate::decomp::rule(f).is_some()),
         Rung::High => crate::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };

@@ -26,9 +26,8 @@
 //! - `slice_assign_` writes `src` into `x[start:end:step]` along `axis`, with the `slice`
 //!   op's Python semantics: a negative `start`/`end` counts from the end, then both clamp to
 //!   `0..=dim`; `step >= 1`; an empty slice writes nothing. `src` broadcasts to the slice's
-//!   shape. Where the sliced dim is symbolic and the slice length is not a polynomial of it
-//!   (anything but the whole dim), infer accepts any `src` size on that axis and the
-//!   interpreter checks it when the sizes are known.
+//!   shape. On a symbolic dim the slice must be one the `slice` op accepts there (its size
+//!   is then known), so `src` is checked against it at infer.
 //! - Writing through a view in which several elements share one storage location (an
 //!   expanded or broadcast view) fails with `EvalError::OverlappingWrite`, as in PyTorch.
 //!
@@ -194,7 +193,7 @@ fn infer_inplace(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Te
         SliceAssignInplace | SliceScatter => {
             let (axis, start, end, step) = slice_attrs(attrs, x.rank())?;
             let mut target = whole;
-            target[axis] = symbolic_slice_len(&x.shape.dims()[axis], start, end, step);
+            target[axis] = Some(crate::ops::shape::slice_dim(&x.shape.dims()[axis], start, end, step)?);
             let mut shown = x.shape.clone();
             if let Some(len) = &target[axis] {
                 shown.0[axis] = len.clone();
@@ -228,16 +227,6 @@ fn slice_range(n: u64, start: i64, end: i64, step: i64) -> (u64, u64) {
     let step = step as i128;
     let len = if e > s { (e - s + step - 1) / step } else { 0 };
     (s as u64, len as u64)
-}
-
-/// The slice length as a dim where infer can know it: always for a static dim; for a
-/// symbolic one only when the slice is the whole dim.
-fn symbolic_slice_len(dim: &Dim, start: i64, end: i64, step: i64) -> Option<Dim> {
-    match dim.as_const() {
-        Some(n) => Some(Dim::new(slice_range(n, start, end, step).1)),
-        None if start == 0 && end == i64::MAX && step == 1 => Some(dim.clone()),
-        None => None,
-    }
 }
 
 /// Writes `values` (already of `x`'s shape) through `x` and returns `x`.
@@ -333,11 +322,25 @@ fn eval_slice_assign(
     ctx: &mut EvalCtx,
     attrs: &Attrs,
     args: &[View],
-    _: &TensorType,
+    out: &TensorType,
 ) -> Result<View, EvalError> {
     let x = &args[0];
     let (axis, start, end, step) = slice_attrs(attrs, x.rank()).map_err(|e| EvalError::Invalid(e.to_string()))?;
-    let (first, len) = slice_range(x.shape()[axis] as u64, start, end, step);
+    let n = x.shape()[axis] as u64;
+    let (first, len) = slice_range(n, start, end, step);
+    // On a symbolic axis the shape rule assumed the window fits (as `slice` does); a run
+    // where it does not is an error, never a silent clamp.
+    if out.shape.dims().get(axis).is_some_and(|d| !d.is_static()) {
+        // Evaluate the shape rule's own length formula at this size: the run is valid only
+        // when it is non-negative and equals the clamped length.
+        let assumed =
+            crate::ops::shape::slice_dim(&Dim::sym("n"), start, end, step).ok().and_then(|d| d.eval(&|_| Some(n)).ok());
+        if assumed != Some(len) {
+            return Err(EvalError::Invalid(format!(
+                "slice {start}:{end} of axis {axis} (size {n}) is shorter than the graph assumes"
+            )));
+        }
+    }
     let mut shape = x.shape().to_vec();
     shape[axis] = len as usize;
     let mut strides = x.strides().to_vec();

@@ -509,7 +509,15 @@ fn infer_pool(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Tenso
     let dims = x.shape.dims();
     let mut shape: Shape = dims[..r - 2].iter().cloned().collect();
     if kind == OpKind::AdaptiveAvgPool2d {
-        for o in spatial_list("output_size", attrs.ints("output_size"), 2, 0, None)? {
+        for (d, o) in spatial_list("output_size", attrs.ints("output_size"), 2, 0, None)?.into_iter().enumerate() {
+            // Cell boundaries are floor/ceil of fractions of the input size: a number only
+            // for a static size, unless there is at most one cell.
+            if o >= 2 && !dims[r - 2 + d].is_static() {
+                return Err(OpError::Shape(format!(
+                    "adaptive_avg_pool2d to {o} cells needs a static input size, got {}",
+                    dims[r - 2 + d]
+                )));
+            }
             shape.0.push(Dim::new(o));
         }
     } else {

@@ -490,8 +490,11 @@ fn slice_bounds(n: u64, start: i64, end: i64, step: i64) -> (u64, u64) {
     (s as u64, size as u64)
 }
 
-/// The size of `slice` along its axis.
-fn slice_dim(d: &Dim, start: i64, end: i64, step: i64) -> Result<Dim, OpError> {
+/// The size of `slice` along its axis (also the rule `slice_scatter` and `slice_assign_`
+/// use). On a symbolic dim the slice must be one whose size is a polynomial of the dim, or a
+/// constant: step 1 with `end` negative or omitted, or `0 <= start <= end`; the dim is
+/// assumed large enough, and a run where it is not fails with a typed shape error.
+pub(crate) fn slice_dim(d: &Dim, start: i64, end: i64, step: i64) -> Result<Dim, OpError> {
     if step < 1 {
         return Err(attr_err("step", format!("must be at least 1, got {step}")));
     }
@@ -501,10 +504,17 @@ fn slice_dim(d: &Dim, start: i64, end: i64, step: i64) -> Result<Dim, OpError> {
     let static_needed = || {
         OpError::Shape(format!(
             "slice {start}:{end}:{step} of a dim of symbolic size {d} needs a static size \
-             (supported on symbolic dims: step 1, any start, end negative or omitted)"
+             (supported on symbolic dims: step 1 with end negative or omitted, or 0 <= start <= end)"
         ))
     };
-    if step != 1 || (end >= 0 && end != i64::MAX) {
+    if step != 1 {
+        return Err(static_needed());
+    }
+    if start >= 0 && end >= 0 && end != i64::MAX {
+        // A fixed window counted from the front.
+        return Ok(Dim::new(end.saturating_sub(start).max(0) as u64));
+    }
+    if end >= 0 && end != i64::MAX {
         return Err(static_needed());
     }
     if start < 0 && end < 0 {

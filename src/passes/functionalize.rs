@@ -338,6 +338,24 @@ impl State<'_> {
     }
 }
 
+/// The ops `functionalize` rewrites an in-place op into (`add_` → `add` and, when the dtypes
+/// differ, `convert_element_type`; …). Empty for ops that do not mutate.
+pub fn functional_forms(op: OpKind) -> &'static [OpKind] {
+    use OpKind::*;
+    match op {
+        AddInplace => &[Add, ConvertElementType],
+        SubInplace => &[Sub, ConvertElementType],
+        MulInplace => &[Mul, ConvertElementType],
+        DivInplace => &[Div, ConvertElementType],
+        ReluInplace => &[Relu],
+        CopyInplace => &[ConvertElementType, Expand],
+        FillInplace => &[Full],
+        MaskedFillInplace => &[MaskedFill],
+        SliceAssignInplace => &[SliceScatter],
+        _ => &[],
+    }
+}
+
 fn attrs_list(attrs: &Attrs) -> Vec<(&'static str, AttrValue)> {
     attrs.iter().map(|(n, v)| (n, v.clone())).collect()
 }

@@ -1,0 +1,326 @@
+//! The CPU backend: one generated [`Kernel`] → one native function, through Cranelift.
+//!
+//! [`CpuCompiler`] owns a `JITModule` and compiles many kernels into it. Each
+//! [`CompiledKernel`] holds the entry point (the [`KernelFn`] convention of
+//! [`crate::kernel`]), the kernel's dim table, and an `Arc` of the module, so the code lives
+//! as long as any kernel compiled into it; when the last one goes, the module's memory is
+//! freed.
+//!
+//! **W^X.** cranelift-jit's `SystemMemoryProvider` writes code into fresh anonymous `mmap`
+//! pages that are read-write, and `finalize_definitions` (called after every kernel) turns
+//! them read+execute with `mprotect` and starts a new mapping for the next function, so a
+//! page is never writable and executable at once and is never written again once executable.
+//!
+//! **Run-time errors.** Generated code never traps: integer `div`/`rem` by zero (and
+//! `MIN / -1`, which wraps like the reference) is computed on a safe divisor, and
+//! `LoadAt` offsets into buffers of static size are bounds-checked (an out-of-range offset
+//! reads element 0). Either records a [`KernelError`] in a thread-local flag, once per call,
+//! outside the loops; [`CompiledKernel::run`] clears and checks it around the call (a runtime
+//! that calls the raw [`KernelFn`] itself calls [`take_kernel_error`] afterwards on the same
+//! thread). The outputs of a failed call are unspecified.
+//!
+//! What is compiled (see [`CpuCompiler::supports`]): dtypes f32, f64, i32, i64 and bool
+//! (stored as one byte, 0 or 1); every unary and binary elementwise prim, `where`, converts,
+//! loads/stores with affine indices, `LoadAt`, loop variables, and sum/prod/max/min/argmax
+//! accumulators. f16/bf16 are not supported yet. f32 transcendentals are inline polynomial
+//! approximations ([`math`]); f64 transcendentals, float `rem` and integer `pow` call the Rust
+//! function of the reference per element (exact, scalar, slow).
+
+mod analyze;
+mod codegen;
+mod emit;
+pub mod math;
+
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+use cranelift_codegen::ir::{types, AbiParam};
+use cranelift_codegen::settings::Configurable;
+use cranelift_codegen::{settings, Context};
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::Module;
+
+use crate::ir::Dim;
+use crate::kernel::{Kernel, KernelFn, Program};
+
+/// Why a kernel could not be compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    /// The kernel uses something this backend does not implement (a dtype, an op); the
+    /// runtime should run it with the reference executor.
+    #[error("unsupported by the CPU backend: {0}")]
+    Unsupported(String),
+    /// The kernel breaks the kernel IR's rules (a register used before its definition, a
+    /// dtype mismatch, a loop variable out of range): a scheduler bug.
+    #[error("invalid kernel: {0}")]
+    Invalid(String),
+    /// Cranelift refused the generated function or the JIT could not map it.
+    #[error("cranelift: {0}")]
+    Cranelift(String),
+}
+
+/// An error a compiled kernel recorded while running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    #[error("integer division by zero")]
+    DivisionByZero,
+    #[error("gather offset out of bounds")]
+    IndexOutOfBounds,
+    #[error("kernel called with {got} {what}, expected {expected}")]
+    BadArguments { what: &'static str, got: usize, expected: usize },
+}
+
+pub(crate) const ERR_DIV_ZERO: i64 = 1;
+pub(crate) const ERR_OUT_OF_BOUNDS: i64 = 2;
+
+thread_local! {
+    static KERNEL_ERROR: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Called by generated code (once per call, at its end) when it hit an error.
+pub(crate) extern "C" fn record_kernel_error(code: i64) {
+    KERNEL_ERROR.with(|e| {
+        if e.get() == 0 {
+            e.set(code);
+        }
+    });
+}
+
+/// Takes (and clears) the error the last kernel call on this thread recorded.
+pub fn take_kernel_error() -> Option<KernelError> {
+    match KERNEL_ERROR.with(|e| e.replace(0)) {
+        0 => None,
+        ERR_DIV_ZERO => Some(KernelError::DivisionByZero),
+        _ => Some(KernelError::IndexOutOfBounds),
+    }
+}
+
+/// Code generation choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Never contract `a * b + c` into a fused multiply-add (bit-reproducible across
+    /// machines with and without FMA).
+    pub strict_fp: bool,
+    /// Vectorize innermost loops with F32X4 where possible.
+    pub vectorize: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        CpuOptions { strict_fp: false, vectorize: true }
+    }
+}
+
+/// The JIT module, shared by every kernel compiled into it.
+struct JitShared {
+    module: Mutex<Option<JITModule>>,
+}
+
+// SAFETY: the module is only touched under the mutex; the raw pointers it holds are to its
+// own mappings, which no other owner frees.
+unsafe impl Send for JitShared {}
+unsafe impl Sync for JitShared {}
+
+impl Drop for JitShared {
+    fn drop(&mut self) {
+        let module = match self.module.get_mut() {
+            Ok(m) => m.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(module) = module {
+            // SAFETY: every `CompiledKernel` holds an `Arc` of this value, so when it drops no
+            // function pointer into the module's memory is left.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+/// A compiled kernel: its entry point and the dims it reads.
+#[derive(Clone)]
+pub struct CompiledKernel {
+    entry: KernelFn,
+    dims: Vec<Dim>,
+    name: String,
+    n_buffers: usize,
+    _module: Arc<JitShared>,
+}
+
+impl std::fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledKernel").field("name", &self.name).field("dims", &self.dims).finish()
+    }
+}
+
+impl CompiledKernel {
+    /// The native entry point (`KernelFn` convention).
+    pub fn entry(&self) -> KernelFn {
+        self.entry
+    }
+
+    /// The kernel's dim table: `dims[j]` passed at run time is the value of entry `j`.
+    pub fn dim_table(&self) -> &[Dim] {
+        &self.dims
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs the kernel for outer iterations `begin..end` and reports any error it recorded.
+    ///
+    /// # Safety
+    /// `bufs` must hold, for every buffer the kernel touches (by `BufferId` index), a
+    /// pointer to memory of that buffer's dtype and shape evaluated with the symbol values
+    /// `dims` was computed from, valid for the reads and writes the kernel does, and not
+    /// written by anyone else during the call.
+    pub unsafe fn run(&self, bufs: &[*mut u8], dims: &[i64], begin: i64, end: i64) -> Result<(), KernelError> {
+        if dims.len() != self.dims.len() {
+            return Err(KernelError::BadArguments { what: "dims", got: dims.len(), expected: self.dims.len() });
+        }
+        if bufs.len() < self.n_buffers {
+            return Err(KernelError::BadArguments { what: "buffers", got: bufs.len(), expected: self.n_buffers });
+        }
+        take_kernel_error();
+        // SAFETY: the argument arrays have the lengths the code reads (checked above), and
+        // the buffers are valid per this function's contract.
+        unsafe { (self.entry)(bufs.as_ptr(), dims.as_ptr(), begin, end) };
+        match take_kernel_error() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+/// Compiles kernels into one JIT module.
+pub struct CpuCompiler {
+    shared: Arc<JitShared>,
+    options: CpuOptions,
+    has_fma: bool,
+    ctx: Context,
+    fctx: FunctionBuilderContext,
+}
+
+impl CpuCompiler {
+    pub fn new() -> Result<CpuCompiler, CodegenError> {
+        CpuCompiler::with_options(CpuOptions::default())
+    }
+
+    pub fn with_options(options: CpuOptions) -> Result<CpuCompiler, CodegenError> {
+        let isa = native_isa()?;
+        let has_fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
+        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let module = JITModule::new(builder);
+        Ok(CpuCompiler {
+            shared: Arc::new(JitShared { module: Mutex::new(Some(module)) }),
+            options,
+            has_fma,
+            ctx: Context::new(),
+            fctx: FunctionBuilderContext::new(),
+        })
+    }
+
+    pub fn options(&self) -> CpuOptions {
+        self.options
+    }
+
+    /// Whether generated code fuses multiply-adds (FMA present and not `strict_fp`).
+    pub fn uses_fma(&self) -> bool {
+        self.has_fma && !self.options.strict_fp
+    }
+
+    /// Why `kernel` cannot be compiled, if it cannot (without compiling it).
+    pub fn supports(&self, kernel: &Kernel, program: &Program) -> Result<(), String> {
+        analyze::analyze(kernel, program, &self.options).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Compiles `kernel` (whose buffers are `program`'s) to native code.
+    pub fn compile(&mut self, kernel: &Kernel, program: &Program) -> Result<CompiledKernel, CodegenError> {
+        let analysis = analyze::analyze(kernel, program, &self.options)?;
+        let mut guard =
+            self.shared.module.lock().map_err(|_| CodegenError::Cranelift("JIT module lock poisoned".into()))?;
+        let module = guard.as_mut().ok_or_else(|| CodegenError::Cranelift("JIT module is gone".into()))?;
+        let mut sig = module.make_signature();
+        for _ in 0..4 {
+            sig.params.push(AbiParam::new(types::I64));
+        }
+        let id = module.declare_anonymous_function(&sig).map_err(|e| CodegenError::Cranelift(e.to_string()))?;
+        self.ctx.clear();
+        self.ctx.func.signature = sig;
+        let call_conv = module.isa().default_call_conv();
+        let frontend = module.isa().frontend_config();
+        let fma = self.has_fma && !self.options.strict_fp;
+        codegen::build(
+            &mut self.ctx.func,
+            &mut self.fctx,
+            kernel,
+            program,
+            &analysis,
+            codegen::Target { fma, call_conv, frontend },
+        )?;
+        let defined = module.define_function(id, &mut self.ctx);
+        if let Err(e) = defined {
+            let msg = match &e {
+                cranelift_module::ModuleError::Compilation(cranelift_codegen::CodegenError::Verifier(v)) => {
+                    format!(
+                        "{e}: {}",
+                        cranelift_codegen::print_errors::pretty_verifier_error(&self.ctx.func, None, v.clone())
+                    )
+                }
+                _ => e.to_string(),
+            };
+            self.ctx.clear();
+            return Err(CodegenError::Cranelift(msg));
+        }
+        module.clear_context(&mut self.ctx);
+        module.finalize_definitions().map_err(|e| CodegenError::Cranelift(e.to_string()))?;
+        let ptr = module.get_finalized_function(id);
+        // SAFETY: the function was built with the `KernelFn` signature (four i64 parameters,
+        // no results, the platform's default C calling convention) and is now finalized
+        // (mapped read+execute).
+        let entry: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+        drop(guard);
+        Ok(CompiledKernel {
+            entry,
+            dims: kernel.dim_table(),
+            name: kernel.name.clone(),
+            n_buffers: analysis.n_buffers,
+            _module: self.shared.clone(),
+        })
+    }
+}
+
+fn native_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, CodegenError> {
+    let cl = |e: &dyn std::fmt::Display| CodegenError::Cranelift(e.to_string());
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").map_err(|e| cl(&e))?;
+    flags.set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }).map_err(|e| cl(&e))?;
+    flags.set("use_colocated_libcalls", "false").map_err(|e| cl(&e))?;
+    flags.set("is_pic", "false").map_err(|e| cl(&e))?;
+    let isa_builder = cranelift_native::builder().map_err(|e| cl(&e))?;
+    isa_builder.finish(settings::Flags::new(flags)).map_err(|e| cl(&e))
+}
+
+/// The Cranelift IR text of `kernel`'s function before optimisation (for debugging and
+/// snapshot tests).
+pub fn clif_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Result<String, CodegenError> {
+    let analysis = analyze::analyze(kernel, program, &options)?;
+    let mut func = cranelift_codegen::ir::Function::new();
+    for _ in 0..4 {
+        func.signature.params.push(AbiParam::new(types::I64));
+    }
+    let isa = native_isa()?;
+    let call_conv = isa.default_call_conv();
+    func.signature.call_conv = call_conv;
+    let frontend = isa.frontend_config();
+    let mut fctx = FunctionBuilderContext::new();
+    codegen::build(
+        &mut func,
+        &mut fctx,
+        kernel,
+        program,
+        &analysis,
+        codegen::Target { fma: !options.strict_fp, call_conv, frontend },
+    )?;
+    Ok(func.display().to_string())
+}

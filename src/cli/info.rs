@@ -1,0 +1,83 @@
+//! `ladder info`: what an ONNX model holds and whether ladder can import it.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use ladder::frontend::onnx::{self, ImportError, ImportOptions};
+
+use super::Error;
+
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// An ONNX model file.
+    pub model: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let options = ImportOptions::default();
+    let path = &args.model;
+    let onnx_err = |error| Error::Onnx { path: path.clone(), error };
+    let bytes = onnx::read_bounded(path, options.max_total_bytes).map_err(onnx_err)?;
+    let model = onnx::decode(&bytes, &options).map_err(onnx_err)?;
+    let dir = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let s = onnx::summarize(&model, &options, Some(&dir));
+    let w = |out: &mut dyn Write, line: String| writeln!(out, "{line}").map_err(Error::Stdout);
+    if args.json {
+        let ops: Vec<serde_json::Value> = s
+            .ops
+            .iter()
+            .map(|o| {
+                serde_json::json!({"domain": o.domain, "op_type": o.op_type, "count": o.count, "supported": o.supported})
+            })
+            .collect();
+        let io = |v: &[(String, String)]| -> Vec<serde_json::Value> {
+            v.iter().map(|(n, t)| serde_json::json!({"name": n, "type": t})).collect()
+        };
+        let j = serde_json::json!({
+            "ir_version": s.ir_version,
+            "producer": s.producer,
+            "opsets": s.opsets.iter().map(|(d, v)| serde_json::json!({"domain": d, "version": v})).collect::<Vec<_>>(),
+            "inputs": io(&s.inputs),
+            "outputs": io(&s.outputs),
+            "initializers": s.initializers,
+            "initializer_bytes": s.initializer_bytes,
+            "ops": ops,
+            "imports": s.import.is_ok(),
+            "error": s.import.as_ref().err().map(ToString::to_string),
+        });
+        return w(out, serde_json::to_string_pretty(&j).unwrap_or_default());
+    }
+    w(out, format!("model: {}", path.display()))?;
+    w(
+        out,
+        format!("ir_version: {}   producer: {}", s.ir_version, if s.producer.is_empty() { "-" } else { &s.producer }),
+    )?;
+    let opsets: Vec<String> =
+        s.opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d })).collect();
+    w(out, format!("opsets: {}", opsets.join(", ")))?;
+    w(out, "inputs:".into())?;
+    for (n, t) in &s.inputs {
+        w(out, format!("  {n}: {t}"))?;
+    }
+    w(out, "outputs:".into())?;
+    for (n, t) in &s.outputs {
+        w(out, format!("  {n}: {t}"))?;
+    }
+    w(out, format!("initializers: {} ({} bytes)", s.initializers, s.initializer_bytes))?;
+    let total: usize = s.ops.iter().map(|o| o.count).sum();
+    w(out, format!("ops: {total} nodes, {} op types", s.ops.len()))?;
+    let mut ops = s.ops.clone();
+    ops.sort_by(|a, b| b.count.cmp(&a.count).then(a.op_type.cmp(&b.op_type)));
+    for o in &ops {
+        let name = if o.domain.is_empty() { o.op_type.clone() } else { format!("{}::{}", o.domain, o.op_type) };
+        w(out, format!("  {:>6}  {:<32} {}", o.count, name, if o.supported { "supported" } else { "NOT SUPPORTED" }))?;
+    }
+    match &s.import {
+        Ok(()) => w(out, "import: ok".into()),
+        Err(ImportError::Unsupported(list)) => w(out, format!("import: fails: {} unsupported op type(s)", list.len())),
+        Err(e) => w(out, format!("import: fails: {e}")),
+    }
+}

@@ -1,0 +1,657 @@
+//! The import driver: opsets, graph inputs and initializers, the node loop with its
+//! unsupported-op census, and the helpers op conversions use (inputs, attributes, emitting
+//! ladder ops with import-time folding, symbolic shape lists).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::proto::{self, AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
+use super::tensor::{check_dims, dtype_name, dtype_of, tensor_from_proto, Budget};
+use super::{ImportError, ImportOptions, NodeError, NodeRef, UnsupportedOp};
+use crate::interp::{EvalCtx, View};
+use crate::ir::{AttrValue, Attrs, Blob, DType, Dim, Graph, Shape, TensorType, Value};
+use crate::ops::OpKind;
+use crate::tensor::{Tensor, TensorData};
+
+/// Lowest and highest default-domain opset the importer accepts.
+pub const MIN_OPSET: i64 = 7;
+pub const MAX_OPSET: i64 = 27;
+
+/// One element of a shape list: a number, or a symbolic dim.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SymInt {
+    I(i64),
+    D(Dim),
+}
+
+impl SymInt {
+    pub fn from_dim(d: &Dim) -> SymInt {
+        match d.as_const() {
+            Some(n) if n <= i64::MAX as u64 => SymInt::I(n as i64),
+            _ => SymInt::D(d.clone()),
+        }
+    }
+
+    /// As a dim (for shapes); negative numbers have none.
+    pub fn to_dim(&self) -> Option<Dim> {
+        match self {
+            SymInt::I(n) if *n >= 0 => Some(Dim::new(*n as u64)),
+            SymInt::I(_) => None,
+            SymInt::D(d) => Some(d.clone()),
+        }
+    }
+}
+
+/// A 0-d or 1-d integer tensor known at import time, possibly holding symbolic dims: what
+/// `Shape` gives for a symbolic shape, and what shape arithmetic makes of it.
+#[derive(Clone, Debug)]
+pub struct SymList {
+    pub elems: Vec<SymInt>,
+    pub scalar: bool,
+    pub dtype: DType,
+}
+
+impl SymList {
+    pub fn is_static(&self) -> bool {
+        self.elems.iter().all(|e| matches!(e, SymInt::I(_)))
+    }
+}
+
+/// What an ONNX value name stands for.
+#[derive(Clone, Debug)]
+pub enum Slot {
+    Val(Value),
+    Syms(SymList),
+}
+
+/// Per-model import state.
+pub struct Importer<'m> {
+    pub opts: &'m ImportOptions,
+    pub g: Graph,
+    pub opset: i64,
+    env: HashMap<String, Slot>,
+    inits: HashMap<&'m str, &'m TensorProto>,
+    /// Data of values known at import time (constants and folded results).
+    pub consts: HashMap<Value, Arc<Tensor>>,
+    budget: Budget,
+    dir: Option<&'m Path>,
+    blob_names: HashSet<String>,
+    value_names: HashSet<String>,
+    n_syms: usize,
+    fold_fuel: u64,
+}
+
+pub type NResult<T> = Result<T, NodeError>;
+
+fn tensor_err(e: ImportError) -> NodeError {
+    NodeError::Tensor(Box::new(e))
+}
+
+/// The default-domain opset of a model.
+pub fn default_opset(model: &ModelProto) -> Option<i64> {
+    model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map(|o| o.version)
+}
+
+fn is_default_domain(d: &str) -> bool {
+    d.is_empty() || d == "ai.onnx"
+}
+
+/// A symbol name from a `dim_param`: letters, digits and `_` (others become `_`), not
+/// starting with a digit.
+fn symbol_name(param: &str) -> String {
+    let mut s: String = param.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert_str(0, "s_");
+    }
+    s
+}
+
+/// Every op type the model uses that ladder cannot import, with counts.
+fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<UnsupportedOp> {
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut stack: Vec<&GraphProto> = vec![graph];
+    while let Some(g) = stack.pop() {
+        for n in &g.node {
+            for a in &n.attribute {
+                stack.extend(a.g.iter());
+                stack.extend(a.graphs.iter());
+            }
+            if n.op_type.is_empty() {
+                continue;
+            }
+            let ok = is_default_domain(&n.domain) && super::ops::is_supported(&n.op_type, opset);
+            if !ok {
+                *counts.entry((n.domain.clone(), n.op_type.clone())).or_default() += 1;
+            }
+        }
+    }
+    counts
+        .into_iter()
+        .map(|((domain, op_type), count)| {
+            let opset = if is_default_domain(&domain) {
+                opset
+            } else {
+                model.opset_import.iter().find(|o| o.domain == domain).map_or(-1, |o| o.version)
+            };
+            UnsupportedOp { domain, op_type, opset, count }
+        })
+        .collect()
+}
+
+/// Converts a decoded model.
+pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -> Result<Graph, ImportError> {
+    let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
+    let mut stack: Vec<&GraphProto> = vec![graph];
+    while let Some(g) = stack.pop() {
+        for (index, n) in g.node.iter().enumerate() {
+            if n.op_type.is_empty() {
+                return Err(ImportError::Missing(format!(
+                    "the op_type of node {index}{}",
+                    if n.name.is_empty() { String::new() } else { format!(" `{}`", n.name) }
+                )));
+            }
+            for a in &n.attribute {
+                stack.extend(a.g.iter());
+                stack.extend(a.graphs.iter());
+            }
+        }
+    }
+    let unsupported = census(model, graph, default_opset(model).unwrap_or(-1));
+    if !unsupported.is_empty() {
+        return Err(ImportError::Unsupported(unsupported));
+    }
+    let opset =
+        default_opset(model).ok_or_else(|| ImportError::Missing("an opset_import for the default domain".into()))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+        return Err(ImportError::Opset(opset));
+    }
+    let name = if graph.name.is_empty() { "onnx" } else { graph.name.as_str() };
+    let mut imp = Importer {
+        opts,
+        g: Graph::new(name),
+        opset,
+        env: HashMap::new(),
+        inits: HashMap::new(),
+        consts: HashMap::new(),
+        budget: Budget::default(),
+        dir,
+        blob_names: HashSet::new(),
+        value_names: HashSet::new(),
+        n_syms: 0,
+        fold_fuel: 1 << 26,
+    };
+    for t in &graph.initializer {
+        if t.name.is_empty() {
+            return Err(ImportError::Missing("the name of an initializer".into()));
+        }
+        imp.inits.insert(t.name.as_str(), t);
+    }
+    if !graph.sparse_initializer.is_empty() {
+        return Err(ImportError::Graph("sparse initializers are not supported".into()));
+    }
+    for input in &graph.input {
+        if input.name.is_empty() {
+            return Err(ImportError::Missing("the name of a graph input".into()));
+        }
+        if imp.inits.contains_key(input.name.as_str()) {
+            // An input with an initializer is a constant with a default (IR < 4): the
+            // initializer is used.
+            continue;
+        }
+        let ty = imp.value_type(input)?;
+        if imp.value_names.contains(&input.name) {
+            return Err(ImportError::Graph(format!("graph input `{}` is declared twice", input.name)));
+        }
+        let v = imp.g.add_input(&input.name, ty).map_err(|e| ImportError::Graph(e.to_string()))?;
+        imp.value_names.insert(input.name.clone());
+        imp.env.insert(input.name.clone(), Slot::Val(v));
+    }
+    imp.run_nodes(&graph.node, 0)?;
+    if graph.output.is_empty() {
+        return Err(ImportError::Missing("graph outputs".into()));
+    }
+    for out in &graph.output {
+        let slot = imp.lookup(&out.name).map_err(|e| match e {
+            NodeError::Undefined(name) => ImportError::Graph(format!("graph output `{name}` is never computed")),
+            e => ImportError::Graph(format!("graph output `{}`: {e}", out.name)),
+        })?;
+        let v = imp.materialize(&slot, &out.name).map_err(|e| ImportError::Graph(format!("graph output: {e}")))?;
+        imp.g.add_output(&out.name, v).map_err(|e| ImportError::Graph(e.to_string()))?;
+    }
+    Ok(imp.g)
+}
+
+impl<'m> Importer<'m> {
+    /// The ladder type of a graph input.
+    fn value_type(&mut self, vi: &proto::ValueInfoProto) -> Result<TensorType, ImportError> {
+        let what = format!("graph input `{}`", vi.name);
+        let ty = vi.r#type.as_ref().ok_or_else(|| ImportError::Missing(format!("the type of {what}")))?;
+        let tt = match &ty.value {
+            Some(proto::type_proto::Value::TensorType(t)) => t,
+            Some(_) => {
+                return Err(ImportError::Graph(format!(
+                    "{what} is not a tensor (sequences, maps, optionals and sparse tensors are not supported)"
+                )))
+            }
+            None => return Err(ImportError::Missing(format!("the type of {what}"))),
+        };
+        if tt.elem_type == 0 {
+            return Err(ImportError::Missing(format!("the element type of {what}")));
+        }
+        let dtype = dtype_of(tt.elem_type)
+            .ok_or_else(|| ImportError::DType { what: what.clone(), elem_type: dtype_name(tt.elem_type) })?;
+        let shape = tt
+            .shape
+            .as_ref()
+            .ok_or_else(|| ImportError::Graph(format!("{what} has no shape (ladder needs every input's rank)")))?;
+        let mut dims = Vec::with_capacity(shape.dim.len());
+        let mut statics = Vec::new();
+        for d in &shape.dim {
+            use proto::tensor_shape_proto::dimension::Value as V;
+            match &d.value {
+                Some(V::DimValue(n)) => {
+                    statics.push(*n);
+                    check_dims(&what, &[*n])?;
+                    dims.push(Dim::new(*n as u64));
+                }
+                Some(V::DimParam(p)) if !p.is_empty() => dims.push(Dim::sym(&symbol_name(p))),
+                _ => {
+                    self.n_syms += 1;
+                    dims.push(Dim::sym(&format!("unk{}", self.n_syms)));
+                }
+            }
+        }
+        check_dims(&what, &statics)?;
+        Ok(TensorType::new(dtype, Shape(dims.into())))
+    }
+
+    /// Converts nodes in order. `depth` counts inlined subgraphs.
+    pub fn run_nodes(&mut self, nodes: &'m [NodeProto], depth: u32) -> Result<(), ImportError> {
+        for (index, node) in nodes.iter().enumerate() {
+            let node_ref = || NodeRef { index, name: node.name.clone(), op_type: node.op_type.clone() };
+            if node.op_type.is_empty() {
+                return Err(ImportError::Missing(format!("the op_type of node {index}")));
+            }
+            let outs = match super::ops::convert(self, node, depth) {
+                Ok(outs) => outs,
+                Err(NodeError::Undefined(name)) => return Err(ImportError::UndefinedValue { node: node_ref(), name }),
+                Err(NodeError::Subgraph(e) | NodeError::Tensor(e)) => return Err(*e),
+                Err(error) => return Err(ImportError::Node { node: node_ref(), error }),
+            };
+            for (i, name) in node.output.iter().enumerate() {
+                if name.is_empty() {
+                    continue;
+                }
+                let Some(slot) = outs.get(i).cloned().flatten() else {
+                    return Err(ImportError::Node {
+                        node: node_ref(),
+                        error: NodeError::Unsupported(format!("output {i} (`{name}`)")),
+                    });
+                };
+                if let Slot::Val(v) = &slot {
+                    self.name_value(*v, name);
+                }
+                self.env.insert(name.clone(), slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Names a value after its ONNX name when it has no name yet and the name is free.
+    fn name_value(&mut self, v: Value, name: &str) {
+        if self.g.name_of(v).is_some() || self.value_names.contains(name) {
+            return;
+        }
+        if name.starts_with(|c: char| c.is_ascii_digit()) || name.is_empty() {
+            return;
+        }
+        self.value_names.insert(name.to_string());
+        self.g.names[v] = Some(name.into());
+    }
+
+    /// Makes an inlined subgraph's initializers visible.
+    pub fn add_initializers(&mut self, g: &'m GraphProto) {
+        for t in &g.initializer {
+            self.inits.insert(t.name.as_str(), t);
+        }
+    }
+
+    /// What `name` stands for: an earlier node's output, an input, or an initializer
+    /// (converted the first time it is used).
+    pub fn lookup(&mut self, name: &str) -> NResult<Slot> {
+        if let Some(s) = self.env.get(name) {
+            return Ok(s.clone());
+        }
+        let Some(&t) = self.inits.get(name) else {
+            return Err(NodeError::Undefined(name.to_string()));
+        };
+        let tensor = tensor_from_proto(t, self.opts, self.dir, &mut self.budget).map_err(tensor_err)?;
+        let v = self.constant(name, tensor);
+        self.name_value(v, name);
+        self.env.insert(name.to_string(), Slot::Val(v));
+        Ok(Slot::Val(v))
+    }
+
+    /// Converts a tensor attribute or other embedded tensor, charging the budget.
+    pub fn tensor(&mut self, t: &TensorProto) -> NResult<Tensor> {
+        tensor_from_proto(t, self.opts, self.dir, &mut self.budget).map_err(tensor_err)
+    }
+
+    /// A `const` node for `tensor`, its blob named after `hint` (made unique).
+    pub fn constant(&mut self, hint: &str, tensor: Tensor) -> Value {
+        let mut name = if hint.is_empty() { "c".to_string() } else { hint.to_string() };
+        if self.blob_names.contains(&name) {
+            let mut k = 1;
+            while self.blob_names.contains(&format!("{name}_{k}")) {
+                k += 1;
+            }
+            name = format!("{name}_{k}");
+        }
+        self.blob_names.insert(name.clone());
+        let tensor = Arc::new(tensor);
+        let id = self.g.blobs.push(Blob { name, tensor: tensor.clone() });
+        let v = self.g.add_const(id);
+        self.consts.insert(v, tensor);
+        v
+    }
+
+    /// A scalar of `dtype` (a `full` node, so it is not a blob).
+    pub fn scalar(&mut self, dtype: DType, value: f64) -> NResult<Value> {
+        self.emit(
+            OpKind::Full,
+            &[],
+            &[
+                ("shape", AttrValue::Dims(vec![])),
+                ("value", AttrValue::Float(value)),
+                ("dtype", AttrValue::DType(dtype)),
+            ],
+        )
+    }
+
+    /// Turns a slot into a ladder value: a symbolic shape list becomes a constant when it is
+    /// all numbers, and is an error otherwise.
+    pub fn materialize(&mut self, slot: &Slot, name: &str) -> NResult<Value> {
+        match slot {
+            Slot::Val(v) => Ok(*v),
+            Slot::Syms(s) => {
+                let mut ints = Vec::with_capacity(s.elems.len());
+                for e in &s.elems {
+                    match e {
+                        SymInt::I(n) => ints.push(*n),
+                        SymInt::D(d) => {
+                            return Err(NodeError::Unsupported(format!(
+                                "`{name}` holds the symbolic size `{d}` and is used as tensor data; ladder can only use sizes computed from symbolic shapes as shapes"
+                            )))
+                        }
+                    }
+                }
+                let shape: Vec<usize> = if s.scalar { vec![] } else { vec![ints.len()] };
+                let data = match s.dtype {
+                    DType::I32 => TensorData::I32(ints.iter().map(|&x| x as i32).collect()),
+                    _ => TensorData::I64(ints),
+                };
+                let t = Tensor::new(shape, data).map_err(|e| NodeError::Invalid(e.to_string()))?;
+                Ok(self.constant(name, t))
+            }
+        }
+    }
+
+    pub fn ty(&self, v: Value) -> &TensorType {
+        self.g.ty(v)
+    }
+
+    pub fn const_of(&self, v: Value) -> Option<Arc<Tensor>> {
+        self.consts.get(&v).cloned()
+    }
+
+    /// Adds a ladder op. When every argument is known and the result is a small static
+    /// integer or bool tensor, it is computed now (with the interpreter's `eval`) and becomes
+    /// a constant instead.
+    pub fn emit(&mut self, op: OpKind, args: &[Value], attrs: &[(&str, AttrValue)]) -> NResult<Value> {
+        let given = attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+        let attrs =
+            Attrs::resolve(op.spec().attrs, given).map_err(|e| NodeError::Invalid(format!("{}: {e}", op.name())))?;
+        if let Some(v) = self.try_fold(op, args, &attrs) {
+            return Ok(v);
+        }
+        Ok(self.g.add_node(op, args, attrs)?)
+    }
+
+    fn try_fold(&mut self, op: OpKind, args: &[Value], attrs: &Attrs) -> Option<Value> {
+        let known: Option<Vec<Arc<Tensor>>> = args.iter().map(|a| self.consts.get(a).cloned()).collect();
+        let known = known?;
+        let types: Vec<&TensorType> = args.iter().map(|&a| self.g.ty(a)).collect();
+        let ty = crate::ops::infer(op, attrs, &types).ok()?;
+        if ty.dtype.is_float() {
+            return None;
+        }
+        let dims = ty.shape.as_static()?;
+        let numel = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+        if numel > self.opts.fold_max_elements {
+            return None;
+        }
+        let work: u64 = known.iter().map(|t| t.numel() as u64).sum::<u64>() + numel;
+        if work > self.fold_fuel {
+            return None;
+        }
+        self.fold_fuel -= work;
+        let mut ctx = EvalCtx::new(false, work.saturating_mul(64).max(1 << 16));
+        let out_shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        ctx.out_shape = Some(out_shape.clone());
+        let views: Vec<View> = known.iter().map(|t| View::from_tensor(t)).collect();
+        let result = (op.spec().eval)(op, &mut ctx, attrs, &views, &ty).ok()?;
+        if result.shape() != out_shape.as_slice() || result.dtype() != ty.dtype {
+            return None;
+        }
+        Some(self.constant("fold", result.to_tensor()))
+    }
+}
+
+/// Input and attribute access for one node.
+impl<'m> Importer<'m> {
+    /// Input `i`, or `None` when absent (past the end or an empty name).
+    pub fn slot(&mut self, node: &NodeProto, i: usize) -> NResult<Option<Slot>> {
+        match node.input.get(i) {
+            Some(name) if !name.is_empty() => self.lookup(name).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn opt_input(&mut self, node: &NodeProto, i: usize) -> NResult<Option<Value>> {
+        match self.slot(node, i)? {
+            Some(s) => {
+                let name = node.input[i].clone();
+                self.materialize(&s, &name).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn input(&mut self, node: &NodeProto, i: usize) -> NResult<Value> {
+        self.opt_input(node, i)?.ok_or_else(|| NodeError::Invalid(format!("input {i} is required")))
+    }
+
+    /// Input `i` as a list of (possibly symbolic) integers, when it is known at import.
+    pub fn sym_input(&mut self, node: &NodeProto, i: usize) -> NResult<Option<SymList>> {
+        match self.slot(node, i)? {
+            None => Ok(None),
+            Some(Slot::Syms(s)) => Ok(Some(s)),
+            Some(Slot::Val(v)) => Ok(self.const_of(v).and_then(|t| sym_list_of(&t))),
+        }
+    }
+
+    /// Input `i` as constant integers: `None` when absent, an error when not constant.
+    pub fn ints_input(&mut self, node: &NodeProto, i: usize, what: &str) -> NResult<Option<Vec<i64>>> {
+        match self.sym_input(node, i)? {
+            None if self.slot(node, i)?.is_none() => Ok(None),
+            None => Err(NodeError::Unsupported(format!("{what} (input {i}) must be a constant integer tensor"))),
+            Some(s) => {
+                let mut out = Vec::with_capacity(s.elems.len());
+                for e in s.elems {
+                    match e {
+                        SymInt::I(n) => out.push(n),
+                        SymInt::D(d) => {
+                            return Err(NodeError::Unsupported(format!(
+                                "{what} (input {i}) depends on the symbolic size `{d}`"
+                            )))
+                        }
+                    }
+                }
+                Ok(Some(out))
+            }
+        }
+    }
+
+    /// Input `i` as a constant float scalar (`None` when absent).
+    pub fn float_input(&mut self, node: &NodeProto, i: usize) -> NResult<Option<Result<f64, Value>>> {
+        match self.opt_input(node, i)? {
+            None => Ok(None),
+            Some(v) => match self.const_of(v) {
+                Some(t) if t.numel() == 1 => Ok(Some(Ok(t.to_f64_vec()[0]))),
+                _ => Ok(Some(Err(v))),
+            },
+        }
+    }
+}
+
+/// A known 0-d or 1-d integer tensor as a shape list.
+pub fn sym_list_of(t: &Tensor) -> Option<SymList> {
+    if t.shape().len() > 1 || !t.dtype().is_int() {
+        return None;
+    }
+    let elems = match t.data() {
+        TensorData::I64(v) => v.iter().map(|&x| SymInt::I(x)).collect(),
+        TensorData::I32(v) => v.iter().map(|&x| SymInt::I(i64::from(x))).collect(),
+        _ => return None,
+    };
+    Some(SymList { elems, scalar: t.shape().is_empty(), dtype: t.dtype() })
+}
+
+pub fn attr<'n>(node: &'n NodeProto, name: &str) -> Option<&'n AttributeProto> {
+    node.attribute.iter().find(|a| a.name == name)
+}
+
+pub fn a_int(node: &NodeProto, name: &str, default: i64) -> i64 {
+    attr(node, name).map_or(default, |a| a.i)
+}
+
+pub fn a_float(node: &NodeProto, name: &str, default: f64) -> f64 {
+    attr(node, name).map_or(default, |a| f64::from(a.f))
+}
+
+pub fn a_ints(node: &NodeProto, name: &str) -> Option<Vec<i64>> {
+    attr(node, name).map(|a| a.ints.clone())
+}
+
+pub fn a_floats(node: &NodeProto, name: &str) -> Option<Vec<f32>> {
+    attr(node, name).map(|a| a.floats.clone())
+}
+
+pub fn a_str(node: &NodeProto, name: &str, default: &str) -> String {
+    attr(node, name).map_or_else(|| default.to_string(), |a| String::from_utf8_lossy(&a.s).into_owned())
+}
+
+/// One op type and how often a model uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpCount {
+    pub domain: String,
+    pub op_type: String,
+    pub count: usize,
+    pub supported: bool,
+}
+
+/// What `ladder info` shows about a model, read without converting it.
+#[derive(Clone, Debug)]
+pub struct ModelSummary {
+    pub ir_version: i64,
+    pub producer: String,
+    pub opsets: Vec<(String, i64)>,
+    pub inputs: Vec<(String, String)>,
+    pub outputs: Vec<(String, String)>,
+    pub initializers: usize,
+    pub initializer_bytes: u64,
+    pub ops: Vec<OpCount>,
+    /// `Ok` when the whole model imports; otherwise why not.
+    pub import: Result<(), ImportError>,
+}
+
+fn type_string(ty: Option<&proto::TypeProto>) -> String {
+    use proto::tensor_shape_proto::dimension::Value as V;
+    let Some(ty) = ty else { return "?".into() };
+    match &ty.value {
+        Some(proto::type_proto::Value::TensorType(t)) => {
+            let dt = dtype_of(t.elem_type).map_or_else(|| dtype_name(t.elem_type).to_lowercase(), |d| d.to_string());
+            match &t.shape {
+                None => format!("{dt}[?]"),
+                Some(s) => {
+                    let dims: Vec<String> = s
+                        .dim
+                        .iter()
+                        .map(|d| match &d.value {
+                            Some(V::DimValue(n)) => n.to_string(),
+                            Some(V::DimParam(p)) => p.clone(),
+                            None => "?".into(),
+                        })
+                        .collect();
+                    format!("{dt}[{}]", dims.join(", "))
+                }
+            }
+        }
+        Some(proto::type_proto::Value::SequenceType(_)) => "sequence".into(),
+        Some(proto::type_proto::Value::MapType(_)) => "map".into(),
+        Some(proto::type_proto::Value::OptionalType(_)) => "optional".into(),
+        Some(proto::type_proto::Value::SparseTensorType(_)) => "sparse tensor".into(),
+        None => "?".into(),
+    }
+}
+
+/// Summarises a decoded model and tries to import it.
+pub fn summarize(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -> ModelSummary {
+    let opset = default_opset(model).unwrap_or(0);
+    let empty = GraphProto::default();
+    let graph = model.graph.as_ref().unwrap_or(&empty);
+    let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut stack: Vec<&GraphProto> = vec![graph];
+    while let Some(g) = stack.pop() {
+        for n in &g.node {
+            for a in &n.attribute {
+                stack.extend(a.g.iter());
+                stack.extend(a.graphs.iter());
+            }
+            *counts.entry((n.domain.clone(), n.op_type.clone())).or_default() += 1;
+        }
+    }
+    let ops = counts
+        .into_iter()
+        .map(|((domain, op_type), count)| {
+            let supported = is_default_domain(&domain) && super::ops::is_supported(&op_type, opset);
+            OpCount { domain, op_type, count, supported }
+        })
+        .collect();
+    let initializer_bytes = graph
+        .initializer
+        .iter()
+        .map(|t| {
+            let n = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?)).unwrap_or(0);
+            n.saturating_mul(dtype_of(t.data_type).map_or(1, |d| d.size_bytes() as u64))
+        })
+        .fold(0u64, u64::saturating_add);
+    ModelSummary {
+        ir_version: model.ir_version,
+        producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+        opsets: model.opset_import.iter().map(|o| (o.domain.clone(), o.version)).collect(),
+        inputs: graph
+            .input
+            .iter()
+            .filter(|i| !inits.contains(i.name.as_str()))
+            .map(|i| (i.name.clone(), type_string(i.r#type.as_ref())))
+            .collect(),
+        outputs: graph.output.iter().map(|o| (o.name.clone(), type_string(o.r#type.as_ref()))).collect(),
+        initializers: graph.initializer.len(),
+        initializer_bytes,
+        ops,
+        import: import_model(model, opts, dir).map(|_| ()),
+    }
+}

@@ -1,0 +1,2233 @@
+//! ONNX ops to ladder ops, one conversion per op type.
+//!
+//! Mapping choices worth knowing:
+//! - Elementwise ops map to ladder's broadcasting high-level forms. `Pow` with an integer base
+//!   converts back to the base's type; `Mod` with `fmod=0` is Python's modulo built from `rem`.
+//! - `MatMul` unsqueezes 1-D operands (ladder's `matmul` needs rank >= 2) and squeezes the
+//!   result; `Gemm` is `matmul {transpose_a, transpose_b}` then `alpha`, `beta * C`.
+//! - `Gather` (NumPy take) is `reshape` + `expand` of the indices to the data's rank, then
+//!   ladder's `gather` (torch.gather), then `reshape`; a constant scalar index is a `select`.
+//!   Constant indices are range-checked at import. `GatherElements` is `gather` itself.
+//! - `Reshape`/`Expand`/`ConstantOfShape`/`Range`/`Tile`/`Slice`/`Split`/`Squeeze`/
+//!   `Unsqueeze`/`Pad`/`Reduce*` need their shape-like inputs known at import (constant, or
+//!   computed from shapes); both the attribute and the input forms are read.
+//! - `Slice` with a negative step is `rev` + `slice`; on a symbolic dim only step 1 works.
+//! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis);
+//!   asymmetric or large pads become an explicit `pad` (-inf for max, 0 for average with
+//!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims.
+//! - `ConvTranspose` is a `conv` of the stride-dilated, padded input (`pad` with interior
+//!   padding) with the flipped, regrouped kernel.
+//! - `Softmax`/`LogSoftmax`/`Hardmax` before opset 13 flatten to 2-D at `axis` first.
+//! - `Reduce*` of integers sum in i64 (ladder's `sum`/`prod`) and convert back.
+//! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
+//!   over the contracted labels.
+//! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
+//! - `If` with a condition known at import inlines the taken branch.
+//! - `Dropout` is the identity (inference); its mask output is all true.
+
+use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
+use super::proto::NodeProto;
+use super::tensor::{dtype_name, dtype_of};
+use super::NodeError;
+use crate::ir::{AttrValue, DType, Dim, Shape, Value};
+use crate::ops::OpKind;
+use crate::tensor::Tensor;
+
+/// The op types the importer converts (default domain).
+pub const SUPPORTED: &[&str] = &[
+    "Abs",
+    "Add",
+    "And",
+    "ArgMax",
+    "ArgMin",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "CastLike",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "ConvTranspose",
+    "Cos",
+    "Cosh",
+    "DepthToSpace",
+    "Div",
+    "Dropout",
+    "Einsum",
+    "Elu",
+    "Equal",
+    "Erf",
+    "Exp",
+    "Expand",
+    "EyeLike",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "GatherElements",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Greater",
+    "GreaterOrEqual",
+    "GroupNormalization",
+    "HardSigmoid",
+    "HardSwish",
+    "Hardmax",
+    "Identity",
+    "If",
+    "InstanceNormalization",
+    "IsInf",
+    "IsNaN",
+    "LayerNormalization",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "LogSoftmax",
+    "LpNormalization",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "MeanVarianceNormalization",
+    "Min",
+    "Mish",
+    "Mod",
+    "Mul",
+    "Neg",
+    "Not",
+    "OneHot",
+    "Or",
+    "PRelu",
+    "Pad",
+    "Pow",
+    "Range",
+    "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "Relu",
+    "RMSNormalization",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
+    "Reshape",
+    "Resize",
+    "Round",
+    "Selu",
+    "Shape",
+    "Shrink",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Sinh",
+    "Size",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "SpaceToDepth",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tan",
+    "Tanh",
+    "ThresholdedRelu",
+    "Tile",
+    "Transpose",
+    "Trilu",
+    "Unsqueeze",
+    "Upsample",
+    "Where",
+    "Xor",
+];
+
+pub fn is_supported(op_type: &str, _opset: i64) -> bool {
+    SUPPORTED.contains(&op_type)
+}
+
+type Outs = Vec<Option<Slot>>;
+
+fn one(v: Value) -> NResult<Outs> {
+    Ok(vec![Some(Slot::Val(v))])
+}
+
+fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Invalid(msg.into()))
+}
+
+fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Unsupported(msg.into()))
+}
+
+fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+fn dims_attr(d: &[Dim]) -> AttrValue {
+    AttrValue::Dims(d.iter().cloned().map(Some).collect())
+}
+
+fn int(v: i64) -> AttrValue {
+    AttrValue::Int(v)
+}
+
+fn dim_err(e: crate::ir::DimError) -> NodeError {
+    NodeError::Unsupported(format!("size arithmetic: {e}"))
+}
+
+/// Normalises an axis against `rank` (ONNX range `[-rank, rank-1]`).
+fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        return invalid(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(a as usize)
+}
+
+impl Importer<'_> {
+    fn shape_of(&self, v: Value) -> Vec<Dim> {
+        self.ty(v).shape.dims().to_vec()
+    }
+
+    fn rank_of(&self, v: Value) -> usize {
+        self.ty(v).rank()
+    }
+
+    fn dtype_of_v(&self, v: Value) -> DType {
+        self.ty(v).dtype
+    }
+
+    fn reshape(&mut self, v: Value, dims: &[Dim]) -> NResult<Value> {
+        if self.shape_of(v) == dims {
+            return Ok(v);
+        }
+        self.emit(OpKind::Reshape, &[v], &[("shape", dims_attr(dims))])
+    }
+
+    fn convert_to(&mut self, v: Value, dtype: DType) -> NResult<Value> {
+        if self.dtype_of_v(v) == dtype {
+            return Ok(v);
+        }
+        self.emit(OpKind::ConvertElementType, &[v], &[("dtype", AttrValue::DType(dtype))])
+    }
+
+    fn un(&mut self, op: OpKind, v: Value) -> NResult<Value> {
+        self.emit(op, &[v], &[])
+    }
+
+    fn bin(&mut self, op: OpKind, a: Value, b: Value) -> NResult<Value> {
+        self.emit(op, &[a, b], &[])
+    }
+
+    /// `v op c` with `c` a scalar of `v`'s dtype.
+    fn bin_scalar(&mut self, op: OpKind, v: Value, c: f64) -> NResult<Value> {
+        let s = self.scalar(self.dtype_of_v(v), c)?;
+        self.bin(op, v, s)
+    }
+
+    /// Inserts size-1 axes at `axes` (positions in the result).
+    fn unsqueeze(&mut self, v: Value, axes: &[i64]) -> NResult<Value> {
+        let out_rank = self.rank_of(v) + axes.len();
+        let mut norm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, out_rank)).collect::<NResult<_>>()?;
+        norm.sort_unstable();
+        if norm.windows(2).any(|w| w[0] == w[1]) {
+            return invalid(format!("repeated axis in {axes:?}"));
+        }
+        let mut dims = self.shape_of(v);
+        for &a in &norm {
+            dims.insert(a, Dim::new(1));
+        }
+        self.reshape(v, &dims)
+    }
+
+    fn squeeze(&mut self, v: Value, axes: &[i64]) -> NResult<Value> {
+        self.emit(OpKind::Squeeze, &[v], &[("axes", ints(axes))])
+    }
+
+    fn numel_of(&self, dims: &[Dim]) -> NResult<Dim> {
+        dims.iter().try_fold(Dim::new(1), |a, d| a.mul(d)).map_err(dim_err)
+    }
+}
+
+/// Arithmetic on shape-list elements.
+fn sym_arith(op: &str, a: &SymInt, b: &SymInt) -> NResult<SymInt> {
+    use SymInt::*;
+    let bad = || NodeError::Unsupported(format!("cannot compute {a:?} {op} {b:?} on sizes"));
+    let as_dim = |x: &SymInt| -> Option<Dim> { x.to_dim() };
+    Ok(match (op, a, b) {
+        ("Add", I(x), I(y)) => I(x.checked_add(*y).ok_or_else(bad)?),
+        ("Sub", I(x), I(y)) => I(x.checked_sub(*y).ok_or_else(bad)?),
+        ("Mul", I(x), I(y)) => I(x.checked_mul(*y).ok_or_else(bad)?),
+        ("Div", I(x), I(y)) => {
+            if *y == 0 {
+                return Err(bad());
+            }
+            I(x.checked_div(*y).ok_or_else(bad)?)
+        }
+        ("Add", D(d), I(n)) | ("Add", I(n), D(d)) => {
+            let r = if *n >= 0 { d.add(&Dim::new(*n as u64)) } else { d.sub(&Dim::new(n.unsigned_abs())) };
+            SymInt::from_dim(&r.map_err(|_| bad())?)
+        }
+        ("Sub", D(d), I(n)) => {
+            let r = if *n >= 0 { d.sub(&Dim::new(*n as u64)) } else { d.add(&Dim::new(n.unsigned_abs())) };
+            SymInt::from_dim(&r.map_err(|_| bad())?)
+        }
+        ("Add" | "Sub" | "Mul" | "Div", _, _) => {
+            let (x, y) = (as_dim(a).ok_or_else(bad)?, as_dim(b).ok_or_else(bad)?);
+            let r = match op {
+                "Add" => x.add(&y),
+                "Sub" => x.sub(&y),
+                "Mul" => x.mul(&y),
+                _ => x.div_exact(&y),
+            };
+            SymInt::from_dim(&r.map_err(|_| bad())?)
+        }
+        _ => return Err(bad()),
+    })
+}
+
+/// Ops on symbolic shape lists (`Shape` results over symbolic dims). `None` when no input is
+/// such a list, so the op converts normally.
+fn convert_syms(imp: &mut Importer, node: &NodeProto) -> NResult<Option<Outs>> {
+    // Ops that compute on shape lists: those reading one list (input 0) and the joins.
+    let inputs: &[usize] = match node.op_type.as_str() {
+        "Identity" | "Cast" | "Gather" | "Unsqueeze" | "Squeeze" | "Reshape" | "Slice" | "ReduceProd" => &[0],
+        "Concat" | "Add" | "Sub" | "Mul" | "Div" => &[0, 1, 2, 3, 4, 5, 6, 7],
+        _ => return Ok(None),
+    };
+    let mut any = false;
+    for &i in inputs.iter().filter(|&&i| i < node.input.len()) {
+        if let Some(Slot::Syms(_)) = imp.slot(node, i)? {
+            any = true;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    let syms = |s: SymList| Ok(Some(vec![Some(Slot::Syms(s))]));
+    let get = |imp: &mut Importer, i: usize| -> NResult<SymList> {
+        imp.sym_input(node, i)?.ok_or_else(|| {
+            NodeError::Unsupported(format!(
+                "{} mixes sizes computed from symbolic shapes with run-time data (input {i})",
+                node.op_type
+            ))
+        })
+    };
+    match node.op_type.as_str() {
+        "Identity" => syms(get(imp, 0)?),
+        "Cast" => {
+            let mut s = get(imp, 0)?;
+            match dtype_of(a_int(node, "to", 0) as i32) {
+                Some(d @ (DType::I32 | DType::I64)) => {
+                    s.dtype = d;
+                    syms(s)
+                }
+                _ => {
+                    let sym =
+                        s.elems.iter().find_map(|e| if let SymInt::D(d) = e { Some(d.to_string()) } else { None });
+                    unsupported(format!(
+                        "`{}` holds the symbolic size `{}` and is cast to a non-integer type; ladder can only use sizes computed from symbolic shapes as shapes",
+                        node.input[0],
+                        sym.unwrap_or_default()
+                    ))
+                }
+            }
+        }
+        "Gather" => {
+            let s = get(imp, 0)?;
+            let idx = get(imp, 1)?;
+            if s.scalar || norm_axis(a_int(node, "axis", 0), 1)? != 0 {
+                return invalid("Gather on a shape list needs axis 0 of a 1-D list");
+            }
+            let n = s.elems.len() as i64;
+            let mut out = Vec::with_capacity(idx.elems.len());
+            for e in &idx.elems {
+                let SymInt::I(i) = e else { return unsupported("symbolic gather index") };
+                let j = if *i < 0 { i + n } else { *i };
+                if j < 0 || j >= n {
+                    return Err(NodeError::IndexOutOfRange { index: *i, axis: 0, size: n as u64 });
+                }
+                out.push(s.elems[j as usize].clone());
+            }
+            syms(SymList { elems: out, scalar: idx.scalar, dtype: s.dtype })
+        }
+        "Unsqueeze" => {
+            let s = get(imp, 0)?;
+            if !s.scalar {
+                return unsupported("Unsqueeze of a 1-D shape list");
+            }
+            syms(SymList { scalar: false, ..s })
+        }
+        "Squeeze" => {
+            let s = get(imp, 0)?;
+            if s.scalar || s.elems.len() != 1 {
+                return unsupported("Squeeze of a shape list that is not [1]");
+            }
+            syms(SymList { scalar: true, ..s })
+        }
+        "Reshape" => {
+            let s = get(imp, 0)?;
+            let target = imp.ints_input(node, 1, "shape")?.unwrap_or_default();
+            match target.as_slice() {
+                [] if s.elems.len() == 1 => syms(SymList { scalar: true, ..s }),
+                [-1] | [_] => syms(SymList { scalar: false, ..s }),
+                _ => unsupported("Reshape of a shape list to rank > 1"),
+            }
+        }
+        "Concat" => {
+            let mut elems = Vec::new();
+            let mut dtype = DType::I64;
+            for i in 0..node.input.len() {
+                let s = get(imp, i)?;
+                if s.scalar {
+                    return invalid("Concat of a scalar");
+                }
+                dtype = s.dtype;
+                elems.extend(s.elems);
+            }
+            syms(SymList { elems, scalar: false, dtype })
+        }
+        "Slice" => {
+            let s = get(imp, 0)?;
+            let n = s.elems.len() as i64;
+            let starts = imp.ints_input(node, 1, "starts")?.or_else(|| a_ints(node, "starts")).unwrap_or_default();
+            let ends = imp.ints_input(node, 2, "ends")?.or_else(|| a_ints(node, "ends")).unwrap_or_default();
+            let steps = imp.ints_input(node, 4, "steps")?.unwrap_or_else(|| vec![1]);
+            if starts.len() != 1 || ends.len() != 1 || steps.first() != Some(&1) || s.scalar {
+                return unsupported("Slice of a shape list other than a 1-D step-1 range");
+            }
+            let clamp = |x: i64| (if x < 0 { x.saturating_add(n) } else { x }).clamp(0, n) as usize;
+            let (a, b) = (clamp(starts[0]), clamp(ends[0]));
+            let elems = if a < b { s.elems[a..b].to_vec() } else { vec![] };
+            syms(SymList { elems, ..s })
+        }
+        op @ ("Add" | "Sub" | "Mul" | "Div") => {
+            let a = get(imp, 0)?;
+            let b = get(imp, 1)?;
+            let n = a.elems.len().max(b.elems.len());
+            if !(a.elems.len() == n || a.elems.len() == 1) || !(b.elems.len() == n || b.elems.len() == 1) {
+                return invalid("shape lists of different lengths");
+            }
+            let pick = |s: &SymList, i: usize| if s.elems.len() == 1 { s.elems[0].clone() } else { s.elems[i].clone() };
+            let elems = (0..n).map(|i| sym_arith(op, &pick(&a, i), &pick(&b, i))).collect::<NResult<Vec<_>>>()?;
+            syms(SymList { elems, scalar: a.scalar && b.scalar, dtype: a.dtype })
+        }
+        "ReduceProd" => {
+            let s = get(imp, 0)?;
+            let mut acc = SymInt::I(1);
+            for e in &s.elems {
+                acc = sym_arith("Mul", &acc, e)?;
+            }
+            let keep = a_int(node, "keepdims", 1) != 0;
+            syms(SymList { elems: vec![acc], scalar: !keep, dtype: s.dtype })
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Converts one node; returns a slot per output.
+pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
+    if let Some(outs) = convert_syms(imp, node)? {
+        return Ok(outs);
+    }
+    use OpKind as K;
+    let op = node.op_type.as_str();
+    match op {
+        // --- Unary elementwise ---
+        "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Erf" | "Floor" | "Ceil" | "Round" | "Sign" | "Sin" | "Cos"
+        | "Tanh" | "Reciprocal" | "IsNaN" | "Not" | "Relu" | "Sigmoid" | "Softsign" | "Mish" | "Tan" | "Sinh"
+        | "Cosh" => {
+            let x = imp.input(node, 0)?;
+            let kind = match op {
+                "Abs" => K::Abs,
+                "Neg" => K::Neg,
+                "Exp" => K::Exp,
+                "Log" => K::Log,
+                "Sqrt" => K::Sqrt,
+                "Erf" => K::Erf,
+                "Floor" => K::Floor,
+                "Ceil" => K::Ceil,
+                "Round" => K::Round,
+                "Sign" => K::Sign,
+                "Sin" => K::Sin,
+                "Cos" => K::Cos,
+                "Tanh" => K::Tanh,
+                "Reciprocal" => K::Reciprocal,
+                "IsNaN" => K::IsNan,
+                "Not" => K::LogicalNot,
+                "Relu" => K::Relu,
+                "Sigmoid" => K::Sigmoid,
+                "Softsign" => {
+                    let a = imp.un(K::Abs, x)?;
+                    let d = imp.bin_scalar(K::Add, a, 1.0)?;
+                    return one(imp.bin(K::Div, x, d)?);
+                }
+                "Mish" => {
+                    let sp = imp.emit(K::Softplus, &[x], &[("threshold", AttrValue::Float(f64::INFINITY))])?;
+                    let t = imp.un(K::Tanh, sp)?;
+                    return one(imp.bin(K::Mul, x, t)?);
+                }
+                "Tan" => {
+                    let s = imp.un(K::Sin, x)?;
+                    let c = imp.un(K::Cos, x)?;
+                    return one(imp.bin(K::Div, s, c)?);
+                }
+                "Sinh" | "Cosh" => {
+                    // (e^x ∓ e^-x) / 2
+                    let e = imp.un(K::Exp, x)?;
+                    let n = imp.un(K::Neg, x)?;
+                    let en = imp.un(K::Exp, n)?;
+                    let s = imp.bin(if op == "Sinh" { K::Sub } else { K::Add }, e, en)?;
+                    return one(imp.bin_scalar(K::Mul, s, 0.5)?);
+                }
+                _ => return unsupported(op.to_string()),
+            };
+            one(imp.un(kind, x)?)
+        }
+        "IsInf" => {
+            let x = imp.input(node, 0)?;
+            let pos = a_int(node, "detect_positive", 1) != 0;
+            let neg = a_int(node, "detect_negative", 1) != 0;
+            let p = imp.bin_scalar(K::Eq, x, f64::INFINITY)?;
+            let n = imp.bin_scalar(K::Eq, x, f64::NEG_INFINITY)?;
+            one(match (pos, neg) {
+                (true, true) => imp.bin(K::Or, p, n)?,
+                (true, false) => p,
+                (false, true) => n,
+                (false, false) => imp.bin(K::And, p, n)?,
+            })
+        }
+        "LeakyRelu" => {
+            let x = imp.input(node, 0)?;
+            let alpha = a_float(node, "alpha", 0.01);
+            one(imp.emit(K::LeakyRelu, &[x], &[("negative_slope", AttrValue::Float(alpha))])?)
+        }
+        "Elu" => {
+            let x = imp.input(node, 0)?;
+            one(imp.emit(K::Elu, &[x], &[("alpha", AttrValue::Float(a_float(node, "alpha", 1.0)))])?)
+        }
+        "Selu" => {
+            let x = imp.input(node, 0)?;
+            let alpha = a_float(node, "alpha", 1.673_263_192_176_818_8);
+            let gamma = a_float(node, "gamma", 1.050_700_987_355_480_5);
+            let e = imp.emit(K::Elu, &[x], &[("alpha", AttrValue::Float(alpha))])?;
+            one(imp.bin_scalar(K::Mul, e, gamma)?)
+        }
+        "Celu" => {
+            // alpha * elu(x / alpha)
+            let x = imp.input(node, 0)?;
+            let alpha = a_float(node, "alpha", 1.0);
+            let s = imp.bin_scalar(K::Div, x, alpha)?;
+            let e = imp.emit(K::Elu, &[s], &[])?;
+            one(imp.bin_scalar(K::Mul, e, alpha)?)
+        }
+        "ThresholdedRelu" => {
+            let x = imp.input(node, 0)?;
+            let c = imp.bin_scalar(K::Gt, x, a_float(node, "alpha", 1.0))?;
+            let z = imp.scalar(imp.dtype_of_v(x), 0.0)?;
+            one(imp.emit(K::Where, &[c, x, z], &[])?)
+        }
+        "Shrink" => {
+            let x = imp.input(node, 0)?;
+            let (bias, lambd) = (a_float(node, "bias", 0.0), a_float(node, "lambd", 0.5));
+            let lo = imp.bin_scalar(K::Lt, x, -lambd)?;
+            let hi = imp.bin_scalar(K::Gt, x, lambd)?;
+            let xp = imp.bin_scalar(K::Add, x, bias)?;
+            let xm = imp.bin_scalar(K::Sub, x, bias)?;
+            let z = imp.scalar(imp.dtype_of_v(x), 0.0)?;
+            let inner = imp.emit(K::Where, &[hi, xm, z], &[])?;
+            one(imp.emit(K::Where, &[lo, xp, inner], &[])?)
+        }
+        "Softplus" => {
+            let x = imp.input(node, 0)?;
+            one(imp.emit(K::Softplus, &[x], &[("threshold", AttrValue::Float(f64::INFINITY))])?)
+        }
+        "HardSigmoid" => {
+            let x = imp.input(node, 0)?;
+            let (alpha, beta) = (a_float(node, "alpha", 0.2), a_float(node, "beta", 0.5));
+            let m = imp.bin_scalar(K::Mul, x, alpha)?;
+            let a = imp.bin_scalar(K::Add, m, beta)?;
+            one(imp.emit(K::Clamp, &[a], &[("min", AttrValue::Float(0.0)), ("max", AttrValue::Float(1.0))])?)
+        }
+        "HardSwish" => {
+            let x = imp.input(node, 0)?;
+            one(imp.un(K::Hardswish, x)?)
+        }
+        "Gelu" => {
+            let x = imp.input(node, 0)?;
+            let approx = a_str(node, "approximate", "none");
+            one(imp.emit(K::Gelu, &[x], &[("approximate", AttrValue::Str(approx))])?)
+        }
+        "PRelu" => {
+            let x = imp.input(node, 0)?;
+            let slope = imp.input(node, 1)?;
+            let neg = imp.bin_scalar(K::Lt, x, 0.0)?;
+            let m = imp.bin(K::Mul, x, slope)?;
+            one(imp.emit(K::Where, &[neg, m, x], &[])?)
+        }
+
+        // --- Binary elementwise ---
+        "Add" | "Sub" | "Mul" | "Div" | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And"
+        | "Or" | "Xor" => {
+            let a = imp.input(node, 0)?;
+            let b = imp.input(node, 1)?;
+            let kind = match op {
+                "Add" => K::Add,
+                "Sub" => K::Sub,
+                "Mul" => K::Mul,
+                "Div" => K::Div,
+                "Equal" => K::Eq,
+                "Less" => K::Lt,
+                "Greater" => K::Gt,
+                "LessOrEqual" => K::Le,
+                "GreaterOrEqual" => K::Ge,
+                "And" => K::And,
+                "Or" => K::Or,
+                _ => K::Ne,
+            };
+            one(imp.bin(kind, a, b)?)
+        }
+        "Pow" => {
+            let a = imp.input(node, 0)?;
+            let b = imp.input(node, 1)?;
+            let dt = imp.dtype_of_v(a);
+            let r = imp.bin(K::Pow, a, b)?;
+            one(imp.convert_to(r, dt)?)
+        }
+        "Mod" => {
+            let a = imp.input(node, 0)?;
+            let b = imp.input(node, 1)?;
+            let r = imp.bin(K::Rem, a, b)?;
+            if a_int(node, "fmod", 0) != 0 {
+                return one(r);
+            }
+            // Python modulo: the result takes the divisor's sign.
+            let nz = imp.bin_scalar(K::Ne, r, 0.0)?;
+            let rn = imp.bin_scalar(K::Lt, r, 0.0)?;
+            let bn = imp.bin_scalar(K::Lt, b, 0.0)?;
+            let differ = imp.bin(K::Ne, rn, bn)?;
+            let fix = imp.bin(K::And, nz, differ)?;
+            let rb = imp.bin(K::Add, r, b)?;
+            one(imp.emit(K::Where, &[fix, rb, r], &[])?)
+        }
+        "Max" | "Min" | "Sum" | "Mean" => {
+            let kind = match op {
+                "Max" => K::Max,
+                "Min" => K::Min,
+                _ => K::Add,
+            };
+            let n = node.input.iter().filter(|s| !s.is_empty()).count();
+            if n == 0 {
+                return invalid("needs at least one input");
+            }
+            let mut acc = imp.input(node, 0)?;
+            for i in 1..node.input.len() {
+                if let Some(v) = imp.opt_input(node, i)? {
+                    acc = imp.bin(kind, acc, v)?;
+                }
+            }
+            if op == "Mean" && n > 1 {
+                acc = imp.bin_scalar(K::Div, acc, n as f64)?;
+            }
+            one(acc)
+        }
+        "Where" => {
+            let c = imp.input(node, 0)?;
+            let a = imp.input(node, 1)?;
+            let b = imp.input(node, 2)?;
+            one(imp.emit(K::Where, &[c, a, b], &[])?)
+        }
+        "Cast" | "CastLike" => {
+            let x = imp.input(node, 0)?;
+            let dtype = if op == "Cast" {
+                let to = a_int(node, "to", 0) as i32;
+                dtype_of(to)
+                    .ok_or_else(|| NodeError::Unsupported(format!("cast to element type {}", dtype_name(to))))?
+            } else {
+                let like = imp.input(node, 1)?;
+                imp.dtype_of_v(like)
+            };
+            one(imp.convert_to(x, dtype)?)
+        }
+        "Clip" => {
+            let x = imp.input(node, 0)?;
+            let (lo, hi) = if imp.opset < 11 {
+                (Some(Ok(a_float(node, "min", f64::NEG_INFINITY))), Some(Ok(a_float(node, "max", f64::INFINITY))))
+            } else {
+                (imp.float_input(node, 1)?, imp.float_input(node, 2)?)
+            };
+            let all_const = lo.as_ref().is_none_or(Result::is_ok) && hi.as_ref().is_none_or(Result::is_ok);
+            if all_const {
+                let lo = lo.and_then(Result::ok).unwrap_or(f64::NEG_INFINITY);
+                let hi = hi.and_then(Result::ok).unwrap_or(f64::INFINITY);
+                return one(imp.emit(
+                    K::Clamp,
+                    &[x],
+                    &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))],
+                )?);
+            }
+            let dt = imp.dtype_of_v(x);
+            let mut r = x;
+            for (bound, kind) in [(lo, K::Max), (hi, K::Min)] {
+                let b = match bound {
+                    None => continue,
+                    Some(Ok(f)) => imp.scalar(dt, f)?,
+                    Some(Err(v)) => v,
+                };
+                r = imp.bin(kind, r, b)?;
+            }
+            one(r)
+        }
+        "Identity" => {
+            let s = imp.slot(node, 0)?.ok_or_else(|| NodeError::Invalid("input 0 is required".into()))?;
+            Ok(vec![Some(s)])
+        }
+        "Dropout" => {
+            let x = imp.input(node, 0)?;
+            if let Some(t) = imp.float_input(node, 2)? {
+                if !matches!(t, Ok(v) if v == 0.0) {
+                    return unsupported("Dropout in training mode");
+                }
+            }
+            let mut outs = vec![Some(Slot::Val(x))];
+            if node.output.get(1).is_some_and(|s| !s.is_empty()) {
+                let shape = imp.shape_of(x);
+                let m = imp.emit(
+                    K::Full,
+                    &[],
+                    &[
+                        ("shape", dims_attr(&shape)),
+                        ("value", AttrValue::Float(1.0)),
+                        ("dtype", AttrValue::DType(DType::Bool)),
+                    ],
+                )?;
+                outs.push(Some(Slot::Val(m)));
+            }
+            Ok(outs)
+        }
+
+        // --- Constants and shapes ---
+        "Constant" => {
+            let name = node.output.first().cloned().unwrap_or_default();
+            let t = if let Some(a) = attr(node, "value") {
+                let t = a.t.as_ref().ok_or_else(|| NodeError::Invalid("`value` has no tensor".into()))?;
+                imp.tensor(t)?
+            } else if let Some(a) = attr(node, "value_float") {
+                Tensor::scalar_f32(a.f)
+            } else if let Some(a) = attr(node, "value_floats") {
+                Tensor::from_f32(&[a.floats.len()], a.floats.clone()).map_err(|e| NodeError::Invalid(e.to_string()))?
+            } else if let Some(a) = attr(node, "value_int") {
+                Tensor::from_i64(&[], vec![a.i]).map_err(|e| NodeError::Invalid(e.to_string()))?
+            } else if let Some(a) = attr(node, "value_ints") {
+                Tensor::from_i64(&[a.ints.len()], a.ints.clone()).map_err(|e| NodeError::Invalid(e.to_string()))?
+            } else {
+                return unsupported("a Constant that is not a numeric tensor (string or sparse)");
+            };
+            one(imp.constant(&name, t))
+        }
+        "Shape" => {
+            let x = imp.input(node, 0)?;
+            let dims = imp.shape_of(x);
+            let r = dims.len() as i64;
+            let clamp = |a: i64| (if a < 0 { a + r } else { a }).clamp(0, r) as usize;
+            let start = clamp(a_int(node, "start", 0));
+            let end = clamp(a_int(node, "end", r));
+            let elems: Vec<SymInt> =
+                if start < end { dims[start..end].iter().map(SymInt::from_dim).collect() } else { vec![] };
+            shape_list(imp, SymList { elems, scalar: false, dtype: DType::I64 }, node)
+        }
+        "Size" => {
+            let x = imp.input(node, 0)?;
+            let n = imp.numel_of(&imp.shape_of(x))?;
+            shape_list(imp, SymList { elems: vec![SymInt::from_dim(&n)], scalar: true, dtype: DType::I64 }, node)
+        }
+        "ConstantOfShape" => {
+            let shape = imp
+                .sym_input(node, 0)?
+                .ok_or_else(|| NodeError::Unsupported("the shape (input 0) must be known at import".into()))?;
+            let dims = shape
+                .elems
+                .iter()
+                .map(|e| e.to_dim().ok_or_else(|| NodeError::Invalid(format!("negative dim {e:?}"))))
+                .collect::<NResult<Vec<_>>>()?;
+            let (value, dtype) = match attr(node, "value").and_then(|a| a.t.as_ref()) {
+                Some(t) => {
+                    let t = imp.tensor(t)?;
+                    if t.numel() != 1 {
+                        return invalid("`value` must hold one element");
+                    }
+                    (t.to_f64_vec()[0], t.dtype())
+                }
+                None => (0.0, DType::F32),
+            };
+            one(imp.emit(
+                K::Full,
+                &[],
+                &[("shape", dims_attr(&dims)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dtype))],
+            )?)
+        }
+        "Range" => range(imp, node),
+        "EyeLike" => {
+            let x = imp.input(node, 0)?;
+            let shape = imp.shape_of(x);
+            if shape.len() != 2 {
+                return invalid("EyeLike needs a 2-D input");
+            }
+            let dtype = match attr(node, "dtype") {
+                Some(a) => dtype_of(a.i as i32)
+                    .ok_or_else(|| NodeError::Unsupported(format!("element type {}", dtype_name(a.i as i32))))?,
+                None => imp.dtype_of_v(x),
+            };
+            let k = a_int(node, "k", 0);
+            let rows = imp.emit(
+                K::Iota,
+                &[],
+                &[("shape", dims_attr(&shape)), ("axis", int(0)), ("dtype", AttrValue::DType(DType::I64))],
+            )?;
+            let cols = imp.emit(
+                K::Iota,
+                &[],
+                &[("shape", dims_attr(&shape)), ("axis", int(1)), ("dtype", AttrValue::DType(DType::I64))],
+            )?;
+            let shifted = imp.bin_scalar(K::Add, rows, k as f64)?;
+            let eq = imp.bin(K::Eq, shifted, cols)?;
+            one(imp.convert_to(eq, dtype)?)
+        }
+
+        // --- Shape manipulation ---
+        "Reshape" => {
+            let x = imp.input(node, 0)?;
+            let target = match imp.sym_input(node, 1)? {
+                Some(t) => t,
+                None if imp.opset < 5 => {
+                    let s = a_ints(node, "shape").unwrap_or_default();
+                    SymList { elems: s.into_iter().map(SymInt::I).collect(), scalar: false, dtype: DType::I64 }
+                }
+                None => return unsupported("the shape (input 1) must be known at import"),
+            };
+            let allowzero = a_int(node, "allowzero", 0) != 0;
+            let xs = imp.shape_of(x);
+            let mut dims = Vec::with_capacity(target.elems.len());
+            for (i, e) in target.elems.iter().enumerate() {
+                dims.push(match e {
+                    SymInt::I(0) if !allowzero => {
+                        Some(xs.get(i).cloned().ok_or_else(|| {
+                            NodeError::Invalid(format!("0 at {i} copies a dim the input does not have"))
+                        })?)
+                    }
+                    SymInt::I(-1) => None,
+                    SymInt::I(n) if *n < 0 => return invalid(format!("shape entry {n}")),
+                    e => e.to_dim(),
+                });
+            }
+            one(imp.emit(K::Reshape, &[x], &[("shape", AttrValue::Dims(dims))])?)
+        }
+        "Flatten" => {
+            let x = imp.input(node, 0)?;
+            let dims = imp.shape_of(x);
+            let r = dims.len() as i64;
+            let axis = a_int(node, "axis", 1);
+            let axis = if axis < 0 { axis + r } else { axis };
+            if !(0..=r).contains(&axis) {
+                return invalid(format!("axis {axis} is out of range for rank {r}"));
+            }
+            let a = imp.numel_of(&dims[..axis as usize])?;
+            let b = imp.numel_of(&dims[axis as usize..])?;
+            one(imp.reshape(x, &[a, b])?)
+        }
+        "Transpose" => {
+            let x = imp.input(node, 0)?;
+            let r = imp.rank_of(x) as i64;
+            let perm = a_ints(node, "perm").unwrap_or_else(|| (0..r).rev().collect());
+            one(imp.emit(K::Permute, &[x], &[("perm", ints(&perm))])?)
+        }
+        "Squeeze" => {
+            let x = imp.input(node, 0)?;
+            let axes = match a_ints(node, "axes") {
+                Some(a) => a,
+                None => imp.ints_input(node, 1, "axes")?.unwrap_or_default(),
+            };
+            if axes.is_empty() {
+                return one(imp.squeeze(x, &[])?);
+            }
+            // Drop the listed dims with a reshape, so symbolic dims known to be 1 at run
+            // time can be squeezed too.
+            let dims = imp.shape_of(x);
+            let norm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, dims.len())).collect::<NResult<_>>()?;
+            for &a in &norm {
+                if dims[a].as_const().is_some_and(|d| d != 1) {
+                    return invalid(format!("cannot squeeze axis {a} of size {}", dims[a]));
+                }
+            }
+            let kept: Vec<Dim> =
+                dims.iter().enumerate().filter(|(i, _)| !norm.contains(i)).map(|(_, d)| d.clone()).collect();
+            if norm.iter().all(|&a| dims[a].as_const() == Some(1)) {
+                return one(imp.squeeze(x, &axes)?);
+            }
+            one(imp.reshape(x, &kept)?)
+        }
+        "Unsqueeze" => {
+            let x = imp.input(node, 0)?;
+            let axes = match a_ints(node, "axes") {
+                Some(a) => a,
+                None => {
+                    imp.ints_input(node, 1, "axes")?.ok_or_else(|| NodeError::Invalid("axes are required".into()))?
+                }
+            };
+            one(imp.unsqueeze(x, &axes)?)
+        }
+        "Concat" => {
+            let mut args = Vec::new();
+            for i in 0..node.input.len() {
+                if let Some(v) = imp.opt_input(node, i)? {
+                    args.push(v);
+                }
+            }
+            if args.is_empty() {
+                return invalid("needs at least one input");
+            }
+            let axis = attr(node, "axis").ok_or_else(|| NodeError::Invalid("attribute `axis` is required".into()))?.i;
+            one(imp.emit(K::Cat, &args, &[("axis", int(axis))])?)
+        }
+        "Split" => split(imp, node),
+        "Slice" => slice(imp, node),
+        "Gather" => gather(imp, node),
+        "GatherElements" => {
+            let x = imp.input(node, 0)?;
+            let idx = imp.input(node, 1)?;
+            one(imp.emit(K::Gather, &[x, idx], &[("axis", int(a_int(node, "axis", 0)))])?)
+        }
+        "Expand" => {
+            let x = imp.input(node, 0)?;
+            let target = imp
+                .sym_input(node, 1)?
+                .ok_or_else(|| NodeError::Unsupported("the shape (input 1) must be known at import".into()))?;
+            let dims = target
+                .elems
+                .iter()
+                .map(|e| e.to_dim().ok_or_else(|| NodeError::Invalid(format!("negative dim {e:?}"))))
+                .collect::<NResult<Vec<_>>>()?;
+            let out = crate::ops::util::broadcast_shapes(&imp.ty(x).shape.clone(), &Shape(dims.into()))
+                .map_err(|e| NodeError::Invalid(e.to_string()))?;
+            if out == imp.ty(x).shape {
+                return one(x);
+            }
+            one(imp.emit(K::Expand, &[x], &[("shape", dims_attr(out.dims()))])?)
+        }
+        "Tile" => {
+            let x = imp.input(node, 0)?;
+            let reps =
+                imp.ints_input(node, 1, "repeats")?.ok_or_else(|| NodeError::Invalid("repeats are required".into()))?;
+            let dims = imp.shape_of(x);
+            if reps.len() != dims.len() || reps.iter().any(|&r| r < 0) {
+                return invalid(format!("repeats {reps:?} do not fit rank {}", dims.len()));
+            }
+            if reps.iter().all(|&r| r == 1) {
+                return one(x);
+            }
+            let mut inter = Vec::new();
+            let mut big = Vec::new();
+            let mut fin = Vec::new();
+            for (d, &r) in dims.iter().zip(&reps) {
+                inter.push(Dim::new(1));
+                inter.push(d.clone());
+                big.push(Dim::new(r as u64));
+                big.push(d.clone());
+                fin.push(d.mul(&Dim::new(r as u64)).map_err(dim_err)?);
+            }
+            let a = imp.reshape(x, &inter)?;
+            let b = imp.emit(K::Expand, &[a], &[("shape", dims_attr(&big))])?;
+            one(imp.reshape(b, &fin)?)
+        }
+        "Pad" => pad(imp, node),
+        "Trilu" => {
+            let x = imp.input(node, 0)?;
+            let k = imp.ints_input(node, 1, "k")?.map_or(0, |v| v.first().copied().unwrap_or(0));
+            let kind = if a_int(node, "upper", 1) != 0 { K::Triu } else { K::Tril };
+            one(imp.emit(kind, &[x], &[("diagonal", int(k))])?)
+        }
+        "DepthToSpace" | "SpaceToDepth" => {
+            let x = imp.input(node, 0)?;
+            let d = imp.shape_of(x);
+            if d.len() != 4 {
+                return invalid("needs a 4-D input");
+            }
+            let b = a_int(node, "blocksize", 0);
+            if b <= 0 {
+                return invalid("blocksize must be positive");
+            }
+            let bd = Dim::new(b as u64);
+            let bb = bd.mul(&bd).map_err(dim_err)?;
+            let (n, c, h, w) = (d[0].clone(), d[1].clone(), d[2].clone(), d[3].clone());
+            let div = |x: &Dim, y: &Dim| {
+                x.div_exact(y).map_err(|_| NodeError::Invalid(format!("{x} is not divisible by {y}")))
+            };
+            let (inter, perm, fin): (Vec<Dim>, Vec<i64>, Vec<Dim>) = if op == "DepthToSpace" {
+                let cb = div(&c, &bb)?;
+                let fin = vec![n.clone(), cb.clone(), h.mul(&bd).map_err(dim_err)?, w.mul(&bd).map_err(dim_err)?];
+                if a_str(node, "mode", "DCR") == "CRD" {
+                    (vec![n, cb, bd.clone(), bd, h, w], vec![0, 1, 4, 2, 5, 3], fin)
+                } else {
+                    (vec![n, bd.clone(), bd, cb, h, w], vec![0, 3, 4, 1, 5, 2], fin)
+                }
+            } else {
+                let (hb, wb) = (div(&h, &bd)?, div(&w, &bd)?);
+                let fin = vec![n.clone(), c.mul(&bb).map_err(dim_err)?, hb.clone(), wb.clone()];
+                (vec![n, c, hb, bd.clone(), wb, bd], vec![0, 3, 5, 1, 2, 4], fin)
+            };
+            let a = imp.reshape(x, &inter)?;
+            let p = imp.emit(K::Permute, &[a], &[("perm", ints(&perm))])?;
+            one(imp.reshape(p, &fin)?)
+        }
+        "OneHot" => one_hot(imp, node),
+        "Resize" | "Upsample" => resize(imp, node),
+
+        // --- Reductions ---
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+        | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => reduce(imp, node),
+        "ArgMax" | "ArgMin" => {
+            let x = imp.input(node, 0)?;
+            let r = imp.rank_of(x);
+            let axis = norm_axis(a_int(node, "axis", 0), r)?;
+            let keep = a_int(node, "keepdims", 1) != 0;
+            let kind = if op == "ArgMax" { K::Argmax } else { K::Argmin };
+            let attrs = [("axis", int(axis as i64)), ("keepdim", AttrValue::Bool(keep))];
+            if a_int(node, "select_last_index", 0) == 0 {
+                return one(imp.emit(kind, &[x], &attrs)?);
+            }
+            let n = imp.shape_of(x)[axis]
+                .as_const()
+                .ok_or_else(|| NodeError::Unsupported("select_last_index on a symbolic axis".into()))?;
+            let rev = imp.emit(K::Rev, &[x], &[("axes", ints(&[axis as i64]))])?;
+            let i = imp.emit(kind, &[rev], &attrs)?;
+            let last = imp.scalar(DType::I64, n as f64 - 1.0)?;
+            one(imp.bin(K::Sub, last, i)?)
+        }
+        "GlobalAveragePool" | "GlobalMaxPool" => {
+            let x = imp.input(node, 0)?;
+            let r = imp.rank_of(x) as i64;
+            if r < 3 {
+                return invalid("needs an input of rank >= 3");
+            }
+            let axes: Vec<i64> = (2..r).collect();
+            let kind = if op == "GlobalAveragePool" { K::Mean } else { K::Amax };
+            one(imp.emit(kind, &[x], &[("axes", ints(&axes)), ("keepdim", AttrValue::Bool(true))])?)
+        }
+
+        // --- Linear algebra, convolution, pooling ---
+        "MatMul" => {
+            let a = imp.input(node, 0)?;
+            let b = imp.input(node, 1)?;
+            let (ra, rb) = (imp.rank_of(a), imp.rank_of(b));
+            if ra == 0 || rb == 0 {
+                return invalid("MatMul operands must have rank >= 1");
+            }
+            let a2 = if ra == 1 { imp.unsqueeze(a, &[0])? } else { a };
+            let b2 = if rb == 1 { imp.unsqueeze(b, &[1])? } else { b };
+            let mut y = imp.bin(K::Matmul, a2, b2)?;
+            if rb == 1 {
+                y = imp.squeeze(y, &[-1])?;
+            }
+            if ra == 1 {
+                y = imp.squeeze(y, &[-2 + i64::from(rb == 1)])?;
+            }
+            one(y)
+        }
+        "Gemm" => {
+            let a = imp.input(node, 0)?;
+            let b = imp.input(node, 1)?;
+            let (alpha, beta) = (a_float(node, "alpha", 1.0), a_float(node, "beta", 1.0));
+            let ta = a_int(node, "transA", 0) != 0;
+            let tb = a_int(node, "transB", 0) != 0;
+            let mut y = imp.emit(
+                K::Matmul,
+                &[a, b],
+                &[("transpose_a", AttrValue::Bool(ta)), ("transpose_b", AttrValue::Bool(tb))],
+            )?;
+            if alpha != 1.0 {
+                y = imp.bin_scalar(K::Mul, y, alpha)?;
+            }
+            if let Some(c) = imp.opt_input(node, 2)? {
+                if beta != 0.0 {
+                    let c = if beta != 1.0 { imp.bin_scalar(K::Mul, c, beta)? } else { c };
+                    y = imp.bin(K::Add, y, c)?;
+                }
+            }
+            one(y)
+        }
+        "Conv" => conv(imp, node),
+        "ConvTranspose" => conv_transpose(imp, node),
+        "MaxPool" | "AveragePool" => pool(imp, node),
+
+        // --- Normalisation ---
+        "BatchNormalization" => {
+            if a_int(node, "training_mode", 0) != 0 || node.output.iter().skip(1).any(|s| !s.is_empty()) {
+                return unsupported("BatchNormalization in training mode");
+            }
+            let x = imp.input(node, 0)?;
+            let scale = imp.input(node, 1)?;
+            let b = imp.input(node, 2)?;
+            let mean = imp.input(node, 3)?;
+            let var = imp.input(node, 4)?;
+            let eps = a_float(node, "epsilon", 1e-5);
+            one(imp.emit(K::BatchNorm, &[x, mean, var, scale, b], &[("eps", AttrValue::Float(eps))])?)
+        }
+        "InstanceNormalization" => {
+            let x = imp.input(node, 0)?;
+            let scale = imp.input(node, 1)?;
+            let b = imp.input(node, 2)?;
+            let c = imp
+                .shape_of(x)
+                .get(1)
+                .and_then(Dim::as_const)
+                .ok_or_else(|| NodeError::Unsupported("InstanceNormalization needs a static channel dim".into()))?;
+            let eps = a_float(node, "epsilon", 1e-5);
+            one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(c as i64)), ("eps", AttrValue::Float(eps))])?)
+        }
+        "GroupNormalization" => {
+            let x = imp.input(node, 0)?;
+            let mut scale = imp.input(node, 1)?;
+            let mut b = imp.input(node, 2)?;
+            let groups = a_int(node, "num_groups", 0);
+            let eps = a_float(node, "epsilon", 1e-5);
+            let c = imp.shape_of(x).get(1).cloned().ok_or_else(|| NodeError::Invalid("rank < 2".into()))?;
+            if imp.shape_of(scale) != [c.clone()] {
+                // Opset 18: scale and bias per group; repeat them per channel.
+                let g = Dim::new(groups.max(1) as u64);
+                let per = c.div_exact(&g).map_err(dim_err)?;
+                for v in [&mut scale, &mut b] {
+                    let r = imp.reshape(*v, &[g.clone(), Dim::new(1)])?;
+                    let e = imp.emit(K::Expand, &[r], &[("shape", dims_attr(&[g.clone(), per.clone()]))])?;
+                    *v = imp.reshape(e, std::slice::from_ref(&c))?;
+                }
+            }
+            one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(groups)), ("eps", AttrValue::Float(eps))])?)
+        }
+        "LayerNormalization" => layer_norm(imp, node),
+        "RMSNormalization" => {
+            let x = imp.input(node, 0)?;
+            let scale = imp.input(node, 1)?;
+            let xs = imp.shape_of(x);
+            let axis = norm_axis(a_int(node, "axis", -1), xs.len())?;
+            let attrs = [("axis", int(axis as i64)), ("eps", AttrValue::Float(a_float(node, "epsilon", 1e-5)))];
+            if imp.shape_of(scale) == xs[axis..] {
+                one(imp.emit(K::RmsNorm, &[x, scale], &attrs)?)
+            } else {
+                let n = imp.emit(K::RmsNorm, &[x], &attrs)?;
+                one(imp.bin(K::Mul, n, scale)?)
+            }
+        }
+        "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => {
+            let x = imp.input(node, 0)?;
+            let t = imp.input(node, 1)?;
+            let w = imp.opt_input(node, 2)?;
+            let reduction = a_str(node, "reduction", "mean");
+            let ignore = attr(node, "ignore_index").map(|a| a.i);
+            let logp = if op == "SoftmaxCrossEntropyLoss" {
+                Some(imp.emit(K::LogSoftmax, &[x], &[("axis", int(1))])?)
+            } else {
+                None
+            };
+            let loss = nll(imp, logp.unwrap_or(x), t, w, ignore, &reduction)?;
+            let mut outs = vec![Some(Slot::Val(loss))];
+            if let Some(lp) = logp {
+                outs.push(Some(Slot::Val(lp)));
+            }
+            Ok(outs)
+        }
+        "LpNormalization" => {
+            let x = imp.input(node, 0)?;
+            let axis = a_int(node, "axis", -1);
+            let p = a_int(node, "p", 2);
+            let keep = [("axes", ints(&[axis])), ("keepdim", AttrValue::Bool(true))];
+            let norm = match p {
+                1 => {
+                    let a = imp.un(K::Abs, x)?;
+                    imp.emit(K::Sum, &[a], &keep)?
+                }
+                2 => {
+                    let sq = imp.bin(K::Mul, x, x)?;
+                    let s = imp.emit(K::Sum, &[sq], &keep)?;
+                    imp.un(K::Sqrt, s)?
+                }
+                _ => return invalid(format!("p = {p} (1 or 2)")),
+            };
+            // A zero norm gives 0 (ONNX's reference), not NaN.
+            let zero = imp.bin_scalar(K::Eq, norm, 0.0)?;
+            let q = imp.bin(K::Div, x, norm)?;
+            let z = imp.scalar(imp.dtype_of_v(x), 0.0)?;
+            one(imp.emit(K::Where, &[zero, z, q], &[])?)
+        }
+        "MeanVarianceNormalization" => {
+            let x = imp.input(node, 0)?;
+            let axes = a_ints(node, "axes").unwrap_or_else(|| vec![0, 2, 3]);
+            let keep = [("axes", ints(&axes)), ("keepdim", AttrValue::Bool(true))];
+            let m = imp.emit(K::Mean, &[x], &keep)?;
+            let d = imp.bin(K::Sub, x, m)?;
+            let sq = imp.bin(K::Mul, d, d)?;
+            let v = imp.emit(K::Mean, &[sq], &keep)?;
+            let s = imp.un(K::Sqrt, v)?;
+            let s = imp.bin_scalar(K::Add, s, 1e-9)?;
+            one(imp.bin(K::Div, d, s)?)
+        }
+        "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
+        "Einsum" => einsum(imp, node),
+        "If" => if_node(imp, node, depth),
+        _ => unsupported(format!("op type {op}")),
+    }
+}
+
+/// A shape list result: a constant when static, a symbolic list otherwise.
+fn shape_list(imp: &mut Importer, s: SymList, node: &NodeProto) -> NResult<Outs> {
+    if s.is_static() {
+        let name = node.output.first().cloned().unwrap_or_default();
+        let v = imp.materialize(&Slot::Syms(s), &name)?;
+        return one(v);
+    }
+    Ok(vec![Some(Slot::Syms(s))])
+}
+
+fn range(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let s = imp.input(node, 0)?;
+    let dtype = imp.dtype_of_v(s);
+    let known = |imp: &mut Importer, i: usize| -> NResult<Option<f64>> {
+        Ok(match imp.float_input(node, i)? {
+            Some(Ok(x)) => Some(x),
+            _ => None,
+        })
+    };
+    let (start, limit, delta) = (known(imp, 0)?, known(imp, 1)?, known(imp, 2)?);
+    if let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) {
+        if delta == 0.0 {
+            return invalid("delta is 0");
+        }
+        let n = ((limit - start) / delta).ceil().max(0.0);
+        let max = imp.opts.max_tensor_bytes / dtype.size_bytes() as u64;
+        if n.is_nan() || n > max as f64 {
+            return Err(NodeError::Tensor(Box::new(super::ImportError::Limit {
+                what: "the result of Range".into(),
+                size: (n as u64).saturating_mul(dtype.size_bytes() as u64),
+                limit: imp.opts.max_tensor_bytes,
+            })));
+        }
+        let n = n as u64;
+        let iota = imp.emit(
+            OpKind::Iota,
+            &[],
+            &[("shape", dims_attr(&[Dim::new(n)])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
+        )?;
+        let m = if delta != 1.0 { imp.bin_scalar(OpKind::Mul, iota, delta)? } else { iota };
+        return one(if start != 0.0 { imp.bin_scalar(OpKind::Add, m, start)? } else { m });
+    }
+    // Symbolic: start and delta known, delta 1, limit a size.
+    let lim = imp.sym_input(node, 1)?;
+    match (start, delta, lim) {
+        (Some(start), Some(1.0), Some(l)) if l.elems.len() == 1 && start >= 0.0 && start.fract() == 0.0 => {
+            let n = sym_arith("Sub", &l.elems[0], &SymInt::I(start as i64))?
+                .to_dim()
+                .ok_or_else(|| NodeError::Invalid("negative range".into()))?;
+            let iota = imp.emit(
+                OpKind::Iota,
+                &[],
+                &[("shape", dims_attr(&[n])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
+            )?;
+            one(if start != 0.0 { imp.bin_scalar(OpKind::Add, iota, start)? } else { iota })
+        }
+        _ => unsupported("Range whose bounds are not known at import"),
+    }
+}
+
+fn split(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let dims = imp.shape_of(x);
+    let axis = norm_axis(a_int(node, "axis", 0), dims.len())?;
+    let n_out = node.output.len();
+    let sizes = match imp.ints_input(node, 1, "split")?.or_else(|| a_ints(node, "split")) {
+        Some(s) => s,
+        None => {
+            let d =
+                dims[axis].as_const().ok_or_else(|| NodeError::Unsupported("Split of a symbolic dim".into()))? as i64;
+            if let Some(k) = attr(node, "num_outputs").map(|a| a.i) {
+                if k <= 0 {
+                    return invalid("num_outputs must be positive");
+                }
+                let c = (d + k - 1) / k;
+                (0..k).map(|i| (d - i * c).clamp(0, c)).collect()
+            } else {
+                let k = n_out as i64;
+                if k == 0 || d % k != 0 {
+                    return invalid(format!("cannot split {d} into {k} equal parts"));
+                }
+                vec![d / k; n_out]
+            }
+        }
+    };
+    if sizes.len() != n_out {
+        return invalid(format!("{} split sizes for {n_out} outputs", sizes.len()));
+    }
+    let mut outs = Vec::with_capacity(n_out);
+    for i in 0..n_out {
+        let v = imp.emit(
+            OpKind::Split,
+            &[x],
+            &[("axis", int(axis as i64)), ("sizes", ints(&sizes)), ("index", int(i as i64))],
+        )?;
+        outs.push(Some(Slot::Val(v)));
+    }
+    Ok(outs)
+}
+
+fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let dims = imp.shape_of(x);
+    let r = dims.len();
+    let (starts, ends, axes, steps) = if imp.opset < 10 {
+        (
+            a_ints(node, "starts").unwrap_or_default(),
+            a_ints(node, "ends").unwrap_or_default(),
+            a_ints(node, "axes"),
+            None,
+        )
+    } else {
+        (
+            imp.ints_input(node, 1, "starts")?.ok_or_else(|| NodeError::Invalid("starts are required".into()))?,
+            imp.ints_input(node, 2, "ends")?.ok_or_else(|| NodeError::Invalid("ends are required".into()))?,
+            imp.ints_input(node, 3, "axes")?,
+            imp.ints_input(node, 4, "steps")?,
+        )
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return invalid("starts, ends, axes and steps differ in length");
+    }
+    let mut y = x;
+    let mut seen = Vec::new();
+    for i in 0..starts.len() {
+        let axis = norm_axis(axes[i], r)?;
+        if seen.contains(&axis) {
+            return invalid(format!("axis {axis} is sliced twice"));
+        }
+        seen.push(axis);
+        let (start, end, step) = (starts[i], ends[i], steps[i]);
+        if step == 0 {
+            return invalid("step 0");
+        }
+        match dims[axis].as_const() {
+            Some(n) => {
+                let n = n as i128;
+                let (mut s, mut e) = (start as i128, end as i128);
+                if s < 0 {
+                    s += n;
+                }
+                if e < 0 {
+                    e += n;
+                }
+                if step > 0 {
+                    s = s.clamp(0, n);
+                    e = e.clamp(0, n);
+                    if s == 0 && e == n && step == 1 {
+                        continue;
+                    }
+                    y = imp.emit(
+                        OpKind::Slice,
+                        &[y],
+                        &[
+                            ("axis", int(axis as i64)),
+                            ("start", int(s as i64)),
+                            ("end", int(e.max(s) as i64)),
+                            ("step", int(step)),
+                        ],
+                    )?;
+                } else {
+                    s = s.clamp(0, n - 1);
+                    e = e.clamp(-1, n - 1);
+                    let st = -(step as i128);
+                    let count = if s > e { (s - e + st - 1) / st } else { 0 };
+                    if count == 0 {
+                        y = imp.emit(
+                            OpKind::Slice,
+                            &[y],
+                            &[("axis", int(axis as i64)), ("start", int(0)), ("end", int(0))],
+                        )?;
+                        continue;
+                    }
+                    let rev = imp.emit(OpKind::Rev, &[y], &[("axes", ints(&[axis as i64]))])?;
+                    let s2 = n - 1 - s;
+                    let e2 = s2 + (count - 1) * st + 1;
+                    y = imp.emit(
+                        OpKind::Slice,
+                        &[rev],
+                        &[
+                            ("axis", int(axis as i64)),
+                            ("start", int(s2 as i64)),
+                            ("end", int(e2 as i64)),
+                            ("step", int(st as i64)),
+                        ],
+                    )?;
+                }
+            }
+            None => {
+                if step != 1 {
+                    return unsupported(format!("Slice with step {step} on the symbolic dim {}", dims[axis]));
+                }
+                let end = if end >= i64::from(i32::MAX) { i64::MAX } else { end };
+                if start == 0 && end == i64::MAX {
+                    continue;
+                }
+                y = imp.emit(
+                    OpKind::Slice,
+                    &[y],
+                    &[("axis", int(axis as i64)), ("start", int(start)), ("end", int(end))],
+                )?;
+            }
+        }
+    }
+    one(y)
+}
+
+fn gather(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let idx = imp.input(node, 1)?;
+    let xs = imp.shape_of(x);
+    let r = xs.len();
+    if r == 0 {
+        return invalid("Gather needs data of rank >= 1");
+    }
+    let axis = norm_axis(a_int(node, "axis", 0), r)?;
+    if !imp.dtype_of_v(idx).is_int() {
+        return invalid("indices must be int32 or int64");
+    }
+    if let (Some(t), Some(n)) = (imp.const_of(idx), xs[axis].as_const()) {
+        let n = n as i64;
+        for i in t.to_f64_vec() {
+            let i = i as i64;
+            if i < -n || i >= n {
+                return Err(NodeError::IndexOutOfRange { index: i, axis, size: n as u64 });
+            }
+        }
+        if t.shape().is_empty() {
+            let i = t.to_f64_vec()[0] as i64;
+            return one(imp.emit(OpKind::Select, &[x], &[("axis", int(axis as i64)), ("index", int(i))])?);
+        }
+    }
+    let is = imp.shape_of(idx);
+    let k = imp.numel_of(&is)?;
+    let mut rdims = vec![Dim::new(1); r];
+    rdims[axis] = k.clone();
+    let idx_r = imp.reshape(idx, &rdims)?;
+    let mut target = xs.clone();
+    target[axis] = k;
+    let idx_b =
+        if target == rdims { idx_r } else { imp.emit(OpKind::Expand, &[idx_r], &[("shape", dims_attr(&target))])? };
+    let g = imp.emit(OpKind::Gather, &[x, idx_b], &[("axis", int(axis as i64))])?;
+    let mut out: Vec<Dim> = xs[..axis].to_vec();
+    out.extend(is);
+    out.extend_from_slice(&xs[axis + 1..]);
+    one(imp.reshape(g, &out)?)
+}
+
+fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let r = imp.rank_of(x);
+    let mode = a_str(node, "mode", "constant");
+    let (pads, value, axes) = if imp.opset < 11 {
+        (a_ints(node, "pads").unwrap_or_default(), a_float(node, "value", 0.0), None)
+    } else {
+        let pads = imp.ints_input(node, 1, "pads")?.ok_or_else(|| NodeError::Invalid("pads are required".into()))?;
+        let value = match imp.float_input(node, 2)? {
+            None => 0.0,
+            Some(Ok(v)) => v,
+            Some(Err(_)) => return unsupported("a constant_value computed at run time"),
+        };
+        (pads, value, imp.ints_input(node, 3, "axes")?)
+    };
+    let axes: Vec<usize> = match axes {
+        Some(a) => a.iter().map(|&a| norm_axis(a, r)).collect::<NResult<_>>()?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return invalid(format!("{} pads for {} axes", pads.len(), axes.len()));
+    }
+    let mut low = vec![0i64; r];
+    let mut high = vec![0i64; r];
+    for (i, &a) in axes.iter().enumerate() {
+        low[a] = pads[i];
+        high[a] = pads[i + axes.len()];
+    }
+    if mode == "constant" {
+        return one(imp.emit(
+            OpKind::Pad,
+            &[x],
+            &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(value))],
+        )?);
+    }
+    // edge / reflect / wrap: per axis, assemble slices.
+    let mut y = x;
+    for a in 0..r {
+        let (l, h) = (low[a], high[a]);
+        if l == 0 && h == 0 {
+            continue;
+        }
+        let n = imp.shape_of(y)[a]
+            .as_const()
+            .ok_or_else(|| NodeError::Unsupported(format!("{mode} padding of a symbolic dim")))? as i64;
+        if l < 0 || h < 0 || n == 0 {
+            return unsupported(format!("{mode} padding with negative pads or an empty axis"));
+        }
+        let sl = |imp: &mut Importer, v: Value, s: i64, e: i64| -> NResult<Value> {
+            imp.emit(OpKind::Slice, &[v], &[("axis", int(a as i64)), ("start", int(s)), ("end", int(e))])
+        };
+        let rev = |imp: &mut Importer, v: Value| imp.emit(OpKind::Rev, &[v], &[("axes", ints(&[a as i64]))]);
+        let mut parts = Vec::new();
+        let piece = |imp: &mut Importer, y: Value, p: i64, left: bool| -> NResult<Option<Value>> {
+            if p == 0 {
+                return Ok(None);
+            }
+            Ok(Some(match mode.as_str() {
+                "edge" => {
+                    let e = if left { sl(imp, y, 0, 1)? } else { sl(imp, y, n - 1, n)? };
+                    let mut shape = imp.shape_of(e);
+                    shape[a] = Dim::new(p as u64);
+                    imp.emit(OpKind::Expand, &[e], &[("shape", dims_attr(&shape))])?
+                }
+                "reflect" => {
+                    if p > n - 1 {
+                        return Err(NodeError::Unsupported(format!("reflect padding of {p} on an axis of {n}")));
+                    }
+                    let s = if left { sl(imp, y, 1, p + 1)? } else { sl(imp, y, n - 1 - p, n - 1)? };
+                    rev(imp, s)?
+                }
+                "wrap" => {
+                    if p > n {
+                        return Err(NodeError::Unsupported(format!("wrap padding of {p} on an axis of {n}")));
+                    }
+                    if left {
+                        sl(imp, y, n - p, n)?
+                    } else {
+                        sl(imp, y, 0, p)?
+                    }
+                }
+                m => return Err(NodeError::Invalid(format!("unknown pad mode `{m}`"))),
+            }))
+        };
+        if let Some(p) = piece(imp, y, l, true)? {
+            parts.push(p);
+        }
+        parts.push(y);
+        if let Some(p) = piece(imp, y, h, false)? {
+            parts.push(p);
+        }
+        y = imp.emit(OpKind::Cat, &parts, &[("axis", int(a as i64))])?;
+    }
+    one(y)
+}
+
+fn reduce(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    use OpKind as K;
+    let op = node.op_type.as_str();
+    let x = imp.input(node, 0)?;
+    let dt = imp.dtype_of_v(x);
+    let keep = a_int(node, "keepdims", 1) != 0;
+    let axes = match a_ints(node, "axes") {
+        Some(a) => a,
+        None => imp.ints_input(node, 1, "axes")?.unwrap_or_default(),
+    };
+    if axes.is_empty() && a_int(node, "noop_with_empty_axes", 0) != 0 {
+        return one(x);
+    }
+    let attrs = [("axes", ints(&axes)), ("keepdim", AttrValue::Bool(keep))];
+    let y = match op {
+        "ReduceSum" => imp.emit(K::Sum, &[x], &attrs)?,
+        "ReduceMean" => imp.emit(K::Mean, &[x], &attrs)?,
+        "ReduceMax" | "ReduceMin" => {
+            // The prims have identities (-inf / +inf), as ONNX gives for an empty reduction.
+            let r = imp.rank_of(x);
+            let mut norm: Vec<usize> = if axes.is_empty() {
+                (0..r).collect()
+            } else {
+                axes.iter().map(|&a| norm_axis(a, r)).collect::<NResult<_>>()?
+            };
+            norm.sort_unstable();
+            norm.dedup();
+            let kind = if op == "ReduceMax" { K::ReduceMax } else { K::ReduceMin };
+            let axes_i: Vec<i64> = norm.iter().map(|&a| a as i64).collect();
+            let y = imp.emit(kind, &[x], &[("axes", ints(&axes_i))])?;
+            if keep {
+                let mut dims = imp.shape_of(x);
+                for &a in &norm {
+                    dims[a] = Dim::new(1);
+                }
+                imp.reshape(y, &dims)?
+            } else {
+                y
+            }
+        }
+        "ReduceProd" => imp.emit(K::Prod, &[x], &attrs)?,
+        "ReduceL1" => {
+            let a = imp.un(K::Abs, x)?;
+            imp.emit(K::Sum, &[a], &attrs)?
+        }
+        "ReduceL2" => {
+            let sq = imp.bin(K::Mul, x, x)?;
+            let s = imp.emit(K::Sum, &[sq], &attrs)?;
+            let s = imp.convert_to(s, dt)?;
+            if dt.is_float() {
+                imp.un(K::Sqrt, s)?
+            } else {
+                let f = imp.convert_to(s, DType::F64)?;
+                let r = imp.un(K::Sqrt, f)?;
+                imp.convert_to(r, dt)?
+            }
+        }
+        "ReduceSumSquare" => {
+            let sq = imp.bin(K::Mul, x, x)?;
+            imp.emit(K::Sum, &[sq], &attrs)?
+        }
+        "ReduceLogSum" => {
+            let s = imp.emit(K::Sum, &[x], &attrs)?;
+            imp.un(K::Log, s)?
+        }
+        _ => imp.emit(K::Logsumexp, &[x], &attrs)?,
+    };
+    one(imp.convert_to(y, dt)?)
+}
+
+/// Explicit (begin.., end..) pads for `auto_pad`, from static input dims.
+fn auto_pads(
+    mode: &str,
+    spatial: &[Dim],
+    kernel: &[i64],
+    strides: &[i64],
+    dil: &[i64],
+    explicit: Option<Vec<i64>>,
+) -> NResult<Vec<i64>> {
+    let n = kernel.len();
+    match mode {
+        "NOTSET" | "" => {
+            let p = explicit.unwrap_or_else(|| vec![0; 2 * n]);
+            if p.len() != 2 * n {
+                return invalid(format!("{} pads for {n} spatial dims", p.len()));
+            }
+            Ok(p)
+        }
+        "VALID" => Ok(vec![0; 2 * n]),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut begin = vec![0; n];
+            let mut end = vec![0; n];
+            for i in 0..n {
+                let d = spatial[i].as_const().ok_or_else(|| {
+                    NodeError::Unsupported(format!("auto_pad {mode} on the symbolic dim {}", spatial[i]))
+                })? as i64;
+                let out = (d + strides[i] - 1) / strides[i];
+                let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - d).max(0);
+                let small = total / 2;
+                let (b, e) = if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                begin[i] = b;
+                end[i] = e;
+            }
+            begin.extend(end);
+            Ok(begin)
+        }
+        m => invalid(format!("unknown auto_pad `{m}`")),
+    }
+}
+
+fn conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let w = imp.input(node, 1)?;
+    let xs = imp.shape_of(x);
+    let ws = imp.shape_of(w);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return invalid("Conv needs x [N, C, ...] and w [O, C/group, ...] of the same rank");
+    }
+    let n = xs.len() - 2;
+    let kernel: Vec<i64> = match a_ints(node, "kernel_shape") {
+        Some(k) => k,
+        None => ws[2..]
+            .iter()
+            .map(|d| d.as_const().map(|v| v as i64).ok_or_else(|| NodeError::Unsupported("symbolic kernel".into())))
+            .collect::<NResult<_>>()?,
+    };
+    let strides = a_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
+    if kernel.len() != n || strides.len() != n || dil.len() != n {
+        return invalid("kernel_shape, strides and dilations must have one entry per spatial dim");
+    }
+    let pads = auto_pads(&a_str(node, "auto_pad", "NOTSET"), &xs[2..], &kernel, &strides, &dil, a_ints(node, "pads"))?;
+    let group = a_int(node, "group", 1);
+    let y = imp.emit(
+        OpKind::Conv,
+        &[x, w],
+        &[("stride", ints(&strides)), ("padding", ints(&pads)), ("dilation", ints(&dil)), ("groups", int(group))],
+    )?;
+    one(add_channel_bias(imp, node, y, 2)?)
+}
+
+/// Adds input `i` (a `[C]` bias) along dim 1 of `y`, when present.
+fn add_channel_bias(imp: &mut Importer, node: &NodeProto, y: Value, i: usize) -> NResult<Value> {
+    let Some(b) = imp.opt_input(node, i)? else { return Ok(y) };
+    let r = imp.rank_of(y);
+    let mut dims = imp.shape_of(b);
+    if dims.len() != 1 {
+        return invalid("the bias must be 1-D");
+    }
+    dims.extend(std::iter::repeat_n(Dim::new(1), r.saturating_sub(2)));
+    let b = imp.reshape(b, &dims)?;
+    imp.bin(OpKind::Add, y, b)
+}
+
+fn conv_transpose(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let w = imp.input(node, 1)?;
+    let xs = imp.shape_of(x);
+    let ws = imp.shape_of(w);
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return invalid("ConvTranspose needs x [N, C, ...] and w [C, O/group, ...] of the same rank");
+    }
+    let n = xs.len() - 2;
+    let wst: Vec<i64> = ws
+        .iter()
+        .map(|d| d.as_const().map(|v| v as i64).ok_or_else(|| NodeError::Unsupported("a symbolic weight shape".into())))
+        .collect::<NResult<_>>()?;
+    let kernel = a_ints(node, "kernel_shape").unwrap_or_else(|| wst[2..].to_vec());
+    let strides = a_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
+    let out_pad = a_ints(node, "output_padding").unwrap_or_else(|| vec![0; n]);
+    let group = a_int(node, "group", 1);
+    if kernel.len() != n || strides.len() != n || dil.len() != n || out_pad.len() != n || group <= 0 {
+        return invalid("kernel_shape, strides, dilations and output_padding need one entry per spatial dim");
+    }
+    let auto = a_str(node, "auto_pad", "NOTSET");
+    let mut pads = match a_ints(node, "pads") {
+        Some(p) if p.len() == 2 * n => p,
+        Some(_) => return invalid("pads need two entries per spatial dim"),
+        None => vec![0; 2 * n],
+    };
+    let output_shape = a_ints(node, "output_shape");
+    if output_shape.is_some() || auto == "SAME_UPPER" || auto == "SAME_LOWER" {
+        for i in 0..n {
+            let d = xs[2 + i]
+                .as_const()
+                .ok_or_else(|| NodeError::Unsupported("output_shape/auto_pad on a symbolic dim".into()))?
+                as i64;
+            let full = strides[i] * (d - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
+            let want = match &output_shape {
+                Some(o) => {
+                    *o.get(o.len().wrapping_sub(n) + i).ok_or_else(|| NodeError::Invalid("output_shape".into()))?
+                }
+                None => d * strides[i],
+            };
+            let total = full - want;
+            let (b, e) = if auto == "SAME_UPPER" || (output_shape.is_some() && auto != "SAME_LOWER") {
+                (total / 2, total - total / 2)
+            } else {
+                (total - total / 2, total / 2)
+            };
+            pads[i] = b;
+            pads[i + n] = e;
+        }
+    } else if auto == "VALID" {
+        pads = vec![0; 2 * n];
+    }
+    // Input dilated by the stride, padded by (k-1)*d - pad on each side (+ output_padding).
+    let mut low = vec![0i64; n + 2];
+    let mut high = vec![0i64; n + 2];
+    let mut interior = vec![0i64; n + 2];
+    for i in 0..n {
+        let k = (kernel[i] - 1) * dil[i];
+        low[2 + i] = k - pads[i];
+        high[2 + i] = k - pads[i + n] + out_pad[i];
+        interior[2 + i] = strides[i] - 1;
+    }
+    let xp =
+        imp.emit(OpKind::Pad, &[x], &[("low", ints(&low)), ("high", ints(&high)), ("interior", ints(&interior))])?;
+    // Kernel [C, O/g, k...] -> [O, C/g, k...], spatially flipped.
+    let (c, og) = (wst[0], wst[1]);
+    if c % group != 0 {
+        return invalid("input channels are not divisible by group");
+    }
+    let cg = c / group;
+    let spatial: Vec<Dim> = ws[2..].to_vec();
+    let mut d1 = vec![Dim::new(group as u64), Dim::new(cg as u64), Dim::new(og as u64)];
+    d1.extend(spatial.iter().cloned());
+    let w1 = imp.reshape(w, &d1)?;
+    let mut perm = vec![0i64, 2, 1];
+    perm.extend((3..3 + n as i64).collect::<Vec<_>>());
+    let w2 = imp.emit(OpKind::Permute, &[w1], &[("perm", ints(&perm))])?;
+    let mut d3 = vec![Dim::new((group * og) as u64), Dim::new(cg as u64)];
+    d3.extend(spatial);
+    let w3 = imp.reshape(w2, &d3)?;
+    let flip: Vec<i64> = (2..2 + n as i64).collect();
+    let wf = imp.emit(OpKind::Rev, &[w3], &[("axes", ints(&flip))])?;
+    let y = imp.emit(
+        OpKind::Conv,
+        &[xp, wf],
+        &[("stride", ints(&vec![1; n])), ("dilation", ints(&dil)), ("groups", int(group))],
+    )?;
+    one(add_channel_bias(imp, node, y, 2)?)
+}
+
+fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let is_max = node.op_type == "MaxPool";
+    if is_max && node.output.get(1).is_some_and(|s| !s.is_empty()) {
+        return unsupported("MaxPool's Indices output");
+    }
+    let x = imp.input(node, 0)?;
+    let xs = imp.shape_of(x);
+    let n = xs.len().saturating_sub(2);
+    if !(1..=2).contains(&n) {
+        return unsupported(format!("{}-d pooling (ladder pools 1-d and 2-d)", n));
+    }
+    let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
+    let strides = a_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
+    if kernel.len() != n || strides.len() != n || dil.len() != n {
+        return invalid("kernel_shape, strides and dilations need one entry per spatial dim");
+    }
+    let pads = auto_pads(&a_str(node, "auto_pad", "NOTSET"), &xs[2..], &kernel, &strides, &dil, a_ints(node, "pads"))?;
+    let ceil = a_int(node, "ceil_mode", 0) != 0;
+    let include_pad = a_int(node, "count_include_pad", 0) != 0;
+    if !is_max && dil.iter().any(|&d| d != 1) {
+        return unsupported("AveragePool with dilations");
+    }
+    // To 2-d.
+    let (mut k2, mut s2, mut d2, mut b2, mut e2) =
+        (kernel.clone(), strides.clone(), dil.clone(), pads[..n].to_vec(), pads[n..].to_vec());
+    let mut y = x;
+    if n == 1 {
+        y = imp.unsqueeze(y, &[2])?;
+        k2.insert(0, 1);
+        s2.insert(0, 1);
+        d2.insert(0, 1);
+        b2.insert(0, 0);
+        e2.insert(0, 0);
+    }
+    let symmetric = b2 == e2 && b2.iter().zip(&k2).all(|(&p, &k)| p >= 0 && 2 * p <= k);
+    let padding = if symmetric {
+        b2.clone()
+    } else {
+        if !is_max && !include_pad {
+            return unsupported("AveragePool with asymmetric pads and count_include_pad = 0");
+        }
+        let mut low = vec![0, 0];
+        low.extend(&b2);
+        let mut high = vec![0, 0];
+        high.extend(&e2);
+        let value = if is_max { f64::NEG_INFINITY } else { 0.0 };
+        y = imp.emit(
+            OpKind::Pad,
+            &[y],
+            &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(value))],
+        )?;
+        vec![0, 0]
+    };
+    y = if is_max {
+        imp.emit(
+            OpKind::MaxPool2d,
+            &[y],
+            &[
+                ("kernel", ints(&k2)),
+                ("stride", ints(&s2)),
+                ("padding", ints(&padding)),
+                ("dilation", ints(&d2)),
+                ("ceil_mode", AttrValue::Bool(ceil)),
+            ],
+        )?
+    } else {
+        imp.emit(
+            OpKind::AvgPool2d,
+            &[y],
+            &[
+                ("kernel", ints(&k2)),
+                ("stride", ints(&s2)),
+                ("padding", ints(&padding)),
+                ("ceil_mode", AttrValue::Bool(ceil)),
+                ("count_include_pad", AttrValue::Bool(include_pad)),
+            ],
+        )?
+    };
+    if n == 1 {
+        y = imp.squeeze(y, &[2])?;
+    }
+    one(y)
+}
+
+fn layer_norm(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    use OpKind as K;
+    let x = imp.input(node, 0)?;
+    let scale = imp.input(node, 1)?;
+    let bias = imp.opt_input(node, 2)?;
+    let xs = imp.shape_of(x);
+    let r = xs.len();
+    let axis = norm_axis(a_int(node, "axis", -1), r)?;
+    let eps = a_float(node, "epsilon", 1e-5);
+    let span = &xs[axis..];
+    let fits = |imp: &Importer, v: Value| imp.shape_of(v) == span;
+    let attrs = [("axis", int(axis as i64)), ("eps", AttrValue::Float(eps))];
+    let y = if fits(imp, scale) && bias.is_none_or(|b| fits(imp, b)) {
+        match bias {
+            Some(b) => imp.emit(K::LayerNorm, &[x, scale, b], &attrs)?,
+            None => imp.emit(K::LayerNorm, &[x, scale], &attrs)?,
+        }
+    } else {
+        let n = imp.emit(K::LayerNorm, &[x], &attrs)?;
+        let m = imp.bin(K::Mul, n, scale)?;
+        match bias {
+            Some(b) => imp.bin(K::Add, m, b)?,
+            None => m,
+        }
+    };
+    let mut outs = vec![Some(Slot::Val(y))];
+    let want = |i: usize| node.output.get(i).is_some_and(|s| !s.is_empty());
+    if want(1) || want(2) {
+        let axes: Vec<i64> = (axis as i64..r as i64).collect();
+        let keep = [("axes", ints(&axes)), ("keepdim", AttrValue::Bool(true))];
+        let mean = imp.emit(K::Mean, &[x], &keep)?;
+        outs.push(Some(Slot::Val(mean)));
+        if want(2) {
+            let var = imp.emit(
+                K::Var,
+                &[x],
+                &[("axes", ints(&axes)), ("keepdim", AttrValue::Bool(true)), ("correction", int(0))],
+            )?;
+            let ve = imp.bin_scalar(K::Add, var, eps)?;
+            outs.push(Some(Slot::Val(imp.un(K::Rsqrt, ve)?)));
+        }
+    }
+    Ok(outs)
+}
+
+fn softmax(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    use OpKind as K;
+    let x = imp.input(node, 0)?;
+    let xs = imp.shape_of(x);
+    let r = xs.len();
+    let legacy = imp.opset < 13;
+    let axis = norm_axis(a_int(node, "axis", if legacy { 1 } else { -1 }), r)?;
+    let (v, ax) = if legacy && axis + 1 != r {
+        let a = imp.numel_of(&xs[..axis])?;
+        let b = imp.numel_of(&xs[axis..])?;
+        (imp.reshape(x, &[a, b])?, 1)
+    } else {
+        (x, axis)
+    };
+    let y = match node.op_type.as_str() {
+        "Softmax" => imp.emit(K::Softmax, &[v], &[("axis", int(ax as i64))])?,
+        "LogSoftmax" => imp.emit(K::LogSoftmax, &[v], &[("axis", int(ax as i64))])?,
+        _ => {
+            let i = imp.emit(K::Argmax, &[v], &[("axis", int(ax as i64)), ("keepdim", AttrValue::Bool(true))])?;
+            let shape = imp.shape_of(v);
+            let iota = imp.emit(
+                K::Iota,
+                &[],
+                &[("shape", dims_attr(&shape)), ("axis", int(ax as i64)), ("dtype", AttrValue::DType(DType::I64))],
+            )?;
+            let eq = imp.bin(K::Eq, iota, i)?;
+            imp.convert_to(eq, imp.dtype_of_v(x))?
+        }
+    };
+    one(imp.reshape(y, &xs)?)
+}
+
+fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    use OpKind as K;
+    let idx = imp.input(node, 0)?;
+    let depth = match imp.float_input(node, 1)? {
+        Some(Ok(d)) if d >= 0.0 && d <= (1u64 << 32) as f64 => d as u64,
+        _ => return unsupported("OneHot needs a constant non-negative depth"),
+    };
+    let values = imp.input(node, 2)?;
+    let vt = imp.const_of(values).ok_or_else(|| NodeError::Unsupported("OneHot needs constant values".into()))?;
+    let vv = vt.to_f64_vec();
+    if vv.len() != 2 {
+        return invalid("values must hold [off, on]");
+    }
+    let r = imp.rank_of(idx);
+    let axis = norm_axis(a_int(node, "axis", -1), r + 1)?;
+    let i64v = imp.convert_to(idx, DType::I64)?;
+    let neg = imp.bin_scalar(K::Lt, i64v, 0.0)?;
+    let wrapped = imp.bin_scalar(K::Add, i64v, depth as f64)?;
+    let norm = imp.emit(K::Where, &[neg, wrapped, i64v], &[])?;
+    let u = imp.unsqueeze(norm, &[axis as i64])?;
+    let mut shape = vec![Dim::new(1); r + 1];
+    shape[axis] = Dim::new(depth);
+    let iota = imp.emit(
+        K::Iota,
+        &[],
+        &[("shape", dims_attr(&shape)), ("axis", int(axis as i64)), ("dtype", AttrValue::DType(DType::I64))],
+    )?;
+    let eq = imp.bin(K::Eq, u, iota)?;
+    let dt = vt.dtype();
+    let on = imp.scalar(dt, vv[1])?;
+    let off = imp.scalar(dt, vv[0])?;
+    one(imp.emit(K::Where, &[eq, on, off], &[])?)
+}
+
+fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = imp.shape_of(x);
+    let mode = a_str(node, "mode", "nearest");
+    if mode != "nearest" {
+        return unsupported(format!("Resize mode `{mode}` (only nearest with integer scales)"));
+    }
+    let coord = a_str(node, "coordinate_transformation_mode", "half_pixel");
+    let nearest = a_str(node, "nearest_mode", "round_prefer_floor");
+    if node.op_type == "Resize"
+        && (coord == "align_corners"
+            || coord == "tf_crop_and_resize"
+            || nearest == "ceil"
+            || nearest == "round_prefer_ceil")
+    {
+        return unsupported(format!("Resize with {coord} / {nearest}"));
+    }
+    // Scales: Upsample input 1 (or attr), Resize input 2; or Resize sizes (input 3).
+    let scales: Option<Vec<f64>> = if node.op_type == "Upsample" {
+        match a_floats(node, "scales") {
+            Some(s) => Some(s.iter().map(|&f| f64::from(f)).collect()),
+            None => imp.opt_input(node, 1)?.and_then(|v| imp.const_of(v)).map(|t| t.to_f64_vec()),
+        }
+    } else {
+        imp.opt_input(node, 2)?.and_then(|v| imp.const_of(v)).map(|t| t.to_f64_vec()).filter(|s| !s.is_empty())
+    };
+    let factors: Vec<u64> = match scales {
+        Some(s) => {
+            if s.len() != xs.len() {
+                return invalid("one scale per dim");
+            }
+            s.iter()
+                .map(|&f| {
+                    if f >= 1.0 && f.fract() == 0.0 {
+                        Ok(f as u64)
+                    } else {
+                        Err(NodeError::Unsupported(format!("Resize by a non-integer scale {f}")))
+                    }
+                })
+                .collect::<NResult<_>>()?
+        }
+        None => {
+            let sizes = imp
+                .ints_input(node, 3, "sizes")?
+                .ok_or_else(|| NodeError::Unsupported("Resize needs constant scales or sizes".into()))?;
+            if sizes.len() != xs.len() || attr(node, "axes").is_some() {
+                return unsupported("Resize sizes with axes");
+            }
+            xs.iter()
+                .zip(&sizes)
+                .map(|(d, &s)| match d.as_const() {
+                    Some(d) if d > 0 && s >= 0 && (s as u64).is_multiple_of(d) => Ok(s as u64 / d),
+                    _ => Err(NodeError::Unsupported("Resize to sizes that are not integer multiples".into())),
+                })
+                .collect::<NResult<_>>()?
+        }
+    };
+    if factors.iter().all(|&f| f == 1) {
+        return one(x);
+    }
+    let mut inter = Vec::new();
+    let mut big = Vec::new();
+    let mut fin = Vec::new();
+    for (d, &f) in xs.iter().zip(&factors) {
+        inter.push(d.clone());
+        inter.push(Dim::new(1));
+        big.push(d.clone());
+        big.push(Dim::new(f));
+        fin.push(d.mul(&Dim::new(f)).map_err(dim_err)?);
+    }
+    let a = imp.reshape(x, &inter)?;
+    let b = imp.emit(OpKind::Expand, &[a], &[("shape", dims_attr(&big))])?;
+    one(imp.reshape(b, &fin)?)
+}
+
+fn einsum(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    use OpKind as K;
+    let eq: String = a_str(node, "equation", "").chars().filter(|c| !c.is_whitespace()).collect();
+    if eq.contains("...") {
+        return unsupported("Einsum with an ellipsis");
+    }
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    let n_in = node.input.len();
+    if terms.len() != n_in {
+        return invalid(format!("equation `{eq}` has {} operands for {n_in} inputs", terms.len()));
+    }
+    let mut letters: Vec<char> = Vec::new();
+    for t in &terms {
+        for &c in t {
+            if !c.is_ascii_alphabetic() {
+                return invalid(format!("bad label `{c}` in `{eq}`"));
+            }
+            if !letters.contains(&c) {
+                letters.push(c);
+            }
+        }
+        let mut s = t.clone();
+        s.sort_unstable();
+        if s.windows(2).any(|w| w[0] == w[1]) {
+            return unsupported("Einsum with a repeated label in one operand (a diagonal)");
+        }
+    }
+    let out: Vec<char> = match rhs {
+        Some(r) => r.chars().collect(),
+        None => {
+            let mut once: Vec<char> =
+                letters.iter().copied().filter(|c| terms.iter().flatten().filter(|x| *x == c).count() == 1).collect();
+            once.sort_unstable();
+            once
+        }
+    };
+    if out.iter().any(|c| !letters.contains(c)) {
+        return invalid(format!("output label not in the inputs of `{eq}`"));
+    }
+    let mut acc: Option<Value> = None;
+    let mut dtype = DType::F32;
+    for (i, t) in terms.iter().enumerate() {
+        let v = imp.input(node, i)?;
+        dtype = imp.dtype_of_v(v);
+        let dims = imp.shape_of(v);
+        if dims.len() != t.len() {
+            return invalid(format!(
+                "operand {i} has rank {} but `{}` labels",
+                dims.len(),
+                t.iter().collect::<String>()
+            ));
+        }
+        // Permute to the global letter order, then insert size-1 dims for missing letters.
+        let order: Vec<usize> = letters.iter().filter_map(|c| t.iter().position(|x| x == c)).collect();
+        let perm: Vec<i64> = order.iter().map(|&p| p as i64).collect();
+        let p = if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+            v
+        } else {
+            imp.emit(K::Permute, &[v], &[("perm", ints(&perm))])?
+        };
+        let mut full = Vec::with_capacity(letters.len());
+        for c in &letters {
+            match t.iter().position(|x| x == c) {
+                Some(pos) => full.push(dims[pos].clone()),
+                None => full.push(Dim::new(1)),
+            }
+        }
+        let r = imp.reshape(p, &full)?;
+        acc = Some(match acc {
+            None => r,
+            Some(a) => imp.bin(K::Mul, a, r)?,
+        });
+    }
+    let mut y = acc.ok_or_else(|| NodeError::Invalid("Einsum needs an input".into()))?;
+    let reduced: Vec<i64> =
+        letters.iter().enumerate().filter(|(_, c)| !out.contains(c)).map(|(i, _)| i as i64).collect();
+    if !reduced.is_empty() {
+        y = imp.emit(K::Sum, &[y], &[("axes", ints(&reduced))])?;
+        y = imp.convert_to(y, dtype)?;
+    }
+    let kept: Vec<char> = letters.iter().copied().filter(|c| out.contains(c)).collect();
+    let perm: Vec<i64> = out.iter().map(|c| kept.iter().position(|x| x == c).unwrap_or(0) as i64).collect();
+    if perm.iter().enumerate().any(|(i, &p)| p != i as i64) {
+        y = imp.emit(K::Permute, &[y], &[("perm", ints(&perm))])?;
+    }
+    one(y)
+}
+
+fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
+    let c = imp.input(node, 0)?;
+    let cond = match imp.const_of(c) {
+        Some(t) if t.numel() == 1 => t.to_f64_vec()[0] != 0.0,
+        _ => return unsupported("If whose condition is computed at run time"),
+    };
+    let branch = if cond { "then_branch" } else { "else_branch" };
+    let g = attr(node, branch)
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| NodeError::Invalid(format!("`{branch}` is missing")))?;
+    if depth + 2 > imp.opts.max_depth {
+        return Err(NodeError::Subgraph(Box::new(super::ImportError::TooDeep {
+            what: "subgraphs",
+            depth: depth + 2,
+            limit: imp.opts.max_depth,
+        })));
+    }
+    imp.add_initializers(g);
+    imp.run_nodes(&g.node, depth + 1).map_err(|e| NodeError::Subgraph(Box::new(e)))?;
+    let mut outs = Vec::with_capacity(g.output.len());
+    for o in &g.output {
+        outs.push(Some(imp.lookup(&o.name)?));
+    }
+    Ok(outs)
+}
+
+/// Negative log-likelihood of log-probabilities `logp [N, C, d...]` at integer `target
+/// [N, d...]`, with optional class weights `[C]` and an ignored class, reduced as ONNX says
+/// ("mean" divides by the total weight of the counted targets).
+fn nll(
+    imp: &mut Importer,
+    logp: Value,
+    target: Value,
+    weight: Option<Value>,
+    ignore: Option<i64>,
+    reduction: &str,
+) -> NResult<Value> {
+    use OpKind as K;
+    let dt = imp.dtype_of_v(logp);
+    let t = imp.convert_to(target, DType::I64)?;
+    let (t_safe, valid) = match ignore {
+        Some(ii) => {
+            let valid = imp.bin_scalar(K::Ne, t, ii as f64)?;
+            let zero = imp.scalar(DType::I64, 0.0)?;
+            (imp.emit(K::Where, &[valid, t, zero], &[])?, Some(valid))
+        }
+        None => (t, None),
+    };
+    let idx = imp.unsqueeze(t_safe, &[1])?;
+    let g = imp.emit(K::Gather, &[logp, idx], &[("axis", int(1))])?;
+    let g = imp.squeeze(g, &[1])?;
+    let mut loss = imp.un(K::Neg, g)?;
+    // Per-target weights (1 where no weights are given), 0 where ignored.
+    let mut wt: Option<Value> = None;
+    if let Some(w) = weight {
+        let ts = imp.shape_of(t_safe);
+        let k = imp.numel_of(&ts)?;
+        let flat = imp.reshape(t_safe, &[k])?;
+        let picked = imp.emit(K::Gather, &[w, flat], &[("axis", int(0))])?;
+        wt = Some(imp.reshape(picked, &ts)?);
+    }
+    if let Some(valid) = valid {
+        let vf = imp.convert_to(valid, dt)?;
+        wt = Some(match wt {
+            Some(w) => imp.bin(K::Mul, w, vf)?,
+            None => vf,
+        });
+    }
+    if let Some(w) = wt {
+        loss = imp.bin(K::Mul, loss, w)?;
+    }
+    match reduction {
+        "none" => Ok(loss),
+        "sum" => imp.emit(K::Sum, &[loss], &[]),
+        "mean" => match wt {
+            None => imp.emit(K::Mean, &[loss], &[]),
+            Some(w) => {
+                let num = imp.emit(K::Sum, &[loss], &[])?;
+                let den = imp.emit(K::Sum, &[w], &[])?;
+                imp.bin(K::Div, num, den)
+            }
+        },
+        r => invalid(format!("reduction `{r}`")),
+    }
+}
