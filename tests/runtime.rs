@@ -248,7 +248,7 @@ impl KernelCompiler for Doubler {
         if kernel.to_string() != expected || program.buffers.len() != 2 {
             return Err(format!("not the kernel this test compiles:\n{kernel}"));
         }
-        Ok(NativeKernel { entry: double_f32, dims: kernel.dim_table(), owner: Arc::new(()) })
+        Ok(NativeKernel { entry: double_f32, dims: kernel.dim_table(), owner: Arc::new(()), take_error: None })
     }
 }
 

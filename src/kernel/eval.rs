@@ -97,6 +97,8 @@ pub enum ExecError {
     Overflow,
     #[error("{what}: {error}")]
     Library { what: &'static str, error: EvalError },
+    #[error("kernel {kernel} (native): {message}")]
+    Native { kernel: String, message: String },
     #[error("graph break: {0}")]
     Interp(#[from] InterpError),
     #[error("{0}")]

@@ -25,8 +25,11 @@
 //! buffer is dense, row-major, native-endian, bool as one byte 0/1), checks that every affine
 //! access of the kernel stays inside its buffer (so a compiled kernel can never touch memory
 //! outside its buffers), and calls the entry for `begin..end` of the outermost loop, split over
-//! [`CompileOptions::threads`]. A kernel the compiler refuses runs on the reference executor;
-//! the choice is per kernel, and both read and write the same arena.
+//! [`CompileOptions::threads`], taking any error the code recorded (integer division by zero)
+//! through [`NativeKernel::take_error`] on each thread. A kernel the compiler refuses runs on
+//! the reference executor; the choice is per kernel, and both read and write the same arena.
+//! [`cranelift::CraneliftCompiler`] adapts the CPU backend's Cranelift code generator
+//! ([`crate::backend::cpu`]); `CompileOptions { kernel_compiler: Some(..), .. }` turns it on.
 //!
 //! ## Concurrency and memory reuse
 //!
@@ -37,6 +40,7 @@
 //! allocates its own values. The arena of a run state is reallocated only when a run needs a
 //! larger one; [`Plan::arenas_allocated`] counts arena allocations.
 
+pub mod cranelift;
 pub mod memory;
 
 use std::any::Any;
@@ -94,6 +98,10 @@ pub struct NativeKernel {
     pub dims: Vec<Dim>,
     /// Whatever owns the code `entry` points into; kept alive as long as the plan.
     pub owner: Arc<dyn Any + Send + Sync>,
+    /// Takes (and clears) an error the entry recorded on the calling thread (compiled code
+    /// does not unwind: it flags integer division by zero and similar in thread-local state).
+    /// Called on each thread before and after its call.
+    pub take_error: Option<fn() -> Option<String>>,
 }
 
 impl std::fmt::Debug for NativeKernel {
@@ -644,8 +652,10 @@ impl Plan {
                 }
                 let count = k.prepared.outer_count(&st.dims);
                 let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() };
-                run_native(native.entry, args, count, self.threads);
-                Ok(())
+                match run_native(native, args, count, self.threads) {
+                    None => Ok(()),
+                    Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
+                }
             }
         }
     }
@@ -666,31 +676,38 @@ fn data_ptr(d: &crate::tensor::TensorData) -> usize {
 }
 
 /// Calls a native kernel for `0..count` of its outermost loop, split over `threads`.
-fn run_native(entry: KernelFn, args: NativeArgs, count: i64, threads: usize) {
+/// Returns the first error the kernel recorded on any thread.
+fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize) -> Option<String> {
+    let (entry, take) = (k.entry, k.take_error);
+    let call = move |a: NativeArgs, begin: i64, end: i64| -> Option<String> {
+        if let Some(t) = take {
+            t();
+        }
+        // SAFETY: `a` points to a buffer table with one valid base address per program buffer
+        // (every affine access of the kernel was checked against the buffer sizes) and to the
+        // kernel's evaluated dim table; both outlive the call, and concurrent calls get
+        // disjoint ranges of the outermost loop, which write disjoint elements.
+        unsafe { entry(a.bufs, a.dims, begin, end) };
+        take.and_then(|t| t())
+    };
     let threads = (threads as i64).clamp(1, count.max(1));
     if threads <= 1 {
-        // SAFETY: `args` point to a buffer table with one valid base address per program
-        // buffer (every access of the kernel was checked against the buffer sizes) and to the
-        // kernel's evaluated dim table; both outlive the call.
-        unsafe { entry(args.bufs, args.dims, 0, count) };
-        return;
+        return call(args, 0, count);
     }
     let chunk = (count + threads - 1) / threads;
     std::thread::scope(|s| {
-        for t in 1..threads {
-            let (begin, end) = (t * chunk, ((t + 1) * chunk).min(count));
-            if begin < end {
-                s.spawn(move || {
-                    let a = args;
-                    // SAFETY: as above; ranges of the outermost loop are disjoint, and the
-                    // scope joins every thread before the tables go away.
-                    unsafe { entry(a.bufs, a.dims, begin, end) }
-                });
-            }
+        let handles: Vec<_> = (1..threads)
+            .map(|t| (t * chunk, ((t + 1) * chunk).min(count)))
+            .filter(|(begin, end)| begin < end)
+            .map(|(begin, end)| s.spawn(move || call(args, begin, end)))
+            .collect();
+        let mut first = call(args, 0, chunk.min(count));
+        for h in handles {
+            let e = h.join().unwrap_or_else(|_| Some("a kernel thread panicked".into()));
+            first = first.or(e);
         }
-        // SAFETY: as above.
-        unsafe { entry(args.bufs, args.dims, 0, chunk.min(count)) };
-    });
+        first
+    })
 }
 
 /// The symbols of a graph's inputs, in first-use order (for the interpreter backend's guards).

@@ -473,9 +473,24 @@ impl Em<'_, '_> {
             // Statically nothing to reduce (a non-empty result means the empty dims are
             // reduced): the accumulator keeps its identity, and nothing of the argument is
             // computed, since every index of it would be out of range.
+            // The stage still feeds its accumulator (a zero of its dtype, at position 0), so
+            // every accumulator has a feed; its loop never runs.
+            self.stages[sid as usize].inner = vec![Dim::new(0)];
+            let zero = match adtype {
+                d if d.is_float() => Scalar::Float(0.0),
+                d if d.is_int() => Scalar::Int(0),
+                _ => Scalar::Bool(false),
+            };
+            let x = self.push(Some(sid), adtype, |dst| Instr::Const { dst, value: zero, dtype: adtype })?;
+            let index = if op == ReduceOp::Argmax {
+                let i64 = DType::I64;
+                Some(self.push(Some(sid), i64, |dst| Instr::Const { dst, value: Scalar::Int(0), dtype: i64 })?)
+            } else {
+                None
+            };
+            self.append(Some(sid), Instr::Accumulate { acc: 0, x, index })?;
             let result = self.new_reg(node.ty.dtype);
             let stage = &mut self.stages[sid as usize];
-            stage.inner = vec![Dim::new(0)];
             stage.acc = Some(Accumulator { op, dtype: adtype, result });
             stage.level = Some(1);
             self.level.insert(result, 1);
