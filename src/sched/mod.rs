@@ -137,6 +137,15 @@ fn class(op: OpKind) -> Class {
     }
 }
 
+/// `1 stage`, `3 stages`.
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 /// Per step, the steps it reads from.
 type Deps = BTreeMap<Unit, BTreeSet<Unit>>;
 
@@ -848,11 +857,11 @@ impl<'g> Sched<'g> {
         let count = |f: fn(&Step) -> bool| p.steps.iter().filter(|s| f(s)).count();
         let _ = writeln!(
             out,
-            "; schedule: {} kernels, {} library calls, {} graph breaks, {} temporary buffers",
-            count(|s| matches!(s, Step::Kernel(_))),
-            count(|s| matches!(s, Step::Matmul(_) | Step::Conv(_))),
-            count(|s| matches!(s, Step::Interp(_))),
-            p.buffers.values().filter(|b| b.kind == BufferKind::Temp).count()
+            "; schedule: {}, {}, {}, {}",
+            plural(count(|s| matches!(s, Step::Kernel(_))), "kernel"),
+            plural(count(|s| matches!(s, Step::Matmul(_) | Step::Conv(_))), "library call"),
+            plural(count(|s| matches!(s, Step::Interp(_))), "graph break"),
+            plural(p.buffers.values().filter(|b| b.kind == BufferKind::Temp).count(), "temporary buffer")
         );
         let list = |vs: &mut dyn Iterator<Item = Value>| vs.map(|v| self.name(v)).collect::<Vec<_>>().join(" ");
         for (&u, step) in order.iter().zip(&p.steps) {
@@ -863,11 +872,11 @@ impl<'g> Sched<'g> {
                     let outer: Vec<String> = k.outer.iter().map(|d| d.to_string()).collect();
                     let _ = writeln!(
                         out,
-                        "; {}: outer [{}], {} stages ({} reductions); stores {}",
+                        "; {}: outer [{}], {} ({}); stores {}",
                         k.name,
                         outer.join(", "),
-                        k.stages.len(),
-                        reductions,
+                        plural(k.stages.len(), "stage"),
+                        plural(reductions, "reduction"),
                         list(&mut grp.roots.iter().copied())
                     );
                     let _ = writeln!(out, ";   computes {}", list(&mut k.covers.iter().copied()));
