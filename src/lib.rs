@@ -19,10 +19,13 @@ pub mod models;
 pub mod numerics;
 pub mod ops;
 pub mod passes;
+pub mod runtime;
+pub mod sched;
 pub mod tensor;
 pub mod text;
 
 pub use builder::GraphBuilder;
 pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
 pub use ops::OpKind;
+pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan};
 pub use tensor::{Tensor, TensorData};

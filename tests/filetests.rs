@@ -25,7 +25,8 @@
 //! - `; tolerance: 1e-6`: compare floats with |got - want| <= tol + tol * |want|. Without
 //!   it the comparison is exact: bit-equal in the output dtype (so -0.0 != 0.0), except that
 //!   any NaN equals any NaN. Infinities must match exactly either way.
-//! - `; executors: interp`: run only on these executors (default: all of `EXECUTORS`).
+//! - `; executors: interp`: run only on these executors (default: all of `EXECUTORS`: `interp`,
+//!   the reference interpreter, and `cpu`, the plan `ladder::compile` makes for the CPU backend).
 //! - `; check: <text>`: FileCheck-style. The output of the stage (below) must contain each
 //!   check's text as a substring of a line, the checks matching in order on successive lines
 //!   (each check on a line after the previous check's line).
@@ -54,10 +55,16 @@ struct Executor {
     run: fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>,
 }
 
-const EXECUTORS: &[Executor] = &[Executor { name: "interp", run: run_interp }];
+const EXECUTORS: &[Executor] = &[Executor { name: "interp", run: run_interp }, Executor { name: "cpu", run: run_cpu }];
 
 fn run_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     ladder::interp::run(g, inputs, &ladder::interp::Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
+}
+
+/// The CPU backend: lowered, scheduled into kernels, run by the runtime.
+fn run_cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let plan = ladder::compile(g, &ladder::CompileOptions::default()).map_err(|e| e.to_string())?;
+    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
 /// The outputs `; check:` lines can look at, by `; stage:` name: every rung the pipeline
@@ -1007,7 +1014,7 @@ fn runner_passes_a_correct_file_and_reports_a_wrong_output_at_its_line() {
     assert_eq!(failures(&good), vec![]);
     let bad = format!("; a comment line\n; run: x=[[1, 2], [3, 4]] y=2.5 => [[3.5, 4.5], [5.5, 7]]\n{ADD}");
     let f = failures(&bad);
-    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f.len(), EXECUTORS.len(), "one failure per executor: {f:?}");
     assert_eq!(f[0].line, 2);
     assert!(f[0].message.contains("element 3 is 6.5 but expected 7.0"), "{}", f[0].message);
     assert!(f[0].message.contains("[interp]"), "{}", f[0].message);
@@ -1115,7 +1122,7 @@ fn runner_skips_files_that_need_missing_ops() {
     let r = run_file(&format!("; requires: add, no_such_op\n; run: x=[[1, 2], [3, 4]] y=1 => [[9]]\n{ADD}"), false);
     assert_eq!(r.skipped.as_deref(), Some("needs ops not available yet: no_such_op"));
     let r = run_file(&format!("; requires: add\n; run: x=[[1, 2], [3, 4]] y=1 => [[9]]\n{ADD}"), false);
-    assert!(r.skipped.is_none() && r.failures.len() == 1);
+    assert!(r.skipped.is_none() && r.failures.len() == EXECUTORS.len());
 }
 
 #[test]

@@ -17,12 +17,17 @@ pub struct DumpArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub elide: usize,
     /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
-    /// epilogue as comments) or `prims` (decomposed).
+    /// epilogue as comments), `prims` (decomposed), `simplified`, or `kernels` (the scheduled
+    /// kernel program).
     #[arg(long, value_name = "NAME", default_value = "parsed")]
     pub stage: String,
     /// Print node counts per op (rows) and per rung (columns) instead of the graph.
     #[arg(long)]
     pub stats: bool,
+    /// With `--stage kernels`: also print why the scheduler formed the kernels it did (what
+    /// each covers and reads, what is materialised and why, why neighbours are not fused).
+    #[arg(long)]
+    pub explain: bool,
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -32,6 +37,16 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     let g = model::load(args.model.as_deref())?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
+    }
+    if args.explain {
+        if args.stage != "kernels" {
+            return Err(Error::Usage("--explain goes with --stage kernels".into()));
+        }
+        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
+        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
+        let s = ladder::sched::schedule_explained(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        let text = ladder::passes::pipeline::program_text(&s.program, &lowered.functional);
+        return out.write_all(format!("{text}{}", s.explanation).as_bytes()).map_err(Error::Stdout);
     }
     let options = PrintOptions { elide_blobs_over: Some(args.elide) };
     let text = ladder::passes::dump(&g, &args.stage, &options)

@@ -2,6 +2,7 @@
 //! subcommand lives in its own file; `model` loads what they all work on.
 
 mod bench;
+mod check;
 mod conformance;
 mod dump;
 mod info;
@@ -35,6 +36,8 @@ enum Command {
     Run(run::RunArgs),
     /// Print a model in the text form.
     Dump(dump::DumpArgs),
+    /// Run a model on a backend and on the interpreter (precise mode) and compare the outputs.
+    Check(check::CheckArgs),
     /// Describe an ONNX model: inputs, outputs, opsets, op histogram, what ladder supports.
     Info(info::InfoArgs),
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
@@ -80,6 +83,7 @@ pub fn main() -> ExitCode {
         Command::Ops(args) => ops::ops(&args, &mut out),
         Command::Run(args) => run::run(&args, &mut out),
         Command::Dump(args) => dump::dump(&args, &mut out),
+        Command::Check(args) => check::check(&args, &mut out),
         Command::Info(args) => info::info(&args, &mut out),
         Command::Conformance(args) => conformance::conformance(&args, &mut out),
         Command::Bench(args) => bench::bench(&args, &mut out),

@@ -1,5 +1,6 @@
-//! `ladder run`: run a model on a backend (for now, the reference interpreter) with inputs
-//! from `.npy` files or a seeded generator, then summarise and optionally save the outputs.
+//! `ladder run`: run a model on a backend (the reference interpreter, or the CPU backend's
+//! compiled plan) with inputs from `.npy` files or a seeded generator, then summarise and
+//! optionally save the outputs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 use ladder::interp::{self, Options};
 use ladder::models::{random_tensor, Rng};
 use ladder::tensor::checked_numel;
-use ladder::{DType, Dim, Graph, Tensor};
+use ladder::{Backend, CompileOptions, DType, Dim, Graph, Tensor};
 
 use super::{model, note, npy, Error};
 
@@ -22,7 +23,8 @@ pub struct RunArgs {
     /// Read input NAME from a .npy file (repeatable). Inputs not given are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
-    /// Where to run: `interp` (the reference interpreter) is the only backend so far.
+    /// Where to run: `interp` (the reference interpreter) or `cpu` (lowered, scheduled into
+    /// kernels and run by the runtime).
     #[arg(long, value_name = "NAME", default_value = "interp")]
     pub backend: String,
     /// Write each output to DIR/<output-name>.npy (the directory is created).
@@ -46,41 +48,78 @@ fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> 
     }
 }
 
-pub(super) fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     let (name, file) = split_pair(s, "NAME=FILE.npy")?;
     Ok((name.to_string(), PathBuf::from(file)))
 }
 
-pub(super) fn parse_dim(s: &str) -> Result<(String, u64), String> {
+pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
     let (sym, n) = split_pair(s, "SYMBOL=N")?;
     let n = n.parse::<u64>().map_err(|_| format!("`{n}` is not a size (a non-negative integer)"))?;
     Ok((sym.to_string(), n))
 }
 
+/// The backend named `name`, or a usage error listing the available ones.
+pub fn backend(name: &str) -> Result<Backend, Error> {
+    Backend::from_name(name)
+        .ok_or_else(|| Error::Usage(format!("backend `{name}` is not available yet (available: interp, cpu)")))
+}
+
+/// Compiles `g` for the CPU backend, with a note on the schedule and its memory.
+pub fn compile_cpu(g: &Graph, inputs: &[Tensor]) -> Result<ladder::Plan, Error> {
+    let plan = ladder::compile(g, &CompileOptions { backend: Backend::Cpu, ..CompileOptions::default() })
+        .map_err(|e| Error::Usage(format!("cannot compile the model for the cpu backend: {e}")))?;
+    if let (Some(p), Ok(m)) = (plan.program(), plan.memory_report(inputs)) {
+        let kernels = p.steps.iter().filter(|s| matches!(s, ladder::kernel::Step::Kernel(_))).count();
+        note(&format!(
+            "cpu: {} steps ({kernels} kernels, {} native); arena {} bytes for {} temporaries of {} bytes",
+            p.steps.len(),
+            plan.native_kernels(),
+            m.arena_bytes,
+            m.temporaries,
+            m.naive_bytes
+        ));
+    }
+    Ok(plan)
+}
+
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
-    if args.backend != "interp" {
-        return Err(Error::Usage(format!("backend `{}` is not available yet (available: interp)", args.backend)));
+    let backend = backend(&args.backend)?;
+    if backend == Backend::Cpu && args.precise {
+        return Err(Error::Usage("--precise is a mode of the interpreter; use it with --backend interp".into()));
     }
     let g = model::load(args.model.as_deref())?;
     let inputs = prepare_inputs(&g, args)?;
-    let options = Options { precise: args.precise, ..Options::default() };
-    let outcome = interp::run(&g, &inputs, &options)?;
+    let outputs = match backend {
+        Backend::Interp => {
+            let options = Options { precise: args.precise, ..Options::default() };
+            interp::run(&g, &inputs, &options)?.outputs
+        }
+        Backend::Cpu => {
+            let plan = compile_cpu(&g, &inputs)?;
+            let outs = plan.run(&inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))?;
+            for (i, _) in &outs.mutated_inputs {
+                note(&format!("input `{}` is mutated in place by the model", g.input_name(*i)));
+            }
+            outs.outputs
+        }
+    };
 
     if g.outputs().is_empty() {
         note("the model has no outputs");
     }
-    for (o, t) in g.outputs().iter().zip(&outcome.outputs) {
+    for (o, t) in g.outputs().iter().zip(&outputs) {
         writeln!(out, "{}: {t}", o.name).map_err(Error::Stdout)?;
         writeln!(out, "  {}", stats(t)).map_err(Error::Stdout)?;
     }
     if let Some(dir) = &args.out {
-        write_outputs(&g, &outcome.outputs, dir)?;
+        write_outputs(&g, &outputs, dir)?;
     }
     Ok(())
 }
 
 /// `min … max … mean …` over the non-NaN elements, with the NaN count when there are any.
-fn stats(t: &Tensor) -> String {
+pub fn stats(t: &Tensor) -> String {
     let v = t.to_f64_vec();
     let finite_or_inf: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
     let nans = v.len() - finite_or_inf.len();
@@ -142,7 +181,7 @@ struct Binding {
 /// One tensor per graph input: read from its `--input` file, or generated. Checks each file
 /// against the input's declared type (naming the input and the file when it does not fit)
 /// and binds size symbols from `--dim`, from the files, and otherwise to the default.
-pub(super) fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
+pub fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
     let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
     let listing =
         || if names.is_empty() { "it has none".to_string() } else { format!("its inputs: {}", names.join(", ")) };

@@ -37,7 +37,9 @@
 //! (`crate::ops::elementwise::{unary_float, binary_float, binary_int}`), computed in the
 //! instruction's dtype. Accumulation happens in the accumulator's dtype in row-major order of
 //! the stage's inner loops; a backend may reassociate sums and products (the tolerance table
-//! covers reductions), but not change any other result.
+//! covers reductions), but not change any other result. [`eval`] is the reference executor:
+//! the exact rules (sum and product fold from the first element, so the sum of `[-0.0]` is
+//! `-0.0`; an empty sum is `+0`; an empty argmax is an error) are stated and implemented there.
 
 use std::fmt;
 
@@ -46,6 +48,7 @@ use cranelift_entity::{entity_impl, PrimaryMap};
 use crate::ir::{DType, Dim, Graph, Shape, Symbol, Value};
 use crate::ops::OpKind;
 
+pub mod eval;
 pub mod print;
 
 /// A buffer of the program. Prints as `b3`.

@@ -10,7 +10,7 @@ use crate::ir::verify::{verify, Stage, VerifyErrors};
 use crate::ir::Graph;
 
 /// The rungs that can be printed, top to bottom.
-pub const STAGES: &[&str] = &["parsed", "functional", "prims", "simplified"];
+pub const STAGES: &[&str] = &["parsed", "functional", "prims", "simplified", "kernels"];
 
 /// Why lowering failed.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,8 @@ pub enum PipelineError {
     Decompose(#[from] DecomposeError),
     #[error("simplify: {0}")]
     Simplify(#[from] SimplifyError),
+    #[error("schedule: {0}")]
+    Schedule(#[from] crate::sched::ScheduleError),
     #[error("{pass} produced an invalid graph (a bug in the pass): {errors}")]
     Invalid { pass: &'static str, errors: VerifyErrors },
 }
@@ -72,8 +74,28 @@ pub fn dump(g: &Graph, stage: &str, options: &crate::text::PrintOptions) -> Resu
             Ok(crate::text::print_with(&prims, options))
         }
         "simplified" => Ok(crate::text::print_with(&lower(g)?.simplified, options)),
+        "kernels" => {
+            let lowered = lower(g)?;
+            let program = crate::sched::schedule(&lowered.simplified)?;
+            Ok(program_text(&program, &lowered.functional))
+        }
         _ => Err(PipelineError::UnknownStage(stage.to_string())),
     }
+}
+
+/// A kernel program's text, with the functional graph's epilogue as `;` comment lines after it
+/// (the program's outputs are the functional graph's, so mutated inputs are extra outputs).
+pub fn program_text(p: &crate::kernel::Program, f: &Functional) -> String {
+    let mut out = p.to_string();
+    for m in &f.epilogue.mutations {
+        let _ = writeln!(
+            out,
+            "; epilogue: copy output `{}` into input `{}`",
+            f.graph.outputs()[m.output].name,
+            f.graph.input_name(m.input)
+        );
+    }
+    out
 }
 
 /// A functional graph's text, with its epilogue as `;` comment lines after it.

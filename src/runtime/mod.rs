@@ -1,0 +1,724 @@
+//! The runtime: compile a graph once into a [`Plan`], run the plan many times.
+//!
+//! [`compile`] lowers the graph (functionalize, decompose, simplify), schedules the prims
+//! graph into a kernel program, prepares every kernel, and computes the lifetimes of the
+//! program's temporary buffers. [`Plan::run`] then:
+//!
+//! 1. checks the inputs against the input guards (dtype, rank, static dims, one value per size
+//!    symbol, compound dims like `2*n`), failing with a [`GuardError`] that names the input;
+//! 2. evaluates every size with the bound symbols, so one plan serves every batch size or
+//!    sequence length without recompiling;
+//! 3. places the temporaries in one arena (see [`memory`]: greedy by size over exact
+//!    lifetimes, buffers whose lifetimes do not overlap share memory);
+//! 4. runs the steps in order — each kernel by its [`KernelExec`]; library calls and graph
+//!    breaks through the interpreter's implementations;
+//! 5. copies the outputs out and applies the epilogue: inputs the graph mutated in place come
+//!    back as [`Outputs::mutated_inputs`] (or are written back by [`Plan::run_in_place`]).
+//!
+//! ## Kernel executors
+//!
+//! A kernel runs either on the reference executor ([`crate::kernel::eval`]) or natively: a
+//! [`KernelCompiler`] given in [`CompileOptions`] turns a kernel into a [`NativeKernel`], an
+//! entry point following the [`crate::kernel::KernelFn`] convention plus the kernel's
+//! [`Kernel::dim_table`]. Per run the runtime evaluates that dim table, builds the table of
+//! buffer base addresses (inputs and constants in place, temporaries in the arena: every
+//! buffer is dense, row-major, native-endian, bool as one byte 0/1), checks that every affine
+//! access of the kernel stays inside its buffer (so a compiled kernel can never touch memory
+//! outside its buffers), and calls the entry for `begin..end` of the outermost loop, split over
+//! [`CompileOptions::threads`], taking any error the code recorded (integer division by zero)
+//! through [`NativeKernel::take_error`] on each thread. A kernel the compiler refuses runs on
+//! the reference executor; the choice is per kernel, and both read and write the same arena.
+//! [`cranelift::CraneliftCompiler`] adapts the CPU backend's Cranelift code generator
+//! ([`crate::backend::cpu`]); `CompileOptions { kernel_compiler: Some(..), .. }` turns it on.
+//!
+//! ## Concurrency and memory reuse
+//!
+//! A plan is `Send + Sync`: runs on several threads at once each take a run state (arena,
+//! scratch registers, size tables) from a pool and return it afterwards, so after warm-up a run
+//! allocates nothing on the reference path of kernels but the returned output tensors (and
+//! the two vectors holding them). Library calls and graph breaks run the interpreter, which
+//! allocates its own values. The arena of a run state is reallocated only when a run needs a
+//! larger one; [`Plan::arenas_allocated`] counts arena allocations.
+
+pub mod cranelift;
+pub mod memory;
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cranelift_entity::EntityRef;
+
+use crate::interp::{self, InterpError};
+use crate::ir::{Dim, DimError, Graph};
+use crate::kernel::eval::{
+    bind_inputs, conv_attrs, elem_size, eval_library, get_bytes, get_elem, input_guards, matmul_attrs, run_kernel,
+    set_bytes, tensor_from_bytes, ExecError, GuardError, InputGuard, Memory, PreparedKernel, Scratch, Val,
+};
+use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, Program, Step};
+use crate::ops::OpKind;
+use crate::passes::functionalize::Epilogue;
+use crate::passes::PipelineError;
+use crate::sched::ScheduleError;
+use crate::tensor::Tensor;
+use memory::{Lifetime, ALIGN};
+
+/// Where a plan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Scheduled kernels on the host: compiled by the [`KernelCompiler`] when one is given,
+    /// on the reference executor otherwise.
+    Cpu,
+    /// The reference interpreter on the graph as given (no lowering).
+    Interp,
+}
+
+impl Backend {
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "cpu" => Some(Backend::Cpu),
+            "interp" => Some(Backend::Interp),
+            _ => None,
+        }
+    }
+}
+
+/// Turns kernels into native code (the CPU backend's code generator implements this).
+pub trait KernelCompiler: Send + Sync {
+    /// Compiles `kernel` of `program`; an error makes the kernel run on the reference executor.
+    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String>;
+}
+
+/// A compiled kernel.
+#[derive(Clone)]
+pub struct NativeKernel {
+    /// The entry point ([`KernelFn`] convention).
+    pub entry: KernelFn,
+    /// The sizes the entry reads from `dims`, in order: the kernel's [`Kernel::dim_table`].
+    pub dims: Vec<Dim>,
+    /// Whatever owns the code `entry` points into; kept alive as long as the plan.
+    pub owner: Arc<dyn Any + Send + Sync>,
+    /// Takes (and clears) an error the entry recorded on the calling thread (compiled code
+    /// does not unwind: it flags integer division by zero and similar in thread-local state).
+    /// Called on each thread before and after its call.
+    pub take_error: Option<fn() -> Option<String>>,
+}
+
+impl std::fmt::Debug for NativeKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeKernel").field("dims", &self.dims).finish_non_exhaustive()
+    }
+}
+
+/// How one kernel runs.
+#[derive(Clone, Debug)]
+pub enum KernelExec {
+    Reference,
+    Native(NativeKernel),
+}
+
+/// Compilation settings.
+#[derive(Clone)]
+pub struct CompileOptions {
+    pub backend: Backend,
+    /// Threads a native kernel's outermost loop is split over (at least 1). The reference
+    /// executor runs on the calling thread.
+    pub threads: usize,
+    /// Compiles kernels natively; `None` runs every kernel on the reference executor.
+    pub kernel_compiler: Option<Arc<dyn KernelCompiler>>,
+    /// Largest arena one run may use, in bytes.
+    pub max_arena_bytes: u64,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions { backend: Backend::Cpu, threads: 1, kernel_compiler: None, max_arena_bytes: 1 << 34 }
+    }
+}
+
+impl std::fmt::Debug for CompileOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileOptions")
+            .field("backend", &self.backend)
+            .field("threads", &self.threads)
+            .field("kernel_compiler", &self.kernel_compiler.is_some())
+            .field("max_arena_bytes", &self.max_arena_bytes)
+            .finish()
+    }
+}
+
+/// Why a graph could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("lowering: {0}")]
+    Pipeline(#[from] PipelineError),
+    #[error("{0}")]
+    Schedule(#[from] ScheduleError),
+    #[error("the scheduled program is malformed (a scheduler bug): {0}")]
+    Malformed(String),
+}
+
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Guard(#[from] GuardError),
+    #[error("buffer {buffer} ({shape}) has no size with these inputs: {error}")]
+    Size { buffer: BufferId, shape: String, error: DimError },
+    #[error("the run needs {need} bytes of scratch memory, more than the limit of {limit}")]
+    TooLarge { need: u64, limit: u64 },
+    #[error("step {step}: {error}")]
+    Step { step: usize, error: ExecError },
+    #[error("{0}")]
+    Interp(#[from] InterpError),
+}
+
+/// What a run returns.
+#[derive(Clone, Debug)]
+pub struct Outputs {
+    /// The graph's outputs, in order.
+    pub outputs: Vec<Tensor>,
+    /// The new contents of every input the graph mutates in place: (input index, tensor).
+    pub mutated_inputs: Vec<(usize, Tensor)>,
+}
+
+/// Arena use for one set of sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// Bytes of the arena (all temporaries, overlapping where lifetimes allow).
+    pub arena_bytes: usize,
+    /// Bytes the temporaries would take without sharing (each aligned to [`memory::ALIGN`]).
+    pub naive_bytes: usize,
+    pub temporaries: usize,
+}
+
+/// Where a buffer's memory is during a run.
+#[derive(Clone, Debug)]
+enum Loc {
+    Input(usize),
+    Const(Arc<Tensor>),
+    Temp,
+}
+
+struct KernelStep {
+    prepared: PreparedKernel,
+    exec: KernelExec,
+}
+
+/// 64-byte aligned arena storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; ALIGN]);
+
+/// Per-run working memory, pooled in the plan.
+#[derive(Default)]
+struct RunState {
+    symbols: Vec<Option<u64>>,
+    /// Elements per buffer.
+    lens: Vec<usize>,
+    /// Bytes per temporary (0 for others).
+    bytes: Vec<usize>,
+    /// The sizes `offsets` were computed for.
+    layout_for: Vec<usize>,
+    offsets: Vec<usize>,
+    order: Vec<usize>,
+    placed: Vec<(usize, usize)>,
+    arena: Vec<Line>,
+    arena_bytes: usize,
+    scratch: Scratch,
+    dims: Vec<i64>,
+    native_dims: Vec<i64>,
+    ptrs: Vec<usize>,
+}
+
+fn arena_bytes_mut(arena: &mut [Line]) -> &mut [u8] {
+    let len = std::mem::size_of_val(arena);
+    // SAFETY: `Line` is a plain byte array with no padding (`repr(C)`, size ALIGN), so the
+    // slice is `len` initialised bytes; u8 has alignment 1 and no invalid values, and the
+    // returned slice borrows `arena` mutably for its whole life.
+    unsafe { std::slice::from_raw_parts_mut(arena.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// A compiled graph, ready to run.
+pub struct Plan {
+    backend: Backend,
+    graph: Graph,
+    epilogue: Epilogue,
+    program: Option<Program>,
+    explanation: String,
+    guards: Vec<InputGuard>,
+    kernels: Vec<Option<KernelStep>>,
+    locs: Vec<Loc>,
+    dtypes: Vec<crate::ir::DType>,
+    life: Vec<Option<Lifetime>>,
+    threads: usize,
+    max_arena_bytes: u64,
+    pool: Mutex<Vec<RunState>>,
+    arenas: AtomicUsize,
+}
+
+/// Compiles `g` for `options.backend`.
+pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError> {
+    let names = |n: usize| g.input_name(n);
+    let mut plan = Plan {
+        backend: options.backend,
+        graph: g.clone(),
+        epilogue: Epilogue::default(),
+        program: None,
+        explanation: String::new(),
+        guards: Vec::new(),
+        kernels: Vec::new(),
+        locs: Vec::new(),
+        dtypes: Vec::new(),
+        life: Vec::new(),
+        threads: options.threads.max(1),
+        max_arena_bytes: options.max_arena_bytes,
+        pool: Mutex::new(Vec::new()),
+        arenas: AtomicUsize::new(0),
+    };
+    if options.backend == Backend::Interp {
+        // Only the epilogue is needed: which inputs the graph mutates.
+        let functional = crate::passes::functionalize(g).map_err(PipelineError::from)?;
+        plan.epilogue = functional.epilogue;
+        plan.guards = g
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(n, &v)| InputGuard { name: names(n), dtype: g.ty(v).dtype, dims: g.ty(v).shape.dims().to_vec() })
+            .collect();
+        return Ok(plan);
+    }
+    let lowered = crate::passes::lower(g)?;
+    plan.epilogue = lowered.functional.epilogue.clone();
+    let simplified = &lowered.simplified;
+    let scheduled = crate::sched::schedule_explained(simplified)?;
+    let p = scheduled.program;
+    plan.guards = input_guards(&p, &names);
+    for (id, b) in p.buffers.iter() {
+        plan.dtypes.push(b.dtype);
+        plan.locs.push(match &b.kind {
+            BufferKind::Input(n) => Loc::Input(*n),
+            BufferKind::Const(name) => {
+                let blob = simplified
+                    .blob_by_name(name)
+                    .ok_or_else(|| CompileError::Malformed(format!("{id} reads missing blob `{name}`")))?;
+                Loc::Const(Arc::clone(&simplified.blob(blob).tensor))
+            }
+            BufferKind::Temp => Loc::Temp,
+        });
+    }
+    for s in &p.steps {
+        plan.kernels.push(match s {
+            Step::Kernel(k) => {
+                let prepared = PreparedKernel::new(k, &p).map_err(CompileError::Malformed)?;
+                let exec = match &options.kernel_compiler {
+                    Some(c) => c.compile(k, &p).map(KernelExec::Native).unwrap_or(KernelExec::Reference),
+                    None => KernelExec::Reference,
+                };
+                Some(KernelStep { prepared, exec })
+            }
+            _ => None,
+        });
+    }
+    plan.life = memory::lifetimes(&p);
+    plan.explanation = scheduled.explanation;
+    plan.program = Some(p);
+    Ok(plan)
+}
+
+/// Loads and stores of the reference executor over a run's memory.
+struct RunMemory<'a> {
+    locs: &'a [Loc],
+    dtypes: &'a [crate::ir::DType],
+    lens: &'a [usize],
+    offsets: &'a [usize],
+    inputs: &'a [Tensor],
+    arena: &'a mut [u8],
+    kernel: &'a str,
+}
+
+impl RunMemory<'_> {
+    fn oob(&self, buf: BufferId, index: i64) -> ExecError {
+        ExecError::OutOfBounds { kernel: self.kernel.to_string(), buffer: buf, index, len: self.lens[buf.index()] }
+    }
+
+    fn temp_range(&self, b: usize) -> std::ops::Range<usize> {
+        let start = self.offsets[b];
+        start..start + self.lens[b] * elem_size(self.dtypes[b])
+    }
+}
+
+impl Memory for RunMemory<'_> {
+    fn load(&self, buf: BufferId, index: i64) -> Result<Val, ExecError> {
+        let b = buf.index();
+        let i = usize::try_from(index).map_err(|_| self.oob(buf, index))?;
+        let v = match &self.locs[b] {
+            Loc::Input(n) => get_elem(self.inputs[*n].data(), i),
+            Loc::Const(t) => get_elem(t.data(), i),
+            Loc::Temp => get_bytes(self.dtypes[b], &self.arena[self.temp_range(b)], i),
+        };
+        v.ok_or_else(|| self.oob(buf, index))
+    }
+
+    fn store(&mut self, buf: BufferId, index: i64, value: Val) -> Result<(), ExecError> {
+        let b = buf.index();
+        let i = usize::try_from(index).map_err(|_| self.oob(buf, index))?;
+        match self.locs[b] {
+            Loc::Temp => {
+                let r = self.temp_range(b);
+                let dt = self.dtypes[b];
+                set_bytes(dt, &mut self.arena[r], i, value).ok_or_else(|| self.oob(buf, index))
+            }
+            _ => Err(ExecError::Invalid(format!("{buf} is read-only"))),
+        }
+    }
+}
+
+/// Raw pointers handed to native kernels on other threads.
+#[derive(Clone, Copy)]
+struct NativeArgs {
+    bufs: *const *mut u8,
+    dims: *const i64,
+}
+
+// SAFETY: the pointers are only dereferenced by the kernel during `run_native`, which joins
+// every thread before the tables and buffers they point to can change; kernels write disjoint
+// elements for disjoint ranges of the outermost loop (the kernel IR's contract).
+unsafe impl Send for NativeArgs {}
+unsafe impl Sync for NativeArgs {}
+
+impl Plan {
+    /// The scheduled program (`None` for the interpreter backend).
+    pub fn program(&self) -> Option<&Program> {
+        self.program.as_ref()
+    }
+
+    /// The scheduler's explanation of the program.
+    pub fn explanation(&self) -> &str {
+        &self.explanation
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// How many kernels run natively.
+    pub fn native_kernels(&self) -> usize {
+        self.kernels.iter().flatten().filter(|k| matches!(k.exec, KernelExec::Native(_))).count()
+    }
+
+    /// How many arenas runs have allocated (or grown) so far.
+    pub fn arenas_allocated(&self) -> usize {
+        self.arenas.load(Ordering::Relaxed)
+    }
+
+    /// The graph's input guards (name, dtype, dims), in input order.
+    pub fn inputs(&self) -> &[InputGuard] {
+        &self.guards
+    }
+
+    /// Arena size against the sum of temporary sizes for inputs of these shapes.
+    pub fn memory_report(&self, inputs: &[Tensor]) -> Result<MemoryReport, RunError> {
+        let mut st = RunState::default();
+        self.bind(&mut st, inputs)?;
+        self.layout(&mut st)?;
+        let naive =
+            st.bytes.iter().map(|&b| memory::align_up(b).unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
+        Ok(MemoryReport {
+            arena_bytes: st.arena_bytes,
+            naive_bytes: naive,
+            temporaries: self.life.iter().filter(|l| l.is_some()).count(),
+        })
+    }
+
+    /// Runs the plan on `inputs` (one per graph input, in order).
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Outputs, RunError> {
+        if self.backend == Backend::Interp {
+            return self.run_interp(inputs);
+        }
+        let mut st = self.pool.lock().map(|mut p| p.pop()).unwrap_or_default().unwrap_or_default();
+        let result = self.run_with(&mut st, inputs);
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(st);
+        }
+        result
+    }
+
+    /// Runs the plan and writes the new contents of mutated inputs back into `inputs`.
+    pub fn run_in_place(&self, inputs: &mut [Tensor]) -> Result<Vec<Tensor>, RunError> {
+        let out = self.run(inputs)?;
+        for (i, t) in out.mutated_inputs {
+            inputs[i] = t;
+        }
+        Ok(out.outputs)
+    }
+
+    fn run_interp(&self, inputs: &[Tensor]) -> Result<Outputs, RunError> {
+        let mut values = Vec::new();
+        bind_inputs(&self.guards, &interp_symbols(&self.graph), inputs, &mut values)?;
+        let outcome = interp::run(&self.graph, inputs, &interp::Options::default())?;
+        let mutated_inputs =
+            self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
+        Ok(Outputs { outputs: outcome.outputs, mutated_inputs })
+    }
+
+    fn bind(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<(), RunError> {
+        let Some(p) = &self.program else { return Ok(()) };
+        bind_inputs(&self.guards, &p.symbols, inputs, &mut st.symbols)?;
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        st.lens.clear();
+        st.bytes.clear();
+        for (id, b) in p.buffers.iter() {
+            let mut n: u64 = 1;
+            for d in b.shape.dims() {
+                let v = d.eval(&lookup).map_err(|error| RunError::Size {
+                    buffer: id,
+                    shape: b.shape.to_string(),
+                    error,
+                })?;
+                n = n.checked_mul(v).ok_or_else(|| RunError::Size {
+                    buffer: id,
+                    shape: b.shape.to_string(),
+                    error: DimError::Overflow,
+                })?;
+            }
+            let bytes =
+                n.checked_mul(elem_size(b.dtype) as u64).filter(|&x| x <= self.max_arena_bytes).ok_or_else(|| {
+                    RunError::TooLarge {
+                        need: n.saturating_mul(elem_size(b.dtype) as u64),
+                        limit: self.max_arena_bytes,
+                    }
+                })?;
+            st.lens.push(n as usize);
+            st.bytes.push(if matches!(b.kind, BufferKind::Temp) { bytes as usize } else { 0 });
+        }
+        Ok(())
+    }
+
+    fn layout(&self, st: &mut RunState) -> Result<(), RunError> {
+        if st.layout_for == st.bytes && st.offsets.len() == st.bytes.len() {
+            return Ok(());
+        }
+        let arena = memory::assign(&self.life, &st.bytes, &mut st.offsets, &mut st.order, &mut st.placed)
+            .ok_or(RunError::TooLarge { need: u64::MAX, limit: self.max_arena_bytes })?;
+        if arena as u64 > self.max_arena_bytes {
+            return Err(RunError::TooLarge { need: arena as u64, limit: self.max_arena_bytes });
+        }
+        st.layout_for.clone_from(&st.bytes);
+        st.arena_bytes = arena;
+        Ok(())
+    }
+
+    fn run_with(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<Outputs, RunError> {
+        let Some(p) = &self.program else { return self.run_interp(inputs) };
+        self.bind(st, inputs)?;
+        self.layout(st)?;
+        let lines = st.arena_bytes.div_ceil(ALIGN);
+        if st.arena.len() < lines {
+            st.arena = vec![Line([0; ALIGN]); lines];
+            self.arenas.fetch_add(1, Ordering::Relaxed);
+        }
+        for (step, s) in p.steps.iter().enumerate() {
+            let at = |error| RunError::Step { step, error };
+            match s {
+                Step::Kernel(_) => {
+                    let Some(k) = &self.kernels[step] else { continue };
+                    self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                }
+                Step::Matmul(m) => {
+                    let a = self.tensor(p, st, inputs, m.a).map_err(at)?;
+                    let b = self.tensor(p, st, inputs, m.b).map_err(at)?;
+                    let out = &p.buffers[m.out];
+                    let shape = self.shape(p, st, m.out).map_err(at)?;
+                    let t = eval_library(OpKind::Matmul, &matmul_attrs(m), &[&a, &b], out.dtype, &shape)
+                        .map_err(|error| at(ExecError::Library { what: "matmul", error }))?;
+                    self.write(p, st, m.out, &t).map_err(at)?;
+                }
+                Step::Conv(c) => {
+                    let x = self.tensor(p, st, inputs, c.x).map_err(at)?;
+                    let w = self.tensor(p, st, inputs, c.w).map_err(at)?;
+                    let out = &p.buffers[c.out];
+                    let shape = self.shape(p, st, c.out).map_err(at)?;
+                    let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shape)
+                        .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
+                    self.write(p, st, c.out, &t).map_err(at)?;
+                }
+                Step::Interp(call) => {
+                    let args: Vec<Tensor> = call
+                        .args
+                        .iter()
+                        .map(|&b| self.tensor(p, st, inputs, b))
+                        .collect::<Result<_, _>>()
+                        .map_err(at)?;
+                    let outcome = interp::run(&call.graph, &args, &interp::Options::default())
+                        .map_err(|e| at(ExecError::Interp(e)))?;
+                    for (&b, t) in call.results.iter().zip(&outcome.outputs) {
+                        self.write(p, st, b, t).map_err(at)?;
+                    }
+                }
+            }
+        }
+        let n_out = p.outputs.len();
+        let mut outputs = Vec::with_capacity(n_out - self.epilogue.mutations.len().min(n_out));
+        let mut mutated_inputs = Vec::new();
+        for (k, (_, b)) in p.outputs.iter().enumerate() {
+            let t = self.tensor(p, st, inputs, *b).map_err(|error| RunError::Step { step: p.steps.len(), error })?;
+            match self.epilogue.mutations.iter().find(|m| m.output == k) {
+                Some(m) => {
+                    if mutated_inputs.capacity() == 0 {
+                        mutated_inputs.reserve_exact(self.epilogue.mutations.len());
+                    }
+                    mutated_inputs.push((m.input, t));
+                }
+                None => outputs.push(t),
+            }
+        }
+        Ok(Outputs { outputs, mutated_inputs })
+    }
+
+    fn shape(&self, p: &Program, st: &RunState, b: BufferId) -> Result<Vec<usize>, ExecError> {
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        p.buffers[b].shape.dims().iter().map(|d| Ok(d.eval(&lookup)? as usize)).collect()
+    }
+
+    /// A buffer's contents as a tensor (allocates).
+    fn tensor(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> Result<Tensor, ExecError> {
+        match &self.locs[b.index()] {
+            Loc::Input(n) => Ok(inputs[*n].clone()),
+            Loc::Const(t) => Ok(Tensor::clone(t)),
+            Loc::Temp => {
+                let shape = self.shape(p, st, b)?;
+                let off = st.offsets[b.index()];
+                let arena = arena_bytes_mut(&mut st.arena);
+                tensor_from_bytes(p.buffers[b].dtype, shape, &arena[off..off + st.bytes[b.index()]])
+            }
+        }
+    }
+
+    /// Writes a tensor into a temporary buffer.
+    fn write(&self, p: &Program, st: &mut RunState, b: BufferId, t: &Tensor) -> Result<(), ExecError> {
+        let buf = &p.buffers[b];
+        if !matches!(self.locs[b.index()], Loc::Temp) || t.dtype() != buf.dtype || t.numel() != st.lens[b.index()] {
+            return Err(ExecError::Invalid(format!("a result {t} does not fit {b}")));
+        }
+        let off = st.offsets[b.index()];
+        let len = st.bytes[b.index()];
+        let arena = arena_bytes_mut(&mut st.arena);
+        crate::kernel::eval::data_to_bytes(t.data(), &mut arena[off..off + len]);
+        Ok(())
+    }
+
+    fn run_kernel_step(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        inputs: &[Tensor],
+    ) -> Result<(), ExecError> {
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        k.prepared.eval_dims(&lookup, &mut st.dims)?;
+        let lens = &st.lens;
+        k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+        match &k.exec {
+            KernelExec::Reference => {
+                let mut mem = RunMemory {
+                    locs: &self.locs,
+                    dtypes: &self.dtypes,
+                    lens: &st.lens,
+                    offsets: &st.offsets,
+                    inputs,
+                    arena: arena_bytes_mut(&mut st.arena),
+                    kernel: &k.prepared.name,
+                };
+                run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
+            }
+            KernelExec::Native(native) => {
+                st.native_dims.clear();
+                for d in &native.dims {
+                    let v = d.eval(&lookup)?;
+                    st.native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
+                }
+                let base = arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize;
+                st.ptrs.clear();
+                for (i, loc) in self.locs.iter().enumerate() {
+                    st.ptrs.push(match loc {
+                        Loc::Input(n) => data_ptr(inputs[*n].data()),
+                        Loc::Const(t) => data_ptr(t.data()),
+                        Loc::Temp => base + st.offsets[i],
+                    });
+                }
+                let count = k.prepared.outer_count(&st.dims);
+                let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() };
+                match run_native(native, args, count, self.threads) {
+                    None => Ok(()),
+                    Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
+                }
+            }
+        }
+    }
+}
+
+/// The address of typed data.
+fn data_ptr(d: &crate::tensor::TensorData) -> usize {
+    use crate::tensor::TensorData::*;
+    match d {
+        F32(v) => v.as_ptr() as usize,
+        F64(v) => v.as_ptr() as usize,
+        F16(v) => v.as_ptr() as usize,
+        BF16(v) => v.as_ptr() as usize,
+        I32(v) => v.as_ptr() as usize,
+        I64(v) => v.as_ptr() as usize,
+        Bool(v) => v.as_ptr() as usize,
+    }
+}
+
+/// Calls a native kernel for `0..count` of its outermost loop, split over `threads`.
+/// Returns the first error the kernel recorded on any thread.
+fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize) -> Option<String> {
+    let (entry, take) = (k.entry, k.take_error);
+    let call = move |a: NativeArgs, begin: i64, end: i64| -> Option<String> {
+        if let Some(t) = take {
+            t();
+        }
+        // SAFETY: `a` points to a buffer table with one valid base address per program buffer
+        // (every affine access of the kernel was checked against the buffer sizes) and to the
+        // kernel's evaluated dim table; both outlive the call, and concurrent calls get
+        // disjoint ranges of the outermost loop, which write disjoint elements.
+        unsafe { entry(a.bufs, a.dims, begin, end) };
+        take.and_then(|t| t())
+    };
+    let threads = (threads as i64).clamp(1, count.max(1));
+    if threads <= 1 {
+        return call(args, 0, count);
+    }
+    let chunk = (count + threads - 1) / threads;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads)
+            .map(|t| (t * chunk, ((t + 1) * chunk).min(count)))
+            .filter(|(begin, end)| begin < end)
+            .map(|(begin, end)| s.spawn(move || call(args, begin, end)))
+            .collect();
+        let mut first = call(args, 0, chunk.min(count));
+        for h in handles {
+            let e = h.join().unwrap_or_else(|_| Some("a kernel thread panicked".into()));
+            first = first.or(e);
+        }
+        first
+    })
+}
+
+/// The symbols of a graph's inputs, in first-use order (for the interpreter backend's guards).
+fn interp_symbols(g: &Graph) -> Vec<crate::ir::Symbol> {
+    let mut out = Vec::new();
+    for &v in g.inputs() {
+        for s in g.ty(v).shape.symbols() {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}

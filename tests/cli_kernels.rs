@@ -1,0 +1,63 @@
+//! The CLI over the CPU backend: `dump --stage kernels [--explain]`, `run --backend cpu`,
+//! `check`.
+
+use std::process::{Command, Output};
+
+fn ladder(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ladder")).args(args).output().expect("the ladder binary runs")
+}
+
+fn ok(args: &[&str]) -> (String, String) {
+    let o = ladder(args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "ladder {args:?} failed:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    (out, err)
+}
+
+fn fails(args: &[&str], needle: &str) -> String {
+    let o = ladder(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "ladder {args:?} should fail");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(needle), "ladder {args:?}: stderr lacks {needle:?}:\n{err}");
+    err
+}
+
+#[test]
+fn dump_prints_the_kernel_program_and_its_explanation() {
+    let (out, _) = ok(&["dump", "--stage", "kernels"]);
+    assert!(out.contains("kernel k0 outer [seq] {"), "{out}");
+    assert!(out.contains("matmul b5 = b3 @ b4^T"), "{out}");
+    assert!(out.contains("outputs y="), "{out}");
+    assert!(!out.contains("; schedule:"), "{out}");
+    let (out, _) = ok(&["dump", "--stage", "kernels", "--explain"]);
+    assert!(out.contains("; schedule: 9 kernels, 8 library calls, 0 graph breaks"), "{out}");
+    assert!(out.contains("reads %59 3 times"), "{out}");
+    assert!(out.contains("; not fused:"), "{out}");
+    fails(&["dump", "--explain"], "--explain goes with --stage kernels");
+}
+
+#[test]
+fn run_on_the_cpu_backend_matches_the_interpreter_summary() {
+    let (cpu, err) = ok(&["run", "--backend", "cpu", "--dim", "seq=3"]);
+    assert!(err.contains("cpu: 17 steps (9 kernels, 0 native); arena"), "{err}");
+    let (interp, _) = ok(&["run", "--dim", "seq=3"]);
+    // Same summary statistics to the printed precision.
+    let stats = |s: &str| s.lines().find(|l| l.trim_start().starts_with("min")).map(str::to_string);
+    assert_eq!(stats(&cpu), stats(&interp));
+    fails(&["run", "--backend", "cpu", "--precise"], "--precise is a mode of the interpreter");
+}
+
+#[test]
+fn check_compares_a_backend_with_the_precise_interpreter() {
+    let (out, _) = ok(&["check", "--dim", "seq=4"]);
+    assert!(out.starts_with("y: f32[1, 4, 32]  max abs "), "{out}");
+    assert!(out.trim_end().ends_with("ok"), "{out}");
+    let (out, _) = ok(&["check", "--backend", "interp", "--dim", "seq=2"]);
+    assert!(out.contains("ok"), "{out}");
+    // f32 results are not exact: a zero tolerance fails, with a non-zero exit.
+    let err = fails(&["check", "--rtol", "0", "--dim", "seq=2"], "backend `cpu` disagrees with the interpreter on `y`");
+    assert!(err.lines().last().is_some_and(|l| l.starts_with("error: ")), "{err}");
+    fails(&["check", "--backend", "gpu"], "backend `gpu` is not available yet");
+}

@@ -1,0 +1,275 @@
+//! The runtime: input guards, the epilogue of in-place graphs, concurrent runs of one plan,
+//! arena reuse, symbolic sizes without recompiling, memory planning, and the native kernel seam.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{f32t, parse};
+use ladder::interp::{self, Options};
+use ladder::kernel::eval::GuardError;
+use ladder::kernel::{Kernel, Program, Step};
+use ladder::models::{example_encoder, random_tensor, Rng};
+use ladder::runtime::{KernelCompiler, MemoryReport, NativeKernel, RunError};
+use ladder::{compile, Backend, CompileOptions, DType, Dim, Graph, Plan, Tensor};
+
+fn cpu(g: &Graph) -> Plan {
+    compile(g, &CompileOptions::default()).unwrap_or_else(|e| panic!("compile: {e}"))
+}
+
+/// What the plan must compute: the interpreter on the same lowered graph, bit for bit.
+fn reference(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    let lowered = ladder::passes::lower(g).unwrap();
+    interp::run(&lowered.simplified, inputs, &Options::default()).unwrap().outputs
+}
+
+fn assert_bitwise(got: &[Tensor], want: &[Tensor]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.bit_eq(w), "got {g}, want {w}");
+    }
+}
+
+const TWO_INPUTS: &str = "graph g(%x: f32[n, 4], %y: f32[n], %z: f32[2*n]) {
+  %3 = reduce_sum(%x) {axes=[1]}
+  %4 = add(%3, %y)
+  %5 = reduce_sum(%z) {axes=[0]}
+  return %4, %5
+}";
+
+#[test]
+fn guards_reject_bad_inputs_with_typed_errors_naming_the_input() {
+    let plan = cpu(&parse(TWO_INPUTS));
+    let x = f32t(&[2, 4], &[1.0; 8]);
+    let y = f32t(&[2], &[1.0, 2.0]);
+    let z = f32t(&[4], &[1.0; 4]);
+    let ok = plan.run(&[x.clone(), y.clone(), z.clone()]).unwrap();
+    assert_eq!(ok.outputs[0].as_f32(), Some(&[5.0f32, 6.0][..]));
+    assert_eq!(ok.outputs[1].as_f32(), Some(&[4.0f32][..]));
+
+    let err = |inputs: &[Tensor]| match plan.run(inputs) {
+        Err(RunError::Guard(e)) => e,
+        other => panic!("expected a guard error, got {other:?}"),
+    };
+    assert_eq!(err(&[x.clone(), y.clone()]), GuardError::InputCount { expected: 3, got: 2 });
+    let xi = Tensor::from_i64(&[2, 4], vec![1; 8]).unwrap();
+    assert!(
+        matches!(err(&[xi, y.clone(), z.clone()]), GuardError::DType { name, expected: DType::F32, got: DType::I64 } if name == "x")
+    );
+    let flat = f32t(&[8], &[1.0; 8]);
+    assert!(matches!(err(&[flat, y.clone(), z.clone()]), GuardError::Rank { name, rank: 2, .. } if name == "x"));
+    let wide = f32t(&[2, 5], &[1.0; 10]);
+    let e = err(&[wide, y.clone(), z.clone()]);
+    assert!(matches!(&e, GuardError::Dim { name, axis: 1, .. } if name == "x"), "{e}");
+    assert!(e.to_string().contains("input `x` must have shape [n, 4], got [2, 5]"), "{e}");
+    let y3 = f32t(&[3], &[1.0; 3]);
+    let e = err(&[x.clone(), y3, z.clone()]);
+    assert!(
+        matches!(&e, GuardError::SymbolConflict { name, symbol, bound: 2, got: 3, .. } if name == "y" && symbol == "n"),
+        "{e}"
+    );
+    // A compound dim is checked once the symbol is bound: `2*n` with n = 2 must be 4.
+    let z5 = f32t(&[5], &[1.0; 5]);
+    let e = err(&[x, y, z5]);
+    assert!(matches!(&e, GuardError::Dim { name, axis: 0, dim, .. } if name == "z" && dim == "2*n"), "{e}");
+}
+
+#[test]
+fn the_epilogue_returns_mutated_inputs_and_run_in_place_writes_them_back() {
+    let g = parse(
+        "graph g(%x: f32[3], %y: f32[3]) {
+  %2 = add_(%x, %y)
+  %3 = mul(%x, %y)
+  return %3
+}",
+    );
+    let x = f32t(&[3], &[1.0, 2.0, 3.0]);
+    let y = f32t(&[3], &[10.0, 20.0, 30.0]);
+    for backend in [Backend::Cpu, Backend::Interp] {
+        let plan = compile(&g, &CompileOptions { backend, ..CompileOptions::default() }).unwrap();
+        let out = plan.run(&[x.clone(), y.clone()]).unwrap();
+        assert_eq!(out.outputs.len(), 1, "{backend:?}");
+        // mul reads x after the in-place add.
+        assert_eq!(out.outputs[0].as_f32(), Some(&[110.0f32, 440.0, 990.0][..]), "{backend:?}");
+        assert_eq!(out.mutated_inputs.len(), 1);
+        assert_eq!(out.mutated_inputs[0].0, 0);
+        assert_eq!(out.mutated_inputs[0].1.as_f32(), Some(&[11.0f32, 22.0, 33.0][..]));
+        let mut inputs = vec![x.clone(), y.clone()];
+        let outs = plan.run_in_place(&mut inputs).unwrap();
+        assert_eq!(outs[0].as_f32(), Some(&[110.0f32, 440.0, 990.0][..]));
+        assert_eq!(inputs[0].as_f32(), Some(&[11.0f32, 22.0, 33.0][..]));
+        assert_eq!(inputs[1].as_f32(), Some(&[10.0f32, 20.0, 30.0][..]));
+    }
+}
+
+fn encoder_input(seq: usize, seed: u64) -> Tensor {
+    random_tensor(&mut Rng::new(seed), DType::F32, &[1, seq, 32]).unwrap()
+}
+
+#[test]
+fn one_plan_runs_from_four_threads_at_once() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Plan>();
+    let g = example_encoder().unwrap();
+    let plan = cpu(&g);
+    let cases: Vec<(Tensor, Vec<Tensor>)> = (0..8)
+        .map(|k| {
+            let x = encoder_input(1 + k % 5, k as u64);
+            let want = reference(&g, std::slice::from_ref(&x));
+            (x, want)
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (plan, cases) = (&plan, &cases);
+            s.spawn(move || {
+                for round in 0..3 {
+                    for (k, (x, want)) in cases.iter().enumerate() {
+                        if (k + t + round) % 2 == 0 {
+                            let got = plan.run(std::slice::from_ref(x)).unwrap();
+                            assert_bitwise(&got.outputs, want);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // At most one arena per concurrent run state, grown at most once per distinct size order.
+    assert!(plan.arenas_allocated() <= 4 * 5, "{} arenas", plan.arenas_allocated());
+}
+
+#[test]
+fn arenas_are_reused_across_runs() {
+    let g = example_encoder().unwrap();
+    let plan = cpu(&g);
+    plan.run(&[encoder_input(4, 1)]).unwrap();
+    assert_eq!(plan.arenas_allocated(), 1);
+    for seed in 2..5 {
+        plan.run(&[encoder_input(4, seed)]).unwrap();
+    }
+    assert_eq!(plan.arenas_allocated(), 1, "runs of the same size reuse the arena");
+    plan.run(&[encoder_input(2, 9)]).unwrap();
+    assert_eq!(plan.arenas_allocated(), 1, "a smaller run fits the arena it has");
+    plan.run(&[encoder_input(9, 9)]).unwrap();
+    assert_eq!(plan.arenas_allocated(), 2, "a larger run grows it once");
+    plan.run(&[encoder_input(9, 10)]).unwrap();
+    assert_eq!(plan.arenas_allocated(), 2);
+}
+
+#[test]
+fn one_plan_serves_every_batch_size() {
+    let g = parse(
+        "graph mlp(%x: f32[batch, 8], %w: f32[4, 8], %b: f32[4]) {
+  %h = linear(%x, %w, %b)
+  %s = softmax(%h) {axis=-1}
+  %m = mean(%s) {axes=[0]}
+  return %s, %m
+}",
+    );
+    let plan = cpu(&g);
+    let mut rng = Rng::new(3);
+    let w = random_tensor(&mut rng, DType::F32, &[4, 8]).unwrap();
+    let b = random_tensor(&mut rng, DType::F32, &[4]).unwrap();
+    for batch in [1, 3, 7] {
+        let x = random_tensor(&mut rng, DType::F32, &[batch, 8]).unwrap();
+        let inputs = [x, w.clone(), b.clone()];
+        let got = plan.run(&inputs).unwrap();
+        assert_eq!(got.outputs[0].shape(), &[batch, 4]);
+        assert_bitwise(&got.outputs, &reference(&g, &inputs));
+    }
+    // Batch 0: empty rows, and the mean over no rows is NaN.
+    let x0 = Tensor::zeros(DType::F32, &[0, 8]).unwrap();
+    let inputs = [x0, w, b];
+    let got = plan.run(&inputs).unwrap();
+    assert_eq!(got.outputs[0].shape(), &[0, 4]);
+    assert_bitwise(&got.outputs, &reference(&g, &inputs));
+}
+
+#[test]
+fn the_arena_is_smaller_than_the_temporaries() {
+    let plan = cpu(&example_encoder().unwrap());
+    for seq in [1, 8, 64] {
+        let MemoryReport { arena_bytes, naive_bytes, temporaries } =
+            plan.memory_report(&[encoder_input(seq, 0)]).unwrap();
+        eprintln!("encoder seq {seq}: arena {arena_bytes} bytes, {temporaries} temporaries of {naive_bytes} bytes");
+        assert!(arena_bytes < naive_bytes, "seq {seq}: arena {arena_bytes}, naive {naive_bytes}");
+        // The two attention matrices (scores and probabilities) are live together.
+        assert!(arena_bytes >= 2 * 4 * 4 * seq * seq, "seq {seq}: arena {arena_bytes}");
+    }
+}
+
+#[test]
+fn runs_fail_with_typed_errors() {
+    // Integer division by zero inside a kernel.
+    let g = parse("graph g(%a: i64[2], %b: i64[2]) {\n  %2 = div(%a, %b)\n  return %2\n}");
+    let plan = cpu(&g);
+    let a = Tensor::from_i64(&[2], vec![1, 2]).unwrap();
+    let b = Tensor::from_i64(&[2], vec![1, 0]).unwrap();
+    let e = plan.run(&[a, b]).unwrap_err();
+    assert!(matches!(e, RunError::Step { .. }), "{e:?}");
+    assert!(e.to_string().contains("integer division by zero"), "{e}");
+    // A symbolic slice of an input smaller than the graph assumes (`x[-3:]` of 2 elements).
+    let g = parse("graph g(%x: f32[n]) {\n  %1 = slice(%x) {axis=0, start=-3}\n  %2 = exp(%1)\n  return %2\n}");
+    let plan = cpu(&g);
+    assert_eq!(plan.run(&[f32t(&[4], &[0.0; 4])]).unwrap().outputs[0].shape(), &[3]);
+    let e = plan.run(&[f32t(&[2], &[0.0; 2])]).unwrap_err();
+    assert!(e.to_string().contains("the size `n - 3` cannot be evaluated"), "{e}");
+    // An arena over the limit.
+    let g = parse("graph g(%x: f32[n]) {\n  %1 = exp(%x)\n  %2 = exp(%1)\n  return %2\n}");
+    let plan = compile(&g, &CompileOptions { max_arena_bytes: 16, ..CompileOptions::default() }).unwrap();
+    let e = plan.run(&[f32t(&[100], &[0.0; 100])]).unwrap_err();
+    assert!(matches!(e, RunError::TooLarge { .. }), "{e:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The native seam, with a hand-written "compiled" kernel.
+// ---------------------------------------------------------------------------------------------
+
+/// `out[i] = in[i] + in[i]` over the outermost loop range, for `y = add(x, x)` on `f32[n]`
+/// (buffer 0 is the input, buffer 1 the output).
+unsafe extern "C" fn double_f32(bufs: *const *mut u8, dims: *const i64, begin: i64, end: i64) {
+    // SAFETY: the runtime passes one base address per buffer and the kernel's dim table.
+    unsafe {
+        let n = *dims;
+        assert!(end <= n);
+        let x = *bufs as *const f32;
+        let y = *bufs.add(1) as *mut f32;
+        for i in begin..end {
+            *y.add(i as usize) = *x.add(i as usize) + *x.add(i as usize);
+        }
+    }
+}
+
+struct Doubler;
+
+impl KernelCompiler for Doubler {
+    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String> {
+        let expected = "kernel k0 outer [n] {  ; %1\n  stage 0 inner []\n    r0 = load b0[o0]\n    r1 = add r0, r0 : f32\n    store b1[o0] = r1\n}\n";
+        if kernel.to_string() != expected || program.buffers.len() != 2 {
+            return Err(format!("not the kernel this test compiles:\n{kernel}"));
+        }
+        Ok(NativeKernel { entry: double_f32, dims: kernel.dim_table(), owner: Arc::new(()), take_error: None })
+    }
+}
+
+#[test]
+fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
+    let g = parse("graph g(%x: f32[n]) {\n  %1 = add(%x, %x)\n  return %1\n}");
+    assert_eq!(cpu(&g).native_kernels(), 0);
+    let options = CompileOptions { kernel_compiler: Some(Arc::new(Doubler)), threads: 3, ..CompileOptions::default() };
+    let plan = compile(&g, &options).unwrap();
+    assert_eq!(plan.native_kernels(), 1);
+    let Some(Step::Kernel(k)) = plan.program().map(|p| &p.steps[0]) else { panic!("one kernel") };
+    assert_eq!(k.dim_table(), vec![Dim::sym("n")]);
+    for n in [0, 1, 5, 100] {
+        let x = f32t(&[n], &(0..n).map(|i| i as f32 * 0.5).collect::<Vec<_>>());
+        let got = plan.run(std::slice::from_ref(&x)).unwrap();
+        assert_bitwise(&got.outputs, &reference(&g, &[x]));
+    }
+    // A kernel the compiler refuses runs on the reference executor.
+    let g2 = parse("graph g(%x: f32[n]) {\n  %1 = mul(%x, %x)\n  return %1\n}");
+    let plan2 = compile(&g2, &options).unwrap();
+    assert_eq!(plan2.native_kernels(), 0);
+    let x = f32t(&[3], &[1.0, 2.0, 3.0]);
+    assert_eq!(plan2.run(&[x]).unwrap().outputs[0].as_f32(), Some(&[1.0f32, 4.0, 9.0][..]));
+}

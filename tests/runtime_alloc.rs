@@ -1,0 +1,77 @@
+//! After warm-up, a run of a plan whose steps are all kernels allocates nothing but the
+//! returned outputs: the vector holding them and, per output tensor, its shape and its data.
+//! Counted with a global allocator that counts the allocations of the current thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use ladder::models::{random_tensor, Rng};
+use ladder::{compile, CompileOptions, DType};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: defers to the system allocator; the counter is a const-initialised thread-local
+// `Cell` with no destructor, so touching it never allocates or re-enters the allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = ALLOCS.with(Cell::get);
+    let out = f();
+    (out, ALLOCS.with(Cell::get) - before)
+}
+
+#[test]
+fn a_warm_run_allocates_only_its_outputs() {
+    // layer_norm, softmax and a residual: reductions, broadcasts, several kernels and temps.
+    let g = ladder::text::parse(
+        "graph block(%x: f32[batch, 16], %w: f32[16], %b: f32[16]) {
+  %n = layer_norm(%x, %w, %b) {axis=-1, eps=1e-5}
+  %s = softmax(%n) {axis=-1}
+  %t = transpose(%s) {axis0=0, axis1=1}
+  %m = mean(%t) {axes=[1]}
+  %y = add(%s, %x)
+  return %y, %m
+}",
+    )
+    .unwrap();
+    let plan = compile(&g, &CompileOptions::default()).unwrap();
+    let program = plan.program().unwrap();
+    assert!(program.steps.iter().all(|s| matches!(s, ladder::kernel::Step::Kernel(_))), "{program}");
+    let mut rng = Rng::new(5);
+    let w = random_tensor(&mut rng, DType::F32, &[16]).unwrap();
+    let b = random_tensor(&mut rng, DType::F32, &[16]).unwrap();
+    for batch in [3, 5] {
+        let x = random_tensor(&mut rng, DType::F32, &[batch, 16]).unwrap();
+        let inputs = [x, w.clone(), b.clone()];
+        let (warm, _) = allocations(|| plan.run(&inputs).unwrap());
+        let (out, n) = allocations(|| plan.run(&inputs).unwrap());
+        assert_eq!(out.outputs.len(), 2);
+        assert!(out.outputs.iter().zip(&warm.outputs).all(|(a, b)| a.bit_eq(b)));
+        // The outputs vector, and a shape and a data vector per output.
+        assert_eq!(n, 1 + 2 * out.outputs.len(), "batch {batch}: {n} allocations in a warm run");
+    }
+}
