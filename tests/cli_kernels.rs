@@ -41,7 +41,7 @@ fn dump_prints_the_kernel_program_and_its_explanation() {
 #[test]
 fn run_on_the_cpu_backend_matches_the_interpreter_summary() {
     let (cpu, err) = ok(&["run", "--backend", "cpu", "--dim", "seq=3"]);
-    assert!(err.contains("cpu: 17 steps (9 kernels, 0 native); arena"), "{err}");
+    assert!(err.contains("cpu: 17 steps (9 kernels, 9 native); arena"), "{err}");
     let (interp, _) = ok(&["run", "--dim", "seq=3"]);
     // Same summary statistics to the printed precision.
     let stats = |s: &str| s.lines().find(|l| l.trim_start().starts_with("min")).map(str::to_string);

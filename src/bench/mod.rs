@@ -14,9 +14,9 @@
 //! matmul, linear, conv and attention nodes, causal attention at half).
 //!
 //! Backends: [`prepare`] turns a graph into something runnable and is what `compile_ms`
-//! times. Until the CPU runtime lands only the interpreter is there (single-threaded; the
-//! thread count only sizes the rayon pool the run happens in); switching `Backend::Cpu` on
-//! is the one marked line in [`prepare`].
+//! times: the interpreter (single-threaded), or a plan compiled for the CPU backend in native
+//! mode (`CompileOptions::native_cpu`: Cranelift kernels, GEMM for f32 matmuls, `threads`
+//! threads).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -112,15 +112,24 @@ impl Runnable for InterpRunnable {
     }
 }
 
-/// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times).
+impl Runnable for crate::runtime::Plan {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        crate::runtime::Plan::run(self, inputs).map(|o| o.outputs).map_err(|e| e.to_string())
+    }
+}
+
+/// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times): the
+/// interpreter, or a plan compiled for the CPU backend in native mode.
 pub fn prepare(graph: &Graph, backend: Backend, threads: usize) -> Result<Box<dyn Runnable>, BenchError> {
-    let _ = threads;
     match backend {
         Backend::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
-        // When the runtime lands, this line becomes
-        // `Backend::Cpu => Ok(Box::new(crate::compile(graph, &crate::Options { backend: crate::Backend::Cpu, threads, ..Default::default() })?)),`
-        // with `Runnable` implemented for its plan.
-        Backend::Cpu => Err(BenchError::Backend("backend `cpu` is not available yet (use --backend interp)".into())),
+        Backend::Cpu => {
+            let options = crate::runtime::CompileOptions::native_cpu(threads)
+                .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
+            let plan = crate::runtime::compile(graph, &options)
+                .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))?;
+            Ok(Box::new(plan))
+        }
     }
 }
 

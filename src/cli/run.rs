@@ -67,7 +67,8 @@ pub fn backend(name: &str) -> Result<Backend, Error> {
 
 /// Compiles `g` for the CPU backend, with a note on the schedule and its memory.
 pub fn compile_cpu(g: &Graph, inputs: &[Tensor]) -> Result<ladder::Plan, Error> {
-    let plan = ladder::compile(g, &CompileOptions { backend: Backend::Cpu, ..CompileOptions::default() })
+    let options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
+    let plan = ladder::compile(g, &options)
         .map_err(|e| Error::Usage(format!("cannot compile the model for the cpu backend: {e}")))?;
     if let (Some(p), Ok(m)) = (plan.program(), plan.memory_report(inputs)) {
         let kernels = p.steps.iter().filter(|s| matches!(s, ladder::kernel::Step::Kernel(_))).count();

@@ -55,7 +55,7 @@ use crate::kernel::eval::{
     bind_inputs, conv_attrs, elem_size, eval_library, get_bytes, get_elem, input_guards, matmul_attrs, run_kernel,
     set_bytes, tensor_from_bytes, ExecError, GuardError, InputGuard, Memory, PreparedKernel, Scratch, Val,
 };
-use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, Program, Step};
+use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, MatmulCall, Program, Step};
 use crate::ops::OpKind;
 use crate::passes::functionalize::Epilogue;
 use crate::passes::PipelineError;
@@ -133,6 +133,21 @@ pub struct CompileOptions {
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
         CompileOptions { backend: Backend::Cpu, threads: 1, kernel_compiler: None, max_arena_bytes: 1 << 34 }
+    }
+}
+
+impl CompileOptions {
+    /// The CPU backend in native mode: kernels compiled by Cranelift (each kernel the code
+    /// generator does not support runs on the reference executor) and f32 matmuls through
+    /// the GEMM library, over `threads` threads.
+    pub fn native_cpu(threads: usize) -> Result<CompileOptions, crate::backend::cpu::CodegenError> {
+        let compiler = cranelift::CraneliftCompiler::shared(crate::backend::cpu::CpuOptions::default())?;
+        Ok(CompileOptions {
+            backend: Backend::Cpu,
+            threads: threads.max(1),
+            kernel_compiler: Some(compiler),
+            ..CompileOptions::default()
+        })
     }
 }
 
@@ -252,6 +267,9 @@ pub struct Plan {
     dtypes: Vec<crate::ir::DType>,
     life: Vec<Option<Lifetime>>,
     threads: usize,
+    /// Run f32 matmuls through the GEMM library (native mode: a kernel compiler is set). The
+    /// reference mode keeps the interpreter's own matmul, bit for bit.
+    native_library: bool,
     max_arena_bytes: u64,
     pool: Mutex<Vec<RunState>>,
     arenas: AtomicUsize,
@@ -261,6 +279,7 @@ pub struct Plan {
 pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError> {
     let names = |n: usize| g.input_name(n);
     let mut plan = Plan {
+        native_library: options.kernel_compiler.is_some(),
         backend: options.backend,
         graph: g.clone(),
         epilogue: Epilogue::default(),
@@ -526,6 +545,9 @@ impl Plan {
                     let Some(k) = &self.kernels[step] else { continue };
                     self.run_kernel_step(p, st, k, inputs).map_err(at)?;
                 }
+                Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
+                    self.run_gemm(p, st, inputs, m).map_err(at)?;
+                }
                 Step::Matmul(m) => {
                     let a = self.tensor(p, st, inputs, m.a).map_err(at)?;
                     let b = self.tensor(p, st, inputs, m.b).map_err(at)?;
@@ -608,6 +630,53 @@ impl Plan {
         let arena = arena_bytes_mut(&mut st.arena);
         crate::kernel::eval::data_to_bytes(t.data(), &mut arena[off..off + len]);
         Ok(())
+    }
+
+    fn all_f32(&self, p: &Program, bufs: &[BufferId]) -> bool {
+        bufs.iter().all(|&b| p.buffers[b].dtype == crate::ir::DType::F32)
+    }
+
+    /// The address of a buffer's first element in this run.
+    fn address(&self, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> usize {
+        match &self.locs[b.index()] {
+            Loc::Input(n) => data_ptr(inputs[*n].data()),
+            Loc::Const(t) => data_ptr(t.data()),
+            Loc::Temp => arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize + st.offsets[b.index()],
+        }
+    }
+
+    /// An f32 matmul step through the GEMM library, in place in the plan's memory.
+    fn run_gemm(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], m: &MatmulCall) -> Result<(), ExecError> {
+        let (a_shape, b_shape) = (self.shape(p, st, m.a)?, self.shape(p, st, m.b)?);
+        let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
+        let (a, b, out) =
+            (self.address(st, inputs, m.a), self.address(st, inputs, m.b), self.address(st, inputs, m.out));
+        // SAFETY: each address is the start of its buffer for this run (an input tensor's data,
+        // a constant's data, or the buffer's place in the arena), holding `len` f32 elements
+        // (the lengths were evaluated from the buffers' shapes by `bind`, and inputs were
+        // checked against those shapes). `out` is a temporary whose lifetime overlaps the
+        // operands', so the memory plan gives it bytes disjoint from theirs, and nothing else
+        // touches the arena during this step.
+        let (a, b, out) = unsafe {
+            (
+                std::slice::from_raw_parts(a as *const f32, a_len),
+                std::slice::from_raw_parts(b as *const f32, b_len),
+                std::slice::from_raw_parts_mut(out as *mut f32, out_len),
+            )
+        };
+        let none = crate::backend::cpu::gemm::Epilogue::none();
+        crate::backend::cpu::gemm::matmul_f32(
+            a,
+            &a_shape,
+            b,
+            &b_shape,
+            m.transpose_a,
+            m.transpose_b,
+            out,
+            self.threads,
+            &none,
+        )
+        .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
     }
 
     fn run_kernel_step(
