@@ -234,8 +234,12 @@ unsafe extern "C" fn double_f32(bufs: *const *mut u8, dims: *const i64, begin: i
         assert!(end <= n);
         let x = *bufs as *const f32;
         let y = *bufs.add(1) as *mut f32;
+        // Outer loop over rows (split across threads), inner loop over the 2 columns.
         for i in begin..end {
-            *y.add(i as usize) = *x.add(i as usize) + *x.add(i as usize);
+            for j in 0..2 {
+                let at = (2 * i + j) as usize;
+                *y.add(at) = *x.add(at) + *x.add(at);
+            }
         }
     }
 }
@@ -244,7 +248,7 @@ struct Doubler;
 
 impl KernelCompiler for Doubler {
     fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String> {
-        let expected = "kernel k0 outer [n] {  ; %1\n  stage 0 inner []\n    r0 = load b0[o0]\n    r1 = add r0, r0 : f32\n    store b1[o0] = r1\n}\n";
+        let expected = "kernel k0 outer [n] {  ; %1\n  stage 0 inner [2]\n    r0 = load b0[2*o0 + i0]\n    r1 = add r0, r0 : f32\n    store b1[2*o0 + i0] = r1\n}\n";
         if kernel.to_string() != expected || program.buffers.len() != 2 {
             return Err(format!("not the kernel this test compiles:\n{kernel}"));
         }
@@ -254,7 +258,8 @@ impl KernelCompiler for Doubler {
 
 #[test]
 fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
-    let g = parse("graph g(%x: f32[n]) {\n  %1 = add(%x, %x)\n  return %1\n}");
+    // Rows are the outer loop (threads), the innermost axis the stage's loop (SIMD).
+    let g = parse("graph g(%x: f32[n, 2]) {\n  %1 = add(%x, %x)\n  return %1\n}");
     assert_eq!(cpu(&g).native_kernels(), 0);
     let options = CompileOptions { kernel_compiler: Some(Arc::new(Doubler)), threads: 3, ..CompileOptions::default() };
     let plan = compile(&g, &options).unwrap();
@@ -262,7 +267,7 @@ fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
     let Some(Step::Kernel(k)) = plan.program().map(|p| &p.steps[0]) else { panic!("one kernel") };
     assert_eq!(k.dim_table(), vec![Dim::sym("n")]);
     for n in [0, 1, 5, 100] {
-        let x = f32t(&[n], &(0..n).map(|i| i as f32 * 0.5).collect::<Vec<_>>());
+        let x = f32t(&[n, 2], &(0..2 * n).map(|i| i as f32 * 0.5).collect::<Vec<_>>());
         let got = plan.run(std::slice::from_ref(&x)).unwrap();
         assert_bitwise(&got.outputs, &reference(&g, &[x]));
     }

@@ -782,6 +782,7 @@ impl<'g> Sched<'g> {
                             }
                         }
                     }
+                    innermost_loop_inside(&mut k);
                     steps.push(Step::Kernel(k));
                 }
                 Unit::Library(v) => {
@@ -973,5 +974,34 @@ impl<'g> Sched<'g> {
             }
         }
         out
+    }
+}
+
+/// For a pointwise kernel (one stage, no inner loops, no accumulators), moves the innermost
+/// outer loop into the stage as its inner loop: the same points in the same order, but now
+/// the loop backends vectorize (outer loops are for threads, inner loops for SIMD). Kernels
+/// with reductions keep their shape: their stages already loop inside.
+fn innermost_loop_inside(k: &mut crate::kernel::Kernel) {
+    use crate::kernel::{Instr, Var};
+    let [stage] = k.stages.as_mut_slice() else { return };
+    if !stage.inner.is_empty() || !stage.accumulators.is_empty() {
+        return;
+    }
+    let Some(extent) = k.outer.pop() else { return };
+    let last = k.outer.len() as u32;
+    stage.inner.push(extent);
+    let move_var = |v: &mut Var| {
+        if *v == Var::Outer(last) {
+            *v = Var::Inner(0);
+        }
+    };
+    for instr in &mut stage.body {
+        match instr {
+            Instr::Load { index, .. } | Instr::Store { index, .. } => {
+                index.terms.iter_mut().for_each(|(v, _)| move_var(v));
+            }
+            Instr::LoopVar { var, .. } => move_var(var),
+            _ => {}
+        }
     }
 }
