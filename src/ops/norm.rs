@@ -324,23 +324,38 @@ fn eval_layer_norm(
                     *y = v / denom * weight.as_ref().map_or(1.0, |w| w[j]);
                 }
             } else {
-                let mean = super::util::sum_f64(row.iter().copied()) / count;
-                let var = super::util::sum_f64(row.iter().map(|v| (v - mean) * (v - mean))) / count;
-                let denom = (var + eps).sqrt();
-                for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
-                    let mut r = (v - mean) / denom;
-                    if let Some(w) = &weight {
-                        r *= w[j];
-                    }
-                    if let Some(b) = &bias {
-                        r += b[j];
-                    }
-                    *y = r;
-                }
+                standardize(row, dst, eps, weight.as_deref(), bias.as_deref(), |j| j);
             }
         }
     }
     Ok(View::from_floats(ctx, out.dtype, shape, ys))
+}
+
+/// `dst = (row - mean) / sqrt(var + eps) * weight + bias` with the biased two-pass variance of
+/// `row`, in f64; element `j` takes its affine parameters at `param(j)` (its own position for
+/// layer_norm, its channel for group_norm).
+fn standardize(
+    row: &[f64],
+    dst: &mut [f64],
+    eps: f64,
+    weight: Option<&[f64]>,
+    bias: Option<&[f64]>,
+    param: impl Fn(usize) -> usize,
+) {
+    let count = row.len() as f64;
+    let mean = super::util::sum_f64(row.iter().copied()) / count;
+    let var = super::util::sum_f64(row.iter().map(|v| (v - mean) * (v - mean))) / count;
+    let denom = (var + eps).sqrt();
+    for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
+        let mut r = (v - mean) / denom;
+        if let Some(w) = weight {
+            r *= w[param(j)];
+        }
+        if let Some(b) = bias {
+            r += b[param(j)];
+        }
+        *y = r;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,22 +466,8 @@ fn eval_group_norm(
     let block = (c / groups) * inner;
     if block > 0 {
         for (gi, (row, dst)) in xs.chunks(block).zip(ys.chunks_mut(block)).enumerate() {
-            let count = block as f64;
-            let mean = super::util::sum_f64(row.iter().copied()) / count;
-            let var = super::util::sum_f64(row.iter().map(|v| (v - mean) * (v - mean))) / count;
-            let denom = (var + eps).sqrt();
             let first_channel = (gi % groups) * (c / groups);
-            for (j, (y, v)) in dst.iter_mut().zip(row).enumerate() {
-                let ch = first_channel + j / inner;
-                let mut r = (v - mean) / denom;
-                if let Some(w) = &weight {
-                    r *= w[ch];
-                }
-                if let Some(b) = &bias {
-                    r += b[ch];
-                }
-                *y = r;
-            }
+            standardize(row, dst, eps, weight.as_deref(), bias.as_deref(), |j| first_channel + j / inner);
         }
     }
     Ok(View::from_floats(ctx, out.dtype, shape, ys))
