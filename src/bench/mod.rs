@@ -83,21 +83,8 @@ pub enum BenchError {
     Run(String),
 }
 
-/// Where a benchmark runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Interp,
-    Cpu,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Interp => "interp",
-            Backend::Cpu => "cpu",
-        }
-    }
-}
+/// Where a benchmark runs: the runtime's backends.
+pub use crate::runtime::Backend;
 
 /// A graph made runnable by a backend.
 pub trait Runnable: Send + Sync {

@@ -40,11 +40,7 @@ pub struct BenchArgs {
 }
 
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let backend = match args.backend.as_str() {
-        "interp" => Backend::Interp,
-        "cpu" => Backend::Cpu,
-        other => return Err(Error::Usage(format!("unknown backend `{other}` (available: interp, cpu)"))),
-    };
+    let backend = super::run::backend(&args.backend)?;
     if args.threads.contains(&0) {
         return Err(Error::Usage("--threads must be at least 1".into()));
     }

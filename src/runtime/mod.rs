@@ -74,6 +74,13 @@ pub enum Backend {
 }
 
 impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Interp => "interp",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Backend> {
         match name {
             "cpu" => Some(Backend::Cpu),
