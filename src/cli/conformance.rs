@@ -8,6 +8,7 @@ use std::time::Instant;
 use ladder::frontend::onnx::conformance::{self, CaseResult, Verdict};
 use ladder::frontend::onnx::ImportOptions;
 use ladder::interp::{self, Options};
+use ladder::runtime::{Backend, CompileOptions};
 
 use super::{note, Error};
 
@@ -15,7 +16,8 @@ use super::{note, Error};
 pub struct ConformanceArgs {
     /// Folder of cases, e.g. onnx/backend/test/data/node inside the onnx 1.22.0 wheel.
     pub dir: PathBuf,
-    /// Where to run: `interp` (the reference interpreter).
+    /// Where to run: `interp` (the reference interpreter) or `cpu` (compiled plans on the CPU
+    /// backend, native kernels with the reference executor for the rest).
     #[arg(long, value_name = "NAME", default_value = "interp")]
     pub backend: String,
     /// Deny list: one case per line with its reason (default: tests/onnx_conformance/deny.txt
@@ -34,9 +36,7 @@ pub struct ConformanceArgs {
 }
 
 pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Error> {
-    if args.backend != "interp" {
-        return Err(Error::Usage(format!("backend `{}` is not available yet (available: interp)", args.backend)));
-    }
+    let backend_kind = super::run::backend(&args.backend)?;
     let deny_path = args.deny.clone().or_else(|| {
         let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_conformance/deny.txt");
         p.is_file().then_some(p)
@@ -54,8 +54,16 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     }
     let options = ImportOptions::default();
     let run_options = Options { fuel: 1 << 33, ..Options::default() };
-    let backend = |g: &ladder::Graph, inputs: &[ladder::Tensor]| {
-        interp::run(g, inputs, &run_options).map(|o| o.outputs).map_err(|e| e.to_string())
+    let native = match backend_kind {
+        Backend::Cpu => Some(CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?),
+        Backend::Interp => None,
+    };
+    let backend = |g: &ladder::Graph, inputs: &[ladder::Tensor]| match &native {
+        None => interp::run(g, inputs, &run_options).map(|o| o.outputs).map_err(|e| e.to_string()),
+        Some(options) => {
+            let plan = ladder::compile(g, options).map_err(|e| format!("compile: {e}"))?;
+            plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
+        }
     };
     let start = Instant::now();
     let quiet_hook = std::panic::take_hook();

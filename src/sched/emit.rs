@@ -306,18 +306,22 @@ impl Em<'_, '_> {
         if let Some(&r) = self.cache.get(&key) {
             return Ok(r);
         }
-        let d = self.demands.entry(v).or_default();
-        d.insert(ix.clone());
-        if d.len() > MAX_DEMANDS {
-            return Err(need(v, format!("it is needed at more than {MAX_DEMANDS} different indices in one kernel")));
-        }
-        if self.n_instrs > MAX_INSTRS {
-            return Err(need(v, format!("the kernel computing it would exceed {MAX_INSTRS} instructions")));
-        }
         let shape = node.ty.shape.dims().to_vec();
         let r = match self.buffered(v) {
+            // A buffered value is only loaded: its demands cost one load each, never a recompute.
             Some(store) => self.load(store, ravel(&ix, &shape)?, place, dtype)?,
             None => {
+                let d = self.demands.entry(v).or_default();
+                d.insert(ix.clone());
+                if d.len() > MAX_DEMANDS {
+                    return Err(need(
+                        v,
+                        format!("it is needed at more than {MAX_DEMANDS} different indices in one kernel"),
+                    ));
+                }
+                if self.n_instrs > MAX_INSTRS {
+                    return Err(need(v, format!("the kernel computing it would exceed {MAX_INSTRS} instructions")));
+                }
                 if !self.roots.contains(&v) {
                     if let Some(reason) = (self.ctx.shared)(v) {
                         return Err(need(v, reason));
