@@ -110,18 +110,26 @@ fn ops_json_lists_every_op_with_its_coverage() {
         let rung = op["rung"].as_str().expect("rung is a string");
         assert!(["high", "prim", "opaque"].contains(&rung), "{name}: rung {rung}");
         *counts.entry(rung.to_string()).or_insert(0) += 1;
-        for key in ["interp", "decomp", "vjp", "cpu", "vulkan"] {
+        for key in ["interp", "decomp", "vjp", "cpu", "cpu_native", "vulkan"] {
             assert!(op[key].is_boolean(), "{name}: `{key}` is not a bool");
         }
         assert_eq!(op["interp"], true, "{name}: every op has an interpreter implementation");
         if rung != "high" {
             assert_eq!(op["decomp"], true, "{name}: prims and opaque ops are on the prims rung already");
+            assert_eq!(op["cpu"], true, "{name}: compiled CPU plans run every prim");
+        } else {
+            assert_eq!(op["cpu_native"], false, "{name}: high-level ops never reach the scheduler");
         }
         assert!(op["arity"]["min"].is_u64(), "{name}: arity");
         assert!(op["attrs"].is_array(), "{name}: attrs");
         assert!(op["doc"].as_str().is_some_and(|d| !d.is_empty()), "{name}: doc");
     }
     let rung_of = |n: &str| ops.iter().find(|o| o["name"] == n).map(|o| o["rung"].clone());
+    let native = |n: &str| ops.iter().find(|o| o["name"] == n).map(|o| o["cpu_native"].clone());
+    assert_eq!(native("exp"), Some(true.into()));
+    assert_eq!(native("matmul"), Some(true.into()));
+    assert_eq!(native("reduce_sum"), Some(true.into()));
+    assert_eq!(native("pad"), Some(false.into()), "pad is a graph break");
     assert_eq!(rung_of("add"), Some("prim".into()));
     let attrs = &ops.iter().find(|o| o["name"] == "convert_element_type").unwrap()["attrs"];
     assert_eq!(attrs[0]["name"], "dtype");

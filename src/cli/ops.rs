@@ -56,6 +56,7 @@ fn json_text() -> String {
                 "decomp": c.decomp,
                 "vjp": c.vjp,
                 "cpu": c.cpu,
+                "cpu_native": c.cpu_native,
                 "vulkan": c.vulkan,
                 "mutates": s.mutates,
                 "aliases": s.aliases,
@@ -139,7 +140,11 @@ fn table() -> String {
             yes(c.interp),
             yes(c.decomp),
             yes(c.vjp),
-            yes(c.cpu),
+            match (c.cpu, c.cpu_native) {
+                (_, true) => "native".to_string(),
+                (true, false) if s.rung != Rung::High => "ref".to_string(),
+                (cpu, false) => yes(cpu),
+            },
             yes(c.vulkan),
             s.doc.to_string(),
         ]);

@@ -7,10 +7,15 @@
 //!   (`crate::decomp::rule`), or is an in-place op that functionalization turns into ops
 //!   that do; prims and opaque ops are there already.
 //! - `vjp`: a reverse-mode derivative rule exists.
-//! - `cpu`, `vulkan`: the backend can execute it.
+//! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
+//!   kernel executor inside the plan), and every high-level op that lowers to prims.
+//! - `cpu_native`: the CPU scheduler puts the op (a prim or opaque op) in native code: a
+//!   Cranelift kernel or a library call (GEMM, conv). The rest are graph breaks that the plan
+//!   runs on the reference executor (`crate::sched::compiles`).
+//! - `vulkan`: the Vulkan backend can execute it.
 //!
-//! Autodiff and the backends are not built yet, so their columns are false. Each stage, when it
-//! lands, answers here for the ops it covers.
+//! Autodiff and the Vulkan backend are not built yet, so their columns are false. Each stage,
+//! when it lands, answers here for the ops it covers.
 
 use super::{all_specs, OpKind, Rung};
 
@@ -21,6 +26,7 @@ pub struct Coverage {
     pub decomp: bool,
     pub vjp: bool,
     pub cpu: bool,
+    pub cpu_native: bool,
     pub vulkan: bool,
 }
 
@@ -35,5 +41,6 @@ pub fn coverage(kind: OpKind) -> Coverage {
         Rung::High => crate::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };
-    Coverage { interp: true, decomp, vjp: false, cpu: false, vulkan: false }
+    let cpu_native = spec.rung != Rung::High && crate::sched::compiles(kind);
+    Coverage { interp: true, decomp, vjp: false, cpu: decomp, cpu_native, vulkan: false }
 }
