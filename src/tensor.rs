@@ -64,6 +64,46 @@ impl TensorData {
     }
 }
 
+impl TensorData {
+    /// The elements as native-endian bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        fn b<T>(v: &[T]) -> &[u8] {
+            // SAFETY: every element type here is plain data without padding (floats,
+            // integers, `f16`/`bf16` as u16, bool as one byte), so its memory is
+            // `size_of_val(v)` initialised bytes, borrowed as long as `v`.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match self {
+            TensorData::F32(v) => b(v),
+            TensorData::F64(v) => b(v),
+            TensorData::F16(v) => b(v),
+            TensorData::BF16(v) => b(v),
+            TensorData::I32(v) => b(v),
+            TensorData::I64(v) => b(v),
+            TensorData::Bool(v) => b(v),
+        }
+    }
+
+    /// The elements as writable native-endian bytes, for every dtype whose every bit pattern
+    /// is a valid value (`None` for bool, where only 0 and 1 are).
+    pub(crate) fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        fn b<T>(v: &mut [T]) -> &mut [u8] {
+            // SAFETY: as in `as_bytes`; in addition, every bit pattern is a valid `T` for the
+            // types passed here, so any bytes written leave valid elements.
+            unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        Some(match self {
+            TensorData::F32(v) => b(v),
+            TensorData::F64(v) => b(v),
+            TensorData::F16(v) => b(v),
+            TensorData::BF16(v) => b(v),
+            TensorData::I32(v) => b(v),
+            TensorData::I64(v) => b(v),
+            TensorData::Bool(_) => return None,
+        })
+    }
+}
+
 /// Why a tensor could not be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TensorError {
@@ -101,6 +141,12 @@ impl Tensor {
         Tensor::new(shape.to_vec(), TensorData::Bool(values))
     }
 
+    /// A value that only holds a place in a vector while its real tensor is computed (made
+    /// without a heap allocation; its shape and data disagree, so it never leaves the crate).
+    pub(crate) fn placeholder() -> Tensor {
+        Tensor { shape: Vec::new(), data: TensorData::F32(Vec::new()) }
+    }
+
     pub fn scalar_f32(v: f32) -> Tensor {
         Tensor { shape: Vec::new(), data: TensorData::F32(vec![v]) }
     }
@@ -120,6 +166,11 @@ impl Tensor {
 
     pub fn numel(&self) -> usize {
         self.data.len()
+    }
+
+    /// The data, writable in place (its length must not change: the shape describes it).
+    pub(crate) fn data_mut(&mut self) -> &mut TensorData {
+        &mut self.data
     }
 
     pub fn data(&self) -> &TensorData {

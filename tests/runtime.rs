@@ -278,3 +278,37 @@ fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
     let x = f32t(&[3], &[1.0, 2.0, 3.0]);
     assert_eq!(plan2.run(&[x]).unwrap().outputs[0].as_f32(), Some(&[1.0f32, 4.0, 9.0][..]));
 }
+
+#[test]
+fn outputs_that_are_inputs_constants_duplicates_or_bools_come_back_whole() {
+    // Slots a kernel cannot write in place: an input returned as is, a buffer returned
+    // twice (after CSE), a bool result. Reused tensors of the wrong shape or dtype are replaced.
+    let g = ladder::text::parse(
+        "graph odd(%x: f32[n, 3]) {
+  %e = exp(%x)
+  %f = exp(%x)
+  %b = isnan(%e)
+  return %x, %e, %f, %b
+}",
+    )
+    .unwrap();
+    for options in [ladder::CompileOptions::default(), ladder::CompileOptions::native_cpu(2).unwrap()] {
+        let plan = ladder::compile(&g, &options).unwrap();
+        let mut out = ladder::Outputs {
+            outputs: vec![ladder::Tensor::from_i64(&[1], vec![7]).unwrap(); 4],
+            mutated_inputs: Vec::new(),
+        };
+        for n in [2usize, 5] {
+            let x = ladder::Tensor::from_f32(&[n, 3], (0..3 * n).map(|i| i as f32 - 4.0).collect()).unwrap();
+            plan.run_into(std::slice::from_ref(&x), &mut out).unwrap();
+            // The same plan returning fresh tensors (native exp is not bit-exact to the
+            // interpreter's; the differential tests cover that).
+            let want = plan.run(std::slice::from_ref(&x)).unwrap().outputs;
+            assert!(want[0].bit_eq(&x) && want[1].bit_eq(&want[2]));
+            assert_eq!(out.outputs.len(), want.len());
+            for (k, (a, b)) in out.outputs.iter().zip(&want).enumerate() {
+                assert!(a.bit_eq(b), "output {k} at n = {n}: {a} vs {b}");
+            }
+        }
+    }
+}

@@ -75,3 +75,39 @@ fn a_warm_run_allocates_only_its_outputs() {
         assert_eq!(n, 1 + 2 * out.outputs.len(), "batch {batch}: {n} allocations in a warm run");
     }
 }
+
+#[test]
+fn run_into_reuses_the_outputs_and_allocates_nothing() {
+    let g = ladder::text::parse(
+        "graph block(%x: f32[batch, 16], %w: f32[16]) {
+  %s = softmax(%x) {axis=-1}
+  %y = mul(%s, %w)
+  %m = mean(%x) {axes=[1]}
+  return %y, %m
+}",
+    )
+    .unwrap();
+    for options in [CompileOptions::default(), CompileOptions::native_cpu(1).unwrap()] {
+        let plan = compile(&g, &options).unwrap();
+        let mut rng = Rng::new(9);
+        let w = random_tensor(&mut rng, DType::F32, &[16]).unwrap();
+        let mut out = ladder::Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+        for batch in [4, 4, 7, 2] {
+            let x = random_tensor(&mut rng, DType::F32, &[batch, 16]).unwrap();
+            let inputs = [x, w.clone()];
+            let fresh = plan.run(&inputs).unwrap();
+            // The first call at a new batch size replaces the tensors; the next reuses them.
+            plan.run_into(&inputs, &mut out).unwrap();
+            let data = out.outputs[0].as_f32().unwrap().as_ptr();
+            let (_, n) = allocations(|| plan.run_into(&inputs, &mut out).unwrap());
+            assert_eq!(n, 0, "batch {batch}: a warm run_into allocated {n} times");
+            assert_eq!(out.outputs[0].as_f32().unwrap().as_ptr(), data, "the output's storage is reused");
+            assert_eq!(out.outputs.len(), 2);
+            assert_eq!(out.outputs[0].shape(), &[batch, 16]);
+            assert_eq!(out.outputs[1].shape(), &[batch]);
+            for (a, b) in out.outputs.iter().zip(&fresh.outputs) {
+                assert!(a.bit_eq(b), "run_into and run disagree at batch {batch}");
+            }
+        }
+    }
+}

@@ -16,7 +16,9 @@
 //! Backends: [`prepare`] turns a graph into something runnable and is what `compile_ms`
 //! times: the interpreter (single-threaded), or a plan compiled for the CPU backend in native
 //! mode (`CompileOptions::native_cpu`: Cranelift kernels, GEMM for f32 matmuls, `threads`
-//! threads).
+//! threads). Timed calls hand back the previous call's outputs (`Plan::run_into`), so a
+//! warm CPU run writes into them and allocates nothing, as an embedder calling a plan in a
+//! loop would; the copy floor likewise writes into a buffer it allocated once.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -88,20 +90,32 @@ pub use crate::runtime::Backend;
 
 /// A graph made runnable by a backend.
 pub trait Runnable: Send + Sync {
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String>;
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        let mut out = Vec::new();
+        self.run_into(inputs, &mut out)?;
+        Ok(out)
+    }
+
+    /// Runs with `out` holding the previous call's outputs, which a backend may reuse (the
+    /// CPU plan writes into them: what an embedder calling it in a loop gets).
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String>;
 }
 
 struct InterpRunnable(Arc<Graph>);
 
 impl Runnable for InterpRunnable {
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        interp::run(&self.0, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String> {
+        *out = interp::run(&self.0, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())?;
+        Ok(())
     }
 }
 
 impl Runnable for crate::runtime::Plan {
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        crate::runtime::Plan::run(self, inputs).map(|o| o.outputs).map_err(|e| e.to_string())
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String> {
+        let mut o = crate::runtime::Outputs { outputs: std::mem::take(out), mutated_inputs: Vec::new() };
+        let r = crate::runtime::Plan::run_into(self, inputs, &mut o).map_err(|e| e.to_string());
+        *out = o.outputs;
+        r
     }
 }
 
@@ -638,7 +652,8 @@ pub fn run(
         let t = Instant::now();
         let runnable = prepare(&w.graph, backend, threads)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-        let timing = time(runs, || runnable.run(&w.inputs).map(|o| drop(black_box(o)))).map_err(BenchError::Run)?;
+        let mut out = Vec::new();
+        let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;
         let floor_us = floors.floor_us(w, threads);
         Ok(Measurement {
             workload: w.name.clone(),

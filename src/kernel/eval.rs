@@ -188,12 +188,11 @@ pub fn set_bytes(dtype: DType, bytes: &mut [u8], i: usize, value: Val) -> Option
 }
 
 /// Typed data as native-endian bytes (the layout of a buffer).
+/// Copies what fits when `out` is shorter.
 pub fn data_to_bytes(data: &TensorData, out: &mut [u8]) {
-    for i in 0..data.len() {
-        if let Some(v) = get_elem(data, i) {
-            set_bytes(data.dtype(), out, i, v);
-        }
-    }
+    let src = data.as_bytes();
+    let n = src.len().min(out.len());
+    out[..n].copy_from_slice(&src[..n]);
 }
 
 /// A tensor of `dtype` and `shape` read from native-endian bytes.
@@ -201,35 +200,15 @@ pub fn tensor_from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Resul
     let n: usize = shape.iter().product();
     let short = || ExecError::Invalid("buffer shorter than its shape".into());
     let bytes = bytes.get(..n.checked_mul(dtype.size_bytes()).ok_or_else(short)?).ok_or_else(short)?;
-    // One decoding pass per dtype (values are stored in native byte order, as generated code
-    // writes them); this is the copy out of the arena for every output, so it must run at
-    // memory speed.
-    let data = match dtype {
-        DType::F32 => {
-            TensorData::F32(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect())
-        }
-        DType::F64 => TensorData::F64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-        DType::I32 => {
-            TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect())
-        }
-        DType::I64 => TensorData::I64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-        DType::F16 => TensorData::F16(
-            bytes.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]]))).collect(),
-        ),
-        DType::BF16 => TensorData::BF16(
-            bytes.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]))).collect(),
-        ),
-        DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+    // The copy out of the arena for every output that does not live in its own tensor: a
+    // memcpy (values are stored in native byte order, as generated code writes them). Bools
+    // are checked byte by byte, as only 0 and 1 are valid.
+    let data = if dtype == DType::Bool {
+        TensorData::Bool(bytes.iter().map(|&b| b != 0).collect())
+    } else {
+        let mut data = TensorData::zeros(dtype, n);
+        data.as_bytes_mut().ok_or_else(|| ExecError::Invalid(format!("{dtype} as bytes")))?.copy_from_slice(bytes);
+        data
     };
     Tensor::new(shape, data).map_err(|e| ExecError::Invalid(e.to_string()))
 }

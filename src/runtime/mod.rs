@@ -220,6 +220,9 @@ enum Loc {
     Input(usize),
     Const(Arc<Tensor>),
     Temp,
+    /// Graph output slot `k`: the kernels write straight into the tensor the run returns
+    /// (no copy out of the arena).
+    Output(usize),
 }
 
 struct KernelStep {
@@ -251,6 +254,8 @@ struct RunState {
     dims: Vec<i64>,
     native_dims: Vec<i64>,
     ptrs: Vec<usize>,
+    /// One tensor per output slot during a run.
+    outs: Vec<Tensor>,
 }
 
 fn arena_bytes_mut(arena: &mut [Line]) -> &mut [u8] {
@@ -347,6 +352,15 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         });
     }
     plan.life = memory::lifetimes(&p);
+    // A temporary that is a graph output lives in the returned tensor, outside the arena
+    // (once, for its first output slot; bools keep the copy, see `TensorData::as_bytes_mut`).
+    for (k, (_, b)) in p.outputs.iter().enumerate() {
+        let i = b.index();
+        if matches!(plan.locs[i], Loc::Temp) && p.buffers[*b].dtype != crate::ir::DType::Bool {
+            plan.locs[i] = Loc::Output(k);
+            plan.life[i] = None;
+        }
+    }
     plan.explanation = scheduled.explanation;
     plan.program = Some(p);
     Ok(plan)
@@ -360,6 +374,7 @@ struct RunMemory<'a> {
     offsets: &'a [usize],
     inputs: &'a [Tensor],
     arena: &'a mut [u8],
+    outs: &'a mut [Tensor],
     kernel: &'a str,
 }
 
@@ -382,6 +397,7 @@ impl Memory for RunMemory<'_> {
             Loc::Input(n) => get_elem(self.inputs[*n].data(), i),
             Loc::Const(t) => get_elem(t.data(), i),
             Loc::Temp => get_bytes(self.dtypes[b], &self.arena[self.temp_range(b)], i),
+            Loc::Output(k) => get_elem(self.outs[*k].data(), i),
         };
         v.ok_or_else(|| self.oob(buf, index))
     }
@@ -394,6 +410,11 @@ impl Memory for RunMemory<'_> {
                 let r = self.temp_range(b);
                 let dt = self.dtypes[b];
                 set_bytes(dt, &mut self.arena[r], i, value).ok_or_else(|| self.oob(buf, index))
+            }
+            Loc::Output(k) => {
+                let dt = self.dtypes[b];
+                let bytes = self.outs[k].data_mut().as_bytes_mut();
+                bytes.and_then(|bytes| set_bytes(dt, bytes, i, value)).ok_or_else(|| self.oob(buf, index))
             }
             _ => Err(ExecError::Invalid(format!("{buf} is read-only"))),
         }
@@ -459,11 +480,44 @@ impl Plan {
 
     /// Runs the plan on `inputs` (one per graph input, in order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Outputs, RunError> {
+        let mut out = Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+        self.run_into(inputs, &mut out)?;
+        Ok(out)
+    }
+
+    /// Runs the plan on `inputs` and leaves the results in `out`, reusing the tensors already
+    /// there: one whose dtype and shape match its result is overwritten in place (the kernels
+    /// write straight into it), others are replaced. Passing the previous call's `Outputs`
+    /// back makes a warm run allocate nothing at all. On an error `out` is left empty.
+    pub fn run_into(&self, inputs: &[Tensor], out: &mut Outputs) -> Result<(), RunError> {
         if self.backend == Backend::Interp {
-            return self.run_interp(inputs);
+            *out = self.run_interp(inputs)?;
+            return Ok(());
         }
         let mut st = self.pool.lock().map(|mut p| p.pop()).unwrap_or_default().unwrap_or_default();
+        // The caller's tensors in output-slot order (mutated inputs' slots from
+        // `mutated_inputs`, the rest from `outputs`).
+        let n_slots = self.program.as_ref().map_or(0, |p| p.outputs.len());
+        st.outs.clear();
+        {
+            let mut plain = out.outputs.drain(..);
+            let mut mutated = out.mutated_inputs.drain(..).map(|(_, t)| t);
+            for k in 0..n_slots {
+                let t =
+                    if self.epilogue.mutations.iter().any(|m| m.output == k) { mutated.next() } else { plain.next() };
+                st.outs.push(t.unwrap_or_else(Tensor::placeholder));
+            }
+        }
         let result = self.run_with(&mut st, inputs);
+        if result.is_err() {
+            st.outs.clear();
+        }
+        for (k, t) in st.outs.drain(..).enumerate() {
+            match self.epilogue.mutations.iter().find(|m| m.output == k) {
+                Some(m) => out.mutated_inputs.push((m.input, t)),
+                None => out.outputs.push(t),
+            }
+        }
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(st);
         }
@@ -536,10 +590,26 @@ impl Plan {
         Ok(())
     }
 
-    fn run_with(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<Outputs, RunError> {
-        let Some(p) = &self.program else { return self.run_interp(inputs) };
+    /// Runs the program with `st.outs` holding one tensor per output slot (reused when its
+    /// dtype and shape fit); on success they hold the outputs.
+    fn run_with(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<(), RunError> {
+        let Some(p) = &self.program else {
+            let out = self.run_interp(inputs)?;
+            st.outs = out.outputs;
+            return Ok(());
+        };
         self.bind(st, inputs)?;
         self.layout(st)?;
+        let at_end = |error| RunError::Step { step: p.steps.len(), error };
+        for (k, (_, b)) in p.outputs.iter().enumerate() {
+            if matches!(self.locs[b.index()], Loc::Output(s) if s == k)
+                && !self.fits(p, st, *b, &st.outs[k]).map_err(at_end)?
+            {
+                let shape = self.shape(p, st, *b).map_err(at_end)?;
+                st.outs[k] = Tensor::zeros(p.buffers[*b].dtype, &shape)
+                    .map_err(|e| at_end(ExecError::Invalid(e.to_string())))?;
+            }
+        }
         let lines = st.arena_bytes.div_ceil(ALIGN);
         if st.arena.len() < lines {
             st.arena = vec![Line([0; ALIGN]); lines];
@@ -588,22 +658,60 @@ impl Plan {
                 }
             }
         }
-        let n_out = p.outputs.len();
-        let mut outputs = Vec::with_capacity(n_out - self.epilogue.mutations.len().min(n_out));
-        let mut mutated_inputs = Vec::new();
         for (k, (_, b)) in p.outputs.iter().enumerate() {
-            let t = self.tensor(p, st, inputs, *b).map_err(|error| RunError::Step { step: p.steps.len(), error })?;
-            match self.epilogue.mutations.iter().find(|m| m.output == k) {
-                Some(m) => {
-                    if mutated_inputs.capacity() == 0 {
-                        mutated_inputs.reserve_exact(self.epilogue.mutations.len());
-                    }
-                    mutated_inputs.push((m.input, t));
+            if matches!(self.locs[b.index()], Loc::Output(s) if s == k) {
+                continue;
+            }
+            // An input, a constant, a bool, or a buffer another slot already returns: copied
+            // (into the slot's tensor when it fits).
+            if self.fits(p, st, *b, &st.outs[k]).map_err(at_end)? {
+                let mut t = std::mem::replace(&mut st.outs[k], Tensor::placeholder());
+                let copied = self.copy_into(st, inputs, *b, &mut t);
+                st.outs[k] = t;
+                if copied {
+                    continue;
                 }
-                None => outputs.push(t),
+            }
+            st.outs[k] = self.tensor(p, st, inputs, *b).map_err(at_end)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `t` has buffer `b`'s dtype and shape in this run (without allocating).
+    fn fits(&self, p: &Program, st: &RunState, b: BufferId, t: &Tensor) -> Result<bool, ExecError> {
+        let buf = &p.buffers[b];
+        if t.dtype() != buf.dtype || t.shape().len() != buf.shape.rank() {
+            return Ok(false);
+        }
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        let mut numel = 1usize;
+        for (d, &n) in buf.shape.dims().iter().zip(t.shape()) {
+            if d.eval(&lookup)? != n as u64 {
+                return Ok(false);
+            }
+            numel = numel.saturating_mul(n);
+        }
+        // (A placeholder has a scalar's shape and no data.)
+        Ok(t.data().len() == numel)
+    }
+
+    /// Copies buffer `b` into `t` (same dtype and length); false where `t` cannot be
+    /// written as bytes (bool).
+    fn copy_into(&self, st: &mut RunState, inputs: &[Tensor], b: BufferId, t: &mut Tensor) -> bool {
+        let Some(dst) = t.data_mut().as_bytes_mut() else { return false };
+        match &self.locs[b.index()] {
+            Loc::Input(n) => crate::kernel::eval::data_to_bytes(inputs[*n].data(), dst),
+            Loc::Const(c) => crate::kernel::eval::data_to_bytes(c.data(), dst),
+            Loc::Output(k) => crate::kernel::eval::data_to_bytes(st.outs[*k].data(), dst),
+            Loc::Temp => {
+                let off = st.offsets[b.index()];
+                let arena = arena_bytes_mut(&mut st.arena);
+                let n = dst.len();
+                dst.copy_from_slice(&arena[off..off + n]);
             }
         }
-        Ok(Outputs { outputs, mutated_inputs })
+        true
     }
 
     fn shape(&self, p: &Program, st: &RunState, b: BufferId) -> Result<Vec<usize>, ExecError> {
@@ -617,6 +725,7 @@ impl Plan {
         match &self.locs[b.index()] {
             Loc::Input(n) => Ok(inputs[*n].clone()),
             Loc::Const(t) => Ok(Tensor::clone(t)),
+            Loc::Output(k) => Ok(st.outs[*k].clone()),
             Loc::Temp => {
                 let shape = self.shape(p, st, b)?;
                 let off = st.offsets[b.index()];
@@ -629,8 +738,18 @@ impl Plan {
     /// Writes a tensor into a temporary buffer.
     fn write(&self, p: &Program, st: &mut RunState, b: BufferId, t: &Tensor) -> Result<(), ExecError> {
         let buf = &p.buffers[b];
-        if !matches!(self.locs[b.index()], Loc::Temp) || t.dtype() != buf.dtype || t.numel() != st.lens[b.index()] {
+        if t.dtype() != buf.dtype || t.numel() != st.lens[b.index()] {
             return Err(ExecError::Invalid(format!("a result {t} does not fit {b}")));
+        }
+        match self.locs[b.index()] {
+            Loc::Temp => {}
+            Loc::Output(k) => {
+                let dst = st.outs[k].data_mut().as_bytes_mut();
+                let dst = dst.ok_or_else(|| ExecError::Invalid(format!("{b} cannot be written as bytes")))?;
+                crate::kernel::eval::data_to_bytes(t.data(), dst);
+                return Ok(());
+            }
+            Loc::Input(_) | Loc::Const(_) => return Err(ExecError::Invalid(format!("{b} is read-only"))),
         }
         let off = st.offsets[b.index()];
         let len = st.bytes[b.index()];
@@ -649,6 +768,7 @@ impl Plan {
             Loc::Input(n) => data_ptr(inputs[*n].data()),
             Loc::Const(t) => data_ptr(t.data()),
             Loc::Temp => arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize + st.offsets[b.index()],
+            Loc::Output(k) => out_ptr(&mut st.outs[*k]),
         }
     }
 
@@ -707,6 +827,7 @@ impl Plan {
                     offsets: &st.offsets,
                     inputs,
                     arena: arena_bytes_mut(&mut st.arena),
+                    outs: &mut st.outs,
                     kernel: &k.prepared.name,
                 };
                 run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
@@ -724,6 +845,7 @@ impl Plan {
                         Loc::Input(n) => data_ptr(inputs[*n].data()),
                         Loc::Const(t) => data_ptr(t.data()),
                         Loc::Temp => base + st.offsets[i],
+                        Loc::Output(k) => out_ptr(&mut st.outs[*k]),
                     });
                 }
                 let count = k.prepared.outer_count(&st.dims);
@@ -735,6 +857,11 @@ impl Plan {
             }
         }
     }
+}
+
+/// The address of an output slot's data, for writing (bool slots are never `Loc::Output`).
+fn out_ptr(t: &mut Tensor) -> usize {
+    t.data_mut().as_bytes_mut().map_or(0, |b| b.as_mut_ptr() as usize)
 }
 
 /// The address of typed data.
