@@ -406,3 +406,15 @@ fn dump_stats_counts_nodes_per_op_and_rung() {
     assert!(out.lines().next().unwrap().contains("parsed") && out.contains("functional"), "{out}");
     assert!(row("total").split_whitespace().count() >= 3, "{out}");
 }
+
+#[test]
+fn dump_clif_and_asm_show_each_kernel() {
+    let dir = scratch("clif");
+    let model = small_model(&dir);
+    let m = model.to_str().unwrap();
+    let clif = ok(&["dump", m, "--stage", "kernels", "--clif"]);
+    assert!(clif.contains("; kernel k0") && clif.contains("function"), "{clif}");
+    let asm = ok(&["dump", m, "--stage", "kernels", "--asm"]);
+    assert!(asm.contains("; kernel k0") && asm.contains("ret"), "{asm}");
+    fails(&["dump", m, "--clif"], &["--clif and --asm go with --stage kernels"]);
+}

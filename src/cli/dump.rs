@@ -28,6 +28,14 @@ pub struct DumpArgs {
     /// each covers and reads, what is materialised and why, why neighbours are not fused).
     #[arg(long)]
     pub explain: bool,
+    /// With `--stage kernels`: print each kernel's Cranelift IR as the CPU backend builds it
+    /// (before Cranelift's own optimisation), or why the kernel runs on the reference executor.
+    #[arg(long)]
+    pub clif: bool,
+    /// With `--stage kernels`: print each kernel's machine code (Cranelift's listing after
+    /// register allocation), or why the kernel runs on the reference executor.
+    #[arg(long)]
+    pub asm: bool,
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -37,6 +45,30 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     let g = model::load(args.model.as_deref())?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
+    }
+    if args.clif || args.asm {
+        if args.stage != "kernels" {
+            return Err(Error::Usage("--clif and --asm go with --stage kernels".into()));
+        }
+        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
+        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
+        let s = ladder::sched::schedule_explained(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        let mut text = String::new();
+        for step in &s.program.steps {
+            if let ladder::kernel::Step::Kernel(k) = step {
+                let options = ladder::backend::cpu::CpuOptions::default();
+                let code = if args.asm {
+                    ladder::backend::cpu::asm_text(k, &s.program, options)
+                } else {
+                    ladder::backend::cpu::clif_text(k, &s.program, options)
+                };
+                match code {
+                    Ok(clif) => text.push_str(&format!("; kernel {}\n{clif}\n", k.name)),
+                    Err(e) => text.push_str(&format!("; kernel {}: runs on the reference executor: {e}\n\n", k.name)),
+                }
+            }
+        }
+        return out.write_all(text.as_bytes()).map_err(Error::Stdout);
     }
     if args.explain {
         if args.stage != "kernels" {

@@ -307,13 +307,26 @@ impl Gen<'_, '_> {
             }
             accs.push(AccVars { val, idx, seen, vecs });
         }
+        // Values later stages read are pinned where they are computed (see `pin`) when a later
+        // stage has loops they could otherwise be sunk into.
+        let loops_follow = kernel.stages[si + 1..].iter().any(|s| !s.inner.is_empty());
         if stage.inner.is_empty() {
             let rows = self.rows(si, None);
             let locals = self.body(si, Mode::Scalar, None, &rows, &accs)?;
-            for (g, l) in self.globals.iter_mut().zip(locals) {
-                if l.is_some() {
-                    *g = l;
+            let consts: Vec<Reg> = stage
+                .body
+                .iter()
+                .filter_map(|i| match i {
+                    Instr::Const { dst, .. } => Some(*dst),
+                    _ => None,
+                })
+                .collect();
+            for (r, l) in locals.into_iter().enumerate() {
+                let Some(mut v) = l else { continue };
+                if loops_follow && !consts.iter().any(|c| c.index() == r) {
+                    v = self.pin(v);
                 }
+                self.globals[r] = Some(v);
             }
         } else {
             self.inner(si, 0, &accs, plan)?;
@@ -349,9 +362,24 @@ impl Gen<'_, '_> {
                     if acc.dtype == DType::F32 { self.b.ins().f32const(0.0) } else { self.b.ins().f64const(0.0) };
                 v = self.b.ins().select(empty, zero, v);
             }
+            if loops_follow {
+                v = self.pin(v);
+            }
             self.globals[acc.result.index()] = Some(v);
         }
         Ok(())
+    }
+
+    /// `v` through a stack slot: a store and a load, which Cranelift never moves. Without it,
+    /// its mid-end may place a pure computation (a reduction's final horizontal combine, a
+    /// row's `1 / sqrt(var + eps)`) inside the next loop that uses it, once per element
+    /// instead of once per row.
+    fn pin(&mut self, v: Value) -> Value {
+        use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
+        let ty = self.b.func.dfg.value_type(v);
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, ty.bytes(), 4));
+        self.b.ins().stack_store(types::I64, v, slot, 0);
+        self.b.ins().stack_load(types::I64, ty, slot, 0)
     }
 
     fn inner(&mut self, si: usize, d: usize, accs: &[AccVars], plan: Option<u32>) -> Result<(), CodegenError> {
