@@ -207,16 +207,8 @@ impl Tensor {
         if self.shape != other.shape {
             return false;
         }
-        match (&self.data, &other.data) {
-            (TensorData::F32(a), TensorData::F32(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (TensorData::F64(a), TensorData::F64(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (TensorData::F16(a), TensorData::F16(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (TensorData::BF16(a), TensorData::BF16(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (TensorData::I32(a), TensorData::I32(b)) => a == b,
-            (TensorData::I64(a), TensorData::I64(b)) => a == b,
-            (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
-            _ => false,
-        }
+        // Same dtype and the same bytes (a memcmp; bools are stored as 0 and 1).
+        self.data.dtype() == other.data.dtype() && self.data.as_bytes() == other.data.as_bytes()
     }
 }
 
