@@ -1535,14 +1535,36 @@ pub fn check_op_with(
     lower: &dyn Fn(&Graph) -> Result<Lowering, LowerError>,
 ) -> CaseResult {
     let Some(case) = generate_case(op, case_bytes) else { return CaseResult::Skipped(Skip::NoValidCase) };
-    check_case(&case, case_bytes, lower)
+    check_case(&case, case_bytes, lower, &run_on_interp)
 }
 
-/// Runs and compares one generated case.
+/// Runs a lowered graph: its outputs, or why not.
+pub type Executor<'a> = &'a dyn Fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+/// The interpreter in the graph's dtypes (what [`check_op`] runs the lowered graph on).
+pub fn run_on_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    interp::run(g, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
+}
+
+/// The CPU backend: a plan compiled in native mode (Cranelift kernels, GEMM) on one thread.
+pub fn run_on_cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let options = crate::runtime::CompileOptions::native_cpu(1).map_err(|e| format!("cpu backend: {e}"))?;
+    let plan = crate::runtime::compile(g, &options).map_err(|e| format!("compile: {e}"))?;
+    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
+}
+
+/// [`check_op`] with the lowered graph run by `exec` (the CPU backend, say).
+pub fn check_op_on(op: OpKind, case_bytes: &[u8], exec: Executor) -> CaseResult {
+    let Some(case) = generate_case(op, case_bytes) else { return CaseResult::Skipped(Skip::NoValidCase) };
+    check_case(&case, case_bytes, &lower_to_prims, exec)
+}
+
+/// Runs and compares one generated case: `lower` makes the prims graph, `exec` runs it.
 pub fn check_case(
     case: &Case,
     case_bytes: &[u8],
     lower: &dyn Fn(&Graph) -> Result<Lowering, LowerError>,
+    exec: Executor,
 ) -> CaseResult {
     let op = case.op;
     let precise = Options { precise: true, ..Options::default() };
@@ -1573,13 +1595,13 @@ pub fn check_case(
         let name = format!("{}.mutated", case.graph.input_name(input));
         expected.push((name, reference.inputs_after[input].clone(), output));
     }
-    let got = match interp::run(&lowering.graph, &case.inputs, &Options::default()) {
+    let got = match exec(&lowering.graph, &case.inputs) {
         Ok(o) => o,
-        Err(e) => return fail(FailureKind::Run(e.to_string()), Some(lowered_text)),
+        Err(e) => return fail(FailureKind::Run(e), Some(lowered_text)),
     };
     let mut agreement = Agreement::default();
     for (name, want, index) in &expected {
-        let Some(have) = got.outputs.get(*index) else {
+        let Some(have) = got.get(*index) else {
             let m = format!("the lowered graph has no output {index} (`{name}`)");
             return fail(FailureKind::Lowering(m), Some(lowered_text));
         };
