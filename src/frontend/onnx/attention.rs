@@ -93,7 +93,11 @@ fn slice(imp: &mut Importer, v: Value, axis: usize, start: u64, end: u64) -> NRe
     imp.emit(
         K::Slice,
         &[v],
-        &[("axis", AttrValue::Int(axis as i64)), ("start", AttrValue::Int(start as i64)), ("end", AttrValue::Int(end as i64))],
+        &[
+            ("axis", AttrValue::Int(axis as i64)),
+            ("start", AttrValue::Int(start as i64)),
+            ("end", AttrValue::Int(end as i64)),
+        ],
     )
 }
 
@@ -324,7 +328,11 @@ pub fn attention(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         let col = imp.emit(
             K::Iota,
             &[],
-            &[("shape", dims_attr(&[b.clone(), total.clone()])), ("axis", AttrValue::Int(1)), ("dtype", AttrValue::DType(DType::I64))],
+            &[
+                ("shape", dims_attr(&[b.clone(), total.clone()])),
+                ("axis", AttrValue::Int(1)),
+                ("dtype", AttrValue::DType(DType::I64)),
+            ],
         )?;
         let lim = reshape(imp, n, &[b.clone(), Dim::new(1)])?;
         let pad_keep = bin(imp, K::Lt, col, lim)?;
@@ -549,7 +557,9 @@ pub fn rotary_embedding(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         };
         let cs = shape(imp, c);
         if cs.len() != 3 || cs[2].as_const() != Some(half) {
-            return invalid(format!("{what} rows must have rotary_embedding_dim / 2 = {half} entries, got shape {cs:?}"));
+            return invalid(format!(
+                "{what} rows must have rotary_embedding_dim / 2 = {half} entries, got shape {cs:?}"
+            ));
         }
         let unit = if seq_axis == 1 { 2 } else { 1 };
         let mut dims = cs.clone();
