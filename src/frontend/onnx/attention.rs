@@ -597,3 +597,267 @@ pub fn rotary_embedding(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     }
     Ok(vec![Some(Slot::Val(reshape(imp, y, &xs)?))])
 }
+
+// ---------------------------------------------------------------------------------------------
+// CausalConvWithState
+
+pub fn causal_conv_with_state(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let w = imp.input(node, 1)?;
+    let bias = imp.opt_input(node, 2)?;
+    let past = imp.opt_input(node, 3)?;
+    let dt = dtype(imp, x);
+    if !dt.is_float() {
+        return invalid(format!("the input must be a float tensor, got {dt}"));
+    }
+    let (xs, ws) = (shape(imp, x), shape(imp, w));
+    if xs.len() != 3 || ws.len() != 3 {
+        return invalid(format!(
+            "input [B, C, L] and weight [C, 1, k] must be 3-D, got ranks {} and {}",
+            xs.len(),
+            ws.len()
+        ));
+    }
+    let c = static_dim(&xs[1], "the channel count")?;
+    let k = static_dim(&ws[2], "the kernel size")?;
+    if ws[0].as_const() != Some(c) || ws[1].as_const() != Some(1) || k == 0 {
+        return invalid(format!("the weight must be [{c}, 1, k] with k >= 1, got {ws:?}"));
+    }
+    let activation = super::import::a_str(node, "activation", "none");
+    let silu = match activation.as_str() {
+        "none" => false,
+        "silu" | "swish" => true,
+        a => return invalid(format!("unknown activation `{a}` (none, silu or swish)")),
+    };
+    let state_dims = [xs[0].clone(), xs[1].clone(), Dim::new(k - 1)];
+    let padded = match past {
+        Some(p) => {
+            if shape(imp, p) != state_dims || dtype(imp, p) != dt {
+                return invalid(format!(
+                    "past_state must be {dt} {state_dims:?}, got {} {:?}",
+                    dtype(imp, p),
+                    shape(imp, p)
+                ));
+            }
+            cat(imp, &[p, x], 2)?
+        }
+        None => imp.emit(
+            K::Pad,
+            &[x],
+            &[("low", AttrValue::Ints(vec![0, 0, (k - 1) as i64])), ("high", AttrValue::Ints(vec![0, 0, 0]))],
+        )?,
+    };
+    // Half-precision convolutions accumulate in f32 and round once, like the reference.
+    let work = if matches!(dt, DType::F16 | DType::BF16) { DType::F32 } else { dt };
+    let (pw, ww) = (convert(imp, padded, work)?, convert(imp, w, work)?);
+    let y = imp.emit(K::Conv, &[pw, ww], &[("groups", AttrValue::Int(c as i64))])?;
+    let y = match bias {
+        None => y,
+        Some(b) => {
+            if shape(imp, b) != [Dim::new(c)] || dtype(imp, b) != dt {
+                return invalid(format!("the bias must be {dt} [{c}], got {} {:?}", dtype(imp, b), shape(imp, b)));
+            }
+            let b = reshape(imp, b, &[Dim::new(c), Dim::new(1)])?;
+            let b = convert(imp, b, work)?;
+            bin(imp, K::Add, y, b)?
+        }
+    };
+    let y = convert(imp, y, dt)?;
+    let y = if silu { imp.emit(K::Silu, &[y], &[])? } else { y };
+    let present = if k == 1 {
+        imp.emit(
+            K::Full,
+            &[],
+            &[("shape", dims_attr(&state_dims)), ("value", AttrValue::Float(0.0)), ("dtype", AttrValue::DType(dt))],
+        )?
+    } else {
+        imp.emit(K::Slice, &[padded], &[("axis", AttrValue::Int(2)), ("start", AttrValue::Int(1 - k as i64))])?
+    };
+    Ok(vec![Some(Slot::Val(y)), Some(Slot::Val(present))])
+}
+
+// ---------------------------------------------------------------------------------------------
+// LinearAttention
+
+/// The most time steps `LinearAttention` unrolls at import.
+const MAX_LINEAR_ATTENTION_STEPS: u64 = 512;
+
+pub fn linear_attention(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let q = imp.input(node, 0)?;
+    let k = imp.input(node, 1)?;
+    let v = imp.input(node, 2)?;
+    let past = imp.opt_input(node, 3)?;
+    let decay = imp.opt_input(node, 4)?;
+    let beta = imp.opt_input(node, 5)?;
+    let dt = dtype(imp, q);
+    if !dt.is_float() {
+        return invalid(format!("query must be a float tensor, got {dt}"));
+    }
+    for (x, what) in [(k, "key"), (v, "value"), (decay.unwrap_or(q), "decay"), (beta.unwrap_or(q), "beta")] {
+        if dtype(imp, x) != dt {
+            return invalid(format!("{what} is {} but query is {dt}", dtype(imp, x)));
+        }
+    }
+    let rule = super::import::a_str(node, "update_rule", "gated_delta");
+    let (gating, delta) = match rule.as_str() {
+        "linear" => (false, false),
+        "gated" => (true, false),
+        "delta" => (false, true),
+        "gated_delta" => (true, true),
+        r => return invalid(format!("unknown update_rule `{r}` (linear, gated, delta or gated_delta)")),
+    };
+    if gating != decay.is_some() {
+        return invalid(format!("update_rule `{rule}` {} the decay input", if gating { "needs" } else { "forbids" }));
+    }
+    if delta != beta.is_some() {
+        return invalid(format!("update_rule `{rule}` {} the beta input", if delta { "needs" } else { "forbids" }));
+    }
+    let (Some(qh), Some(kvh)) = (opt_count(node, "q_num_heads")?, opt_count(node, "kv_num_heads")?) else {
+        return invalid("q_num_heads and kv_num_heads are required");
+    };
+    if qh % kvh != 0 {
+        return invalid(format!("q_num_heads {qh} is not a multiple of kv_num_heads {kvh}"));
+    }
+    let g = qh / kvh;
+    for (x, what) in [(q, "query"), (k, "key"), (v, "value")] {
+        if imp.ty(x).rank() != 3 {
+            return invalid(format!("{what} must be 3-D [B, T, heads*d], got rank {}", imp.ty(x).rank()));
+        }
+    }
+    let qs = shape(imp, q);
+    let (b, t) = (qs[0].clone(), qs[1].clone());
+    let steps = static_dim(&t, "the sequence length of LinearAttention (its recurrence is unrolled at import)")?;
+    if steps > MAX_LINEAR_ATTENTION_STEPS {
+        return unsupported(format!(
+            "LinearAttention over {steps} steps: its recurrence is unrolled at import, up to {MAX_LINEAR_ATTENTION_STEPS} steps"
+        ));
+    }
+    // Computed in f32 (or f64), like the reference; results convert back.
+    let work = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+    let q4 = split_heads(imp, q, qh, "query")?;
+    let k4 = split_heads(imp, k, kvh, "key")?;
+    let v4 = split_heads(imp, v, kvh, "value")?;
+    let (dk, dv) = (shape(imp, k4)[3].clone(), shape(imp, v4)[3].clone());
+    if shape(imp, q4)[3] != dk {
+        return invalid(format!("query head size {} differs from key head size {dk}", shape(imp, q4)[3]));
+    }
+    for (x, what) in [(k, "key"), (v, "value")] {
+        let s = shape(imp, x);
+        if s[0] != b || s[1] != t {
+            return invalid(format!("{what} must share query's batch and length, got {s:?}"));
+        }
+    }
+    let dkn = static_dim(&dk, "the key head size")?;
+    // [B, kv, g, T, dk] queries; [B, kv, T, .] keys and values.
+    let qg = reshape(imp, q4, &[b.clone(), Dim::new(kvh), Dim::new(g), t.clone(), dk.clone()])?;
+    let qg = convert(imp, qg, work)?;
+    let k4 = convert(imp, k4, work)?;
+    let v4 = convert(imp, v4, work)?;
+    // decay as [B, kv, T, dk or 1], beta as [B, kv or 1, T, 1].
+    let per_head = |imp: &mut Importer, x: Value, what: &str, allowed: &[u64]| -> NResult<Value> {
+        let s = shape(imp, x);
+        if s.len() != 3 || s[0] != b || s[1] != t {
+            return invalid(format!("{what} must be [B, T, n], got {s:?}"));
+        }
+        let n = static_dim(&s[2], &format!("the last dim of {what}"))?;
+        let (heads, inner) = if n == kvh && allowed.contains(&kvh) {
+            (kvh, 1)
+        } else if allowed.contains(&n) && n == 1 {
+            (1, 1)
+        } else if allowed.contains(&n) && n == kvh * dkn {
+            (kvh, dkn)
+        } else {
+            return invalid(format!("the last dim of {what} must be one of {allowed:?}, got {n}"));
+        };
+        let r = reshape(imp, x, &[b.clone(), t.clone(), Dim::new(heads), Dim::new(inner)])?;
+        let r = permute(imp, r, &[0, 2, 1, 3])?;
+        convert(imp, r, work)
+    };
+    let gate = match decay {
+        None => None,
+        Some(d) => {
+            let d4 = per_head(imp, d, "decay", &[kvh, kvh * dkn])?;
+            Some(imp.emit(K::Exp, &[d4], &[])?)
+        }
+    };
+    let beta4 = match beta {
+        None => None,
+        Some(bt) => Some(per_head(imp, bt, "beta", &[kvh, 1])?),
+    };
+    let state_dims = [b.clone(), Dim::new(kvh), dk.clone(), dv.clone()];
+    let state_dtype = match past {
+        Some(p) => {
+            if shape(imp, p) != state_dims {
+                return invalid(format!("past_state must be {state_dims:?}, got {:?}", shape(imp, p)));
+            }
+            if !dtype(imp, p).is_float() {
+                return invalid("past_state must be a float tensor");
+            }
+            dtype(imp, p)
+        }
+        None => dt,
+    };
+    let mut state = match past {
+        Some(p) => convert(imp, p, work)?,
+        None => imp.emit(
+            K::Full,
+            &[],
+            &[("shape", dims_attr(&state_dims)), ("value", AttrValue::Float(0.0)), ("dtype", AttrValue::DType(work))],
+        )?,
+    };
+    let scale = match a_float(node, "scale", 0.0) {
+        s if s == 0.0 => 1.0 / (dkn as f64).sqrt(),
+        s => s,
+    };
+    let at = |imp: &mut Importer, x: Value, axis: usize, i: u64| slice(imp, x, axis, i, i + 1);
+    let mut outs = Vec::with_capacity(steps as usize);
+    for i in 0..steps {
+        // [B, kv, 1, dk] and [B, kv, 1, dv].
+        let kt = at(imp, k4, 2, i)?;
+        let mut vt = at(imp, v4, 2, i)?;
+        if let Some(e) = gate {
+            // state *= exp(decay_t) over dk (or the whole head), broadcast over dv.
+            let et = at(imp, e, 2, i)?;
+            let es = shape(imp, et);
+            let et = reshape(imp, et, &[es[0].clone(), es[1].clone(), es[3].clone(), Dim::new(1)])?;
+            state = bin(imp, K::Mul, state, et)?;
+        }
+        if let Some(bt) = beta4 {
+            // v_t = beta_t * (v_t - k_t S).
+            let got = imp.emit(K::Matmul, &[kt, state], &[])?;
+            let diff = bin(imp, K::Sub, vt, got)?;
+            let bt = at(imp, bt, 2, i)?;
+            vt = bin(imp, K::Mul, bt, diff)?;
+        }
+        // S += k_t^T v_t (an outer product).
+        let kcol = reshape(imp, kt, &[b.clone(), Dim::new(kvh), dk.clone(), Dim::new(1)])?;
+        let outer = bin(imp, K::Mul, kcol, vt)?;
+        state = bin(imp, K::Add, state, outer)?;
+        // o_t = scale * q_t S, each query head reading its key/value head's state.
+        let qt = at(imp, qg, 3, i)?;
+        let sg = reshape(imp, state, &[b.clone(), Dim::new(kvh), Dim::new(1), dk.clone(), dv.clone()])?;
+        let ot = imp.emit(K::Matmul, &[qt, sg], &[])?;
+        outs.push(bin_scalar(imp, K::Mul, ot, scale)?);
+    }
+    // [B, kv, g, T, dv] -> [B, T, heads*dv].
+    let o = if outs.is_empty() {
+        imp.emit(
+            K::Full,
+            &[],
+            &[
+                ("shape", dims_attr(&[b.clone(), Dim::new(kvh), Dim::new(g), Dim::new(0), dv.clone()])),
+                ("value", AttrValue::Float(0.0)),
+                ("dtype", AttrValue::DType(work)),
+            ],
+        )?
+    } else {
+        cat(imp, &outs, 3)?
+    };
+    let o = reshape(imp, o, &[b.clone(), Dim::new(qh), t.clone(), dv.clone()])?;
+    let o = permute(imp, o, &[0, 2, 1, 3])?;
+    let hidden = Dim::new(qh).mul(&dv).map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}")))?;
+    let o = reshape(imp, o, &[b, t, hidden])?;
+    let o = convert(imp, o, dt)?;
+    let present = convert(imp, state, state_dtype)?;
+    Ok(vec![Some(Slot::Val(o)), Some(Slot::Val(present))])
+}

@@ -25,8 +25,9 @@
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 //! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
-//!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math (both
-//!   in `attention.rs`).
+//!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
+//!   `CausalConvWithState` is a depthwise `conv` of the state-prefixed input; `LinearAttention`
+//!   unrolls its recurrence over a static length (all in `attention.rs`).
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -47,6 +48,7 @@ pub const SUPPORTED: &[&str] = &[
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CausalConvWithState",
     "CastLike",
     "Ceil",
     "Celu",
@@ -91,6 +93,7 @@ pub const SUPPORTED: &[&str] = &[
     "LeakyRelu",
     "Less",
     "LessOrEqual",
+    "LinearAttention",
     "Log",
     "LogSoftmax",
     "LpNormalization",
@@ -1126,6 +1129,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "LayerNormalization" => layer_norm(imp, node),
         "Attention" => super::attention::attention(imp, node),
         "RotaryEmbedding" => super::attention::rotary_embedding(imp, node),
+        "CausalConvWithState" => super::attention::causal_conv_with_state(imp, node),
+        "LinearAttention" => super::attention::linear_attention(imp, node),
         "RMSNormalization" => {
             let x = imp.input(node, 0)?;
             let scale = imp.input(node, 1)?;
