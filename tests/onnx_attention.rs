@@ -577,3 +577,154 @@ fn rotary_embedding_errors() {
     let ins = [t(&[1, 1, 1, 2], &[1., 2.]), t(&[2, 1], &[1., 1.]), t(&[2, 1], &[0., 0.]), ti(&[1, 1], &[-1])];
     assert!(interp::run(&g, &ins, &Options::default()).is_err());
 }
+
+// ---------------------------------------------------------------------------------------------
+// CausalConvWithState
+
+fn causal_conv(l: &str, k: &str, bias: bool, past: bool, attrs: Vec<AttributeProto>) -> Vec<u8> {
+    let mut ins: Vec<(&str, i32, &[&str])> = vec![("x", FLOAT, &["1", "1", "?"]), ("w", FLOAT, &["1", "1", "?"])];
+    let (xd, wd, sd) = (["1", "1", l], ["1", "1", k], ["1", "1", "1"]);
+    ins[0].2 = &xd;
+    ins[1].2 = &wd;
+    let mut names = vec!["x", "w"];
+    if bias {
+        ins.push(("b", FLOAT, &["1"]));
+        names.push("b");
+    } else {
+        names.push("");
+    }
+    if past {
+        ins.push(("p", FLOAT, &sd));
+        names.push("p");
+    }
+    model("CausalConvWithState", &ins, &names, &["y", "state"], attrs, 27, vec![])
+}
+
+#[test]
+fn causal_conv_hand_values() {
+    // x = [1, 2, 3], kernel [10, 1]: zero-padded [0, 1, 2, 3] gives [1, 12, 23]; the state is
+    // the last k - 1 = 1 value of the padded sequence.
+    let (x, w) = (t(&[1, 1, 3], &[1., 2., 3.]), t(&[1, 1, 2], &[10., 1.]));
+    let g = imp(&causal_conv("3", "2", false, false, vec![]));
+    check(&g, &[x.clone(), w.clone()], 0, &[1, 1, 3], &[1., 12., 23.]);
+    check(&g, &[x.clone(), w.clone()], 1, &[1, 1, 1], &[3.]);
+    // A past state of 5 and a bias of 100.
+    let g = imp(&causal_conv("3", "2", true, true, vec![]));
+    let ins = [x.clone(), w.clone(), t(&[1], &[100.]), t(&[1, 1, 1], &[5.])];
+    check(&g, &ins, 0, &[1, 1, 3], &[151., 112., 123.]);
+    // SiLU (and its alias swish) on the result.
+    for act in ["silu", "swish"] {
+        let g = imp(&causal_conv("3", "2", false, false, vec![a_str("activation", act)]));
+        let silu = |v: f64| v / (1.0 + (-v).exp());
+        check(&g, &[x.clone(), w.clone()], 0, &[1, 1, 3], &[silu(1.), silu(12.), silu(23.)]);
+    }
+    // An empty input with a past: an empty output and the past as the new state.
+    let g = imp(&causal_conv("0", "2", false, true, vec![]));
+    let ins = [t(&[1, 1, 0], &[]), w.clone(), t(&[1, 1, 1], &[7.])];
+    check(&g, &ins, 0, &[1, 1, 0], &[]);
+    check(&g, &ins, 1, &[1, 1, 1], &[7.]);
+    // Kernel size 1: a scaling, and an empty state.
+    let g = imp(&causal_conv("3", "1", false, false, vec![]));
+    let ins = [x, t(&[1, 1, 1], &[2.])];
+    check(&g, &ins, 0, &[1, 1, 3], &[2., 4., 6.]);
+    check(&g, &ins, 1, &[1, 1, 0], &[]);
+}
+
+#[test]
+fn causal_conv_errors() {
+    let invalid = |bytes: Vec<u8>, what: &str| match import_err(&bytes) {
+        NodeError::Invalid(m) => assert!(m.contains(what), "{m}"),
+        e => panic!("expected Invalid({what}), got {e}"),
+    };
+    invalid(causal_conv("3", "2", false, false, vec![a_str("activation", "relu")]), "activation");
+    invalid(causal_conv("3", "0", false, false, vec![]), "k >= 1");
+    // A past state that is not k - 1 long.
+    invalid(causal_conv("3", "3", false, true, vec![]), "past_state");
+    let bytes = model(
+        "CausalConvWithState",
+        &[("x", FLOAT, &["1", "2", "3"]), ("w", FLOAT, &["1", "1", "2"])],
+        &["x", "w"],
+        &["y"],
+        vec![],
+        27,
+        vec![],
+    );
+    invalid(bytes, "weight");
+}
+
+// ---------------------------------------------------------------------------------------------
+// LinearAttention
+
+/// B = 1, T steps, one head of size 1 unless `qh` says otherwise (query hidden = qh).
+fn linear_attn(rule: &str, t: &str, qh: i64, decay: bool, beta: bool, past: bool) -> Vec<u8> {
+    let qd = qh.to_string();
+    let (qs, ks, ss, hs) = (["1", t, qd.as_str()], ["1", t, "1"], ["1", "1", "1", "1"], ["1", t, "1"]);
+    let mut ins: Vec<(&str, i32, &[&str])> = vec![("q", FLOAT, &qs), ("k", FLOAT, &ks), ("v", FLOAT, &ks)];
+    let mut names = vec!["q", "k", "v"];
+    for (on, name, dims) in [(past, "s", &ss[..]), (decay, "d", &hs[..]), (beta, "b", &hs[..])] {
+        if on {
+            ins.push((name, FLOAT, dims));
+            names.push(name);
+        } else {
+            names.push("");
+        }
+    }
+    let attrs = vec![a_str("update_rule", rule), a_int("q_num_heads", qh), a_int("kv_num_heads", 1)];
+    model("LinearAttention", &ins, &names, &["y", "state"], attrs, 27, vec![])
+}
+
+#[test]
+fn linear_attention_hand_values() {
+    // k = [1, 2], v = [3, 4], q = [1, 10], scale 1/sqrt(1).
+    let (q, k, v) = (t(&[1, 2, 1], &[1., 10.]), t(&[1, 2, 1], &[1., 2.]), t(&[1, 2, 1], &[3., 4.]));
+    let half = t(&[1, 2, 1], &[0.5f32.ln(), 0.5f32.ln()]);
+    let beta = t(&[1, 2, 1], &[1., 0.5]);
+    // linear: S = 3, then 3 + 2*4 = 11.
+    let g = imp(&linear_attn("linear", "2", 1, false, false, false));
+    let ins = [q.clone(), k.clone(), v.clone()];
+    check(&g, &ins, 0, &[1, 2, 1], &[3., 110.]);
+    check(&g, &ins, 1, &[1, 1, 1, 1], &[11.]);
+    // gated (decay ln 0.5): S = 3, then 1.5 + 8 = 9.5.
+    let g = imp(&linear_attn("gated", "2", 1, true, false, false));
+    check(&g, &[q.clone(), k.clone(), v.clone(), half.clone()], 0, &[1, 2, 1], &[3., 95.]);
+    // delta (beta [1, 0.5]): v2' = 0.5 (4 - 2*3) = -1, S = 3 + 2*(-1) = 1.
+    let g = imp(&linear_attn("delta", "2", 1, false, true, false));
+    check(&g, &[q.clone(), k.clone(), v.clone(), beta.clone()], 0, &[1, 2, 1], &[3., 10.]);
+    // gated_delta: S = 1.5 after decay, v2' = 0.5 (4 - 2*1.5) = 0.5, S = 2.5.
+    let g = imp(&linear_attn("gated_delta", "2", 1, true, true, false));
+    let ins = [q.clone(), k.clone(), v.clone(), half, beta];
+    check(&g, &ins, 0, &[1, 2, 1], &[3., 25.]);
+    check(&g, &ins, 1, &[1, 1, 1, 1], &[2.5]);
+    // A past state of 10: S = 13 after one step.
+    let g = imp(&linear_attn("linear", "1", 1, false, false, true));
+    let ins = [t(&[1, 1, 1], &[1.]), t(&[1, 1, 1], &[1.]), t(&[1, 1, 1], &[3.]), t(&[1, 1, 1, 1], &[10.])];
+    check(&g, &ins, 0, &[1, 1, 1], &[13.]);
+    // Two query heads share the one key/value head: q = [1, 2] reads S = 3.
+    let g = imp(&linear_attn("linear", "1", 2, false, false, false));
+    let ins = [t(&[1, 1, 2], &[1., 2.]), t(&[1, 1, 1], &[1.]), t(&[1, 1, 1], &[3.])];
+    check(&g, &ins, 0, &[1, 1, 2], &[3., 6.]);
+    // T = 0: an empty output; the state is the (zero) initial state.
+    let g = imp(&linear_attn("linear", "0", 1, false, false, false));
+    let ins = [t(&[1, 0, 1], &[]), t(&[1, 0, 1], &[]), t(&[1, 0, 1], &[])];
+    check(&g, &ins, 0, &[1, 0, 1], &[]);
+    check(&g, &ins, 1, &[1, 1, 1, 1], &[0.]);
+}
+
+#[test]
+fn linear_attention_errors() {
+    let invalid = |bytes: Vec<u8>, what: &str| match import_err(&bytes) {
+        NodeError::Invalid(m) => assert!(m.contains(what), "{m}"),
+        e => panic!("expected Invalid({what}), got {e}"),
+    };
+    invalid(linear_attn("linear", "2", 1, true, false, false), "forbids the decay");
+    invalid(linear_attn("gated", "2", 1, false, false, false), "needs the decay");
+    invalid(linear_attn("delta", "2", 1, false, false, false), "needs the beta");
+    invalid(linear_attn("softmax", "2", 1, false, false, false), "update_rule");
+    // A symbolic or very long sequence: the recurrence is unrolled at import.
+    for t in ["T", "513"] {
+        match import_err(&linear_attn("linear", t, 1, false, false, false)) {
+            NodeError::Unsupported(m) => assert!(m.contains("unrolled"), "{m}"),
+            e => panic!("{e}"),
+        }
+    }
+}
