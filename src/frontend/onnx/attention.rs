@@ -805,8 +805,9 @@ pub fn linear_attention(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             &[("shape", dims_attr(&state_dims)), ("value", AttrValue::Float(0.0)), ("dtype", AttrValue::DType(work))],
         )?,
     };
+    // 0 (the default) means 1/sqrt(d_k).
     let scale = match a_float(node, "scale", 0.0) {
-        s if s == 0.0 => 1.0 / (dkn as f64).sqrt(),
+        0.0 => 1.0 / (dkn as f64).sqrt(),
         s => s,
     };
     let at = |imp: &mut Importer, x: Value, axis: usize, i: u64| slice(imp, x, axis, i, i + 1);
