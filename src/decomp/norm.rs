@@ -27,8 +27,8 @@
 //!   the op: a bool mask adds `where(mask, 0, -inf)` (so a NaN or `+inf` score stays NaN under
 //!   a false entry, as in the op, where `where(mask, s, -inf)` would hide it), a float mask is
 //!   added, and `causal` adds `where(iota_col > iota_row, -inf, 0)`. Then softmax as above,
-//!   `matmul` with `v`, and a final `where(row max == -inf, 0, ·)` gives the op's zero rows
-//!   for rows with nothing to attend.
+//!   `matmul` with `v`, and (with `safe_softmax`) a final `where(row max == -inf, 0, ·)` gives
+//!   the op's zero rows for rows with nothing to attend; without it those rows stay NaN.
 //! - **cross_entropy**: `log_softmax` over the class dim, `gather` of the targets, a `where` on
 //!   `target != ignore_index`, label smoothing with the smoothing term computed only when
 //!   `label_smoothing > 0` (like the op), and the reduction; the mean divides by the number of
@@ -352,6 +352,10 @@ fn attention(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, Deco
     let sum = e.reduce(OpKind::ReduceSum, ex, &[axis], true)?;
     let p = e.div(ex, sum)?;
     let out = e.matmul(p, v, false, false)?;
+    if !node.attrs.bool("safe_softmax") {
+        // Plain softmax: an all -inf row is NaN already; S = 0 gives the matmul's zeros.
+        return e.convert(out, node.ty.dtype);
+    }
     // `_safe_softmax`: a row whose every score is -inf (S = 0 included) attends to nothing.
     let nothing = e.binary_scalar(OpKind::Eq, m, f64::NEG_INFINITY)?;
     let zero = e.full(0.0, dtype, &Shape::scalar())?;

@@ -36,9 +36,11 @@
 //!   `1/sqrt(D)`; with D = 0 every score is 0). Masks are additive biases, as in PyTorch's math
 //!   path: a float mask is added, a false bool-mask entry and (with `causal`) every position
 //!   `j > i` (the top-left-aligned lower triangle of the L×S matrix) add `-inf`; causal and a
-//!   mask may be combined. The scores then go through softmax as above, except that a row
-//!   whose every score is `-inf` (nothing to attend, S = 0 included) gives an all-zero output
-//!   row: PyTorch's math path uses `_safe_softmax` since 2.5 (older versions gave NaN).
+//!   mask may be combined. The scores then go through softmax as above, except that with
+//!   `safe_softmax` (the default) a row whose every score is `-inf` (nothing to attend) gives
+//!   an all-zero output row: PyTorch's math path uses `_safe_softmax` since 2.5 (older
+//!   versions gave NaN). With `safe_softmax=false` such a row is NaN, as plain softmax gives
+//!   (ONNX `Attention`). S = 0 gives zeros either way (an empty sum).
 //!   Fuel: `L*S*(D+Dv)` per batch element.
 //! - `cross_entropy(logits, target)`: logits `[N, C, d...]` (class dim 1) with target
 //!   `[N, d...]`, or logits `[C]` with a scalar target. Per element, `nll = -log_softmax[t]`;
@@ -143,10 +145,10 @@ pub static SPECS: &[OpSpec] = &[
         OpKind::ScaledDotProductAttention,
         "scaled_dot_product_attention",
         Arity::Between(3, 4),
-        &[bool_attr("causal", false), float_attr("scale", f64::NAN)],
+        &[bool_attr("causal", false), float_attr("scale", f64::NAN), bool_attr("safe_softmax", true)],
         infer_attention,
         eval_attention,
-        "softmax(q k^T * scale + mask) v; bool mask true = attend; scale NaN = 1/sqrt(D)",
+        "softmax(q k^T * scale + mask) v; bool mask true = attend; scale NaN = 1/sqrt(D); safe_softmax: all-masked rows give 0, else NaN",
     ),
     high(
         OpKind::CrossEntropy,
@@ -562,6 +564,7 @@ fn eval_attention(
     ctx.charge(work)?;
 
     let causal = attrs.bool("causal");
+    let safe = attrs.bool("safe_softmax");
     let scale = match attrs.float("scale") {
         sc if sc.is_nan() => 1.0 / (d as f64).sqrt(),
         sc => sc,
@@ -589,8 +592,9 @@ fn eval_attention(
                 *sc = score;
             }
             let dst = &mut ys[(b * l + i) * dv..(b * l + i + 1) * dv];
-            // `_safe_softmax`: a row with nothing to attend (every score -inf) gives zeros.
-            if scores.iter().all(|&x| x == f64::NEG_INFINITY) {
+            // `_safe_softmax`: a row with nothing to attend (every score -inf) gives zeros;
+            // plain softmax makes it NaN. An empty row (S = 0) sums to zeros either way.
+            if s == 0 || (safe && scores.iter().all(|&x| x == f64::NEG_INFINITY)) {
                 continue;
             }
             softmax_row(s, false, |j| scores[j], |j, p| probs[j] = p);

@@ -37,6 +37,7 @@
 #[path = "onnx.rs"]
 pub mod proto;
 
+mod attention;
 pub mod conformance;
 mod import;
 mod ops;

@@ -24,6 +24,10 @@
 //! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
+//! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
+//!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
+//!   `CausalConvWithState` is a depthwise `conv` of the state-prefixed input; `LinearAttention`
+//!   unrolls its recurrence over a static length (all in `attention.rs`).
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -40,9 +44,11 @@ pub const SUPPORTED: &[&str] = &[
     "And",
     "ArgMax",
     "ArgMin",
+    "Attention",
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CausalConvWithState",
     "CastLike",
     "Ceil",
     "Celu",
@@ -87,6 +93,7 @@ pub const SUPPORTED: &[&str] = &[
     "LeakyRelu",
     "Less",
     "LessOrEqual",
+    "LinearAttention",
     "Log",
     "LogSoftmax",
     "LpNormalization",
@@ -124,6 +131,7 @@ pub const SUPPORTED: &[&str] = &[
     "SoftmaxCrossEntropyLoss",
     "Reshape",
     "Resize",
+    "RotaryEmbedding",
     "Round",
     "Selu",
     "Shape",
@@ -1119,6 +1127,10 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             one(imp.emit(K::GroupNorm, &[x, scale, b], &[("groups", int(groups)), ("eps", AttrValue::Float(eps))])?)
         }
         "LayerNormalization" => layer_norm(imp, node),
+        "Attention" => super::attention::attention(imp, node),
+        "RotaryEmbedding" => super::attention::rotary_embedding(imp, node),
+        "CausalConvWithState" => super::attention::causal_conv_with_state(imp, node),
+        "LinearAttention" => super::attention::linear_attention(imp, node),
         "RMSNormalization" => {
             let x = imp.input(node, 0)?;
             let scale = imp.input(node, 1)?;
