@@ -39,6 +39,7 @@ pub mod proto;
 
 pub mod conformance;
 mod import;
+mod index;
 mod ops;
 mod tensor;
 mod wire;

@@ -24,6 +24,9 @@
 //! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
+//! - Scans, TopK, the scatters, GatherND, ReverseSequence, Compress, Det, the inverse trig
+//!   ops, Swish, `Pad` with a run-time value and training-mode `BatchNormalization` are in
+//!   `index.rs`, which lists its own choices.
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -36,10 +39,16 @@ use crate::tensor::Tensor;
 /// The op types the importer converts (default domain).
 pub const SUPPORTED: &[&str] = &[
     "Abs",
+    "Acos",
+    "Acosh",
     "Add",
     "And",
     "ArgMax",
     "ArgMin",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -47,6 +56,7 @@ pub const SUPPORTED: &[&str] = &[
     "Ceil",
     "Celu",
     "Clip",
+    "Compress",
     "Concat",
     "Constant",
     "ConstantOfShape",
@@ -54,7 +64,10 @@ pub const SUPPORTED: &[&str] = &[
     "ConvTranspose",
     "Cos",
     "Cosh",
+    "CumProd",
+    "CumSum",
     "DepthToSpace",
+    "Det",
     "Div",
     "Dropout",
     "Einsum",
@@ -68,6 +81,7 @@ pub const SUPPORTED: &[&str] = &[
     "Floor",
     "Gather",
     "GatherElements",
+    "GatherND",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -121,6 +135,10 @@ pub const SUPPORTED: &[&str] = &[
     "Relu",
     "RMSNormalization",
     "NegativeLogLikelihoodLoss",
+    "ReverseSequence",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
     "SoftmaxCrossEntropyLoss",
     "Reshape",
     "Resize",
@@ -143,10 +161,12 @@ pub const SUPPORTED: &[&str] = &[
     "Squeeze",
     "Sub",
     "Sum",
+    "Swish",
     "Tan",
     "Tanh",
     "ThresholdedRelu",
     "Tile",
+    "TopK",
     "Transpose",
     "Trilu",
     "Unsqueeze",
@@ -1077,7 +1097,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         // --- Normalisation ---
         "BatchNormalization" => {
             if a_int(node, "training_mode", 0) != 0 || node.output.iter().skip(1).any(|s| !s.is_empty()) {
-                return unsupported("BatchNormalization in training mode");
+                return super::index::batch_norm_training(imp, node);
             }
             let x = imp.input(node, 0)?;
             let scale = imp.input(node, 1)?;
@@ -1188,6 +1208,10 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
         "Einsum" => einsum(imp, node),
         "If" => if_node(imp, node, depth),
+        "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND" | "ReverseSequence"
+        | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
+            super::index::convert(imp, node)
+        }
         _ => unsupported(format!("op type {op}")),
     }
 }
@@ -1446,6 +1470,7 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let r = imp.rank_of(x);
     let mode = a_str(node, "mode", "constant");
+    let mut run_time_value = None;
     let (pads, value, axes) = if imp.opset < 11 {
         (a_ints(node, "pads").unwrap_or_default(), a_float(node, "value", 0.0), None)
     } else {
@@ -1453,7 +1478,10 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         let value = match imp.float_input(node, 2)? {
             None => 0.0,
             Some(Ok(v)) => v,
-            Some(Err(_)) => return unsupported("a constant_value computed at run time"),
+            Some(Err(v)) => {
+                run_time_value = Some(v);
+                0.0
+            }
         };
         (pads, value, imp.ints_input(node, 3, "axes")?)
     };
@@ -1469,6 +1497,9 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     for (i, &a) in axes.iter().enumerate() {
         low[a] = pads[i];
         high[a] = pads[i + axes.len()];
+    }
+    if let (Some(v), "constant") = (run_time_value, mode.as_str()) {
+        return super::index::pad_runtime_value(imp, x, &low, &high, v);
     }
     if mode == "constant" {
         return one(imp.emit(
