@@ -29,7 +29,7 @@
 //! - `Det` (n <= 4, static) is the Leibniz expansion: a gather of the `n!` permutation
 //!   products, `prod`, signs, `sum`.
 //! - `Asinh`, `Acosh`, `Atanh` are logarithms (`log1p` where it keeps small arguments
-//!   accurate); `Atan` is ladder's `atan`, `Asin(x) = atan(x / sqrt((1-x)(1+x)))`,
+//!   accurate, `log(2|x|)` past `2^(p/2+1)` where squaring would overflow); `Atan` is ladder's `atan`, `Asin(x) = atan(x / sqrt((1-x)(1+x)))`,
 //!   `Acos(x) = 2 atan(sqrt((1-x)/(1+x)))`. `Swish` is `x * sigmoid(alpha x)`.
 //! - `Pad` with a run-time `constant_value`: pad with 0, then `where` over a padded mask.
 //! - `BatchNormalization` in training mode normalises with the batch's mean and (population)
@@ -857,11 +857,12 @@ fn inverse_trig(imp: &mut Importer, op: &str, x: Value) -> NResult<Value> {
             bin(imp, K::Mul, mag, sg)
         }
         "Acosh" => {
-            // log(x + sqrt((x - 1)(x + 1)))
+            // log(x + sqrt(x - 1) sqrt(x + 1)): NaN below 1, no overflow of x².
             let a = bin_scalar(imp, K::Sub, x, 1.0)?;
             let b = bin_scalar(imp, K::Add, x, 1.0)?;
-            let p = bin(imp, K::Mul, a, b)?;
-            let s = un(imp, K::Sqrt, p)?;
+            let sa = un(imp, K::Sqrt, a)?;
+            let sb = un(imp, K::Sqrt, b)?;
+            let s = bin(imp, K::Mul, sa, sb)?;
             let arg = bin(imp, K::Add, x, s)?;
             let small = un(imp, K::Log, arg)?;
             let big = bin_scalar(imp, K::Gt, x, log_threshold(dtype(imp, x)))?;
