@@ -483,3 +483,36 @@ fn node_tests_of_this_slice_pass_on_the_cpu_backend() {
     }
     assert!(passed >= 60, "only {passed} cases passed");
 }
+
+/// The `atan` op itself: hand values, signed zero, ±inf, NaN, empty and size-1 tensors, every
+/// float dtype through its decomposition (the CPU backend), and typed errors.
+#[test]
+fn atan_op_contract() {
+    use ladder::text::parse;
+    let g = parse("graph a(%x: f32[n]) {\n  %y = atan(%x)\n  return %y\n}").unwrap();
+    let xs = [0.0f32, -0.0, 1.0, -1.0, 0.5, 2.5, 1e-30, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let y = run(&g, &[t(&[xs.len()], &xs)]).remove(0);
+    let got = y.to_f64_vec();
+    for (&x, g) in xs.iter().zip(got) {
+        let want = f64::from((f64::from(x).atan()) as f32);
+        assert!((want.is_nan() && g.is_nan()) || want.to_bits() == g.to_bits(), "atan({x}) = {g}, expected {want}");
+    }
+    assert_eq!(run(&g, &[t(&[0], &[])])[0].shape(), &[0]);
+    close(&run(&g, &[t(&[1], &[1.0])])[0], &[1], &[std::f64::consts::FRAC_PI_4]);
+    // f64 through the rational form: within 2 ulp of the libm value.
+    let g = parse("graph a(%x: f64[4]) {\n  %y = atan(%x)\n  return %y\n}").unwrap();
+    let xs = [0.3f64, 0.7, 3.0, -1e-300];
+    let x = Tensor::new(vec![4], ladder::TensorData::F64(xs.to_vec())).unwrap();
+    let got = run(&g, &[x])[0].to_f64_vec();
+    for (&x, g) in xs.iter().zip(got) {
+        assert!((g - x.atan()).abs() <= 2.0 * f64::EPSILON * x.atan().abs(), "atan({x}) = {g}");
+    }
+    // Integer and bool inputs are type errors; so is a second argument.
+    for src in [
+        "graph a(%x: i64[2]) {\n  %y = atan(%x)\n  return %y\n}",
+        "graph a(%x: bool[2]) {\n  %y = atan(%x)\n  return %y\n}",
+        "graph a(%x: f32[2]) {\n  %y = atan(%x, %x)\n  return %y\n}",
+    ] {
+        assert!(parse(src).is_err(), "{src}");
+    }
+}
