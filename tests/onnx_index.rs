@@ -52,7 +52,7 @@ fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
 /// Both backends must fail.
 #[track_caller]
 fn run_fails(g: &Graph, inputs: &[Tensor]) -> String {
-    let a = interp::run(g, inputs, &Options::default()).err().expect("the interpreter run should fail");
+    let Err(a) = interp::run(g, inputs, &Options::default()) else { panic!("the interpreter run should fail") };
     assert!(cpu(g, inputs).is_err(), "the cpu run should fail");
     a.to_string()
 }
@@ -154,7 +154,15 @@ fn cumsum_and_cumprod() {
     ));
     close(&run(&g, &[t(&[4], &[1., 2., 3., 4.])])[0], &[4], &[24., 24., 12., 4.]);
     // The axis must be known at import; a bad axis is invalid.
-    let e = imp_err(&model("CumSum", vec![vi("x", FLOAT, &["3"]), vi("axis", INT64, &[])], vec![], &[], &["y"], vec![], 14));
+    let e = imp_err(&model(
+        "CumSum",
+        vec![vi("x", FLOAT, &["3"]), vi("axis", INT64, &[])],
+        vec![],
+        &[],
+        &["y"],
+        vec![],
+        14,
+    ));
     assert!(matches!(&e, NodeError::Unsupported(m) if m.contains("must be a constant")), "{e}");
     let e = imp_err(&model("CumSum", vec![vi("x", FLOAT, &["3"])], vec![axis(1)], &["axis"], &["y"], vec![], 14));
     assert!(matches!(e, NodeError::Invalid(_)), "{e}");
@@ -201,7 +209,15 @@ fn top_k_orders_nan_first_and_ties_by_index() {
     // k larger than the axis, a run-time k, a symbolic axis.
     let e = imp_err(&model("TopK", vec![vi("x", FLOAT, &["3"])], vec![k(4)], &["k"], &["v", "i"], vec![], 11));
     assert!(matches!(e, NodeError::Invalid(_)), "{e}");
-    let e = imp_err(&model("TopK", vec![vi("x", FLOAT, &["3"]), vi("k", INT64, &["1"])], vec![], &[], &["v", "i"], vec![], 11));
+    let e = imp_err(&model(
+        "TopK",
+        vec![vi("x", FLOAT, &["3"]), vi("k", INT64, &["1"])],
+        vec![],
+        &[],
+        &["v", "i"],
+        vec![],
+        11,
+    ));
     assert!(matches!(&e, NodeError::Unsupported(m) if m.contains("must be a constant")), "{e}");
     let e = imp_err(&model("TopK", vec![vi("x", FLOAT, &["n"])], vec![k(1)], &["k"], &["v", "i"], vec![], 11));
     assert!(matches!(e, NodeError::Unsupported(_)), "{e}");
@@ -243,9 +259,7 @@ fn scatter_elements_reductions() {
     let g = scatter_model("max", 0, &["2", "3"], &["1", "2"]);
     close(&run(&g, &[x.clone(), ti(&[1, 2], &[1, 0]), t(&[1, 2], &[9., 0.])])[0], &[2, 3], &[1., 2., 3., 9., 5., 6.]);
     // Out-of-range indices fail in every mode.
-    for g in [&g] {
-        run_fails(g, &[x.clone(), ti(&[1, 2], &[2, 0]), t(&[1, 2], &[9., 0.])]);
-    }
+    run_fails(&g, &[x.clone(), ti(&[1, 2], &[2, 0]), t(&[1, 2], &[9., 0.])]);
     let bad = ti(&[2, 2], &[3, 0, 1, 0]);
     for g in [&scatter_model("none", 1, &["2", "3"], &["2", "2"]), &add, &mul] {
         run_fails(g, &[x.clone(), bad.clone(), u.clone()]);
@@ -352,15 +366,39 @@ fn reverse_sequence_and_compress() {
     // Column 0 reverses its first 3 steps, column 1 its first 1.
     close(&run(&g, &[t(&[3, 2], &[1., 2., 3., 4., 5., 6.]), ti(&[2], &[3, 1])])[0], &[3, 2], &[5., 2., 3., 4., 1., 6.]);
     let cond = tensor_bool("c", &[3], &[true, false, true]);
-    let g = imp(&model("Compress", vec![vi("x", FLOAT, &["3", "2"])], vec![cond.clone()], &["c"], &["y"], vec![a_int("axis", 0)], 11));
+    let g = imp(&model(
+        "Compress",
+        vec![vi("x", FLOAT, &["3", "2"])],
+        vec![cond.clone()],
+        &["c"],
+        &["y"],
+        vec![a_int("axis", 0)],
+        11,
+    ));
     close(&run(&g, &[t(&[3, 2], &[1., 2., 3., 4., 5., 6.])])[0], &[2, 2], &[1., 2., 5., 6.]);
     // Without an axis the input is flattened; a short condition keeps a prefix.
     let g = imp(&model("Compress", vec![vi("x", FLOAT, &["2", "2"])], vec![cond], &["c"], &["y"], vec![], 11));
     close(&run(&g, &[t(&[2, 2], &[1., 2., 3., 4.])])[0], &[2], &[1., 3.]);
-    let e = imp_err(&model("Compress", vec![vi("x", FLOAT, &["2"]), vi("c", BOOL, &["2"])], vec![], &[], &["y"], vec![], 11));
+    let e = imp_err(&model(
+        "Compress",
+        vec![vi("x", FLOAT, &["2"]), vi("c", BOOL, &["2"])],
+        vec![],
+        &[],
+        &["y"],
+        vec![],
+        11,
+    ));
     assert!(matches!(e, NodeError::Unsupported(_)), "{e}");
     let long = tensor_bool("c", &[3], &[false, false, true]);
-    let e = imp_err(&model("Compress", vec![vi("x", FLOAT, &["2"])], vec![long], &["c"], &["y"], vec![a_int("axis", 0)], 11));
+    let e = imp_err(&model(
+        "Compress",
+        vec![vi("x", FLOAT, &["2"])],
+        vec![long],
+        &["c"],
+        &["y"],
+        vec![a_int("axis", 0)],
+        11,
+    ));
     assert!(matches!(e, NodeError::Invalid(_)), "{e}");
 }
 
@@ -380,11 +418,14 @@ fn det_inverse_trig_and_swish() {
     let x = t(&[xs.len()], &xs);
     let f = |op: &str| imp(&model(op, vec![vi("x", FLOAT, &["10"])], vec![], &[], &["y"], vec![], 22));
     type F = fn(f64) -> f64;
-    let cases: [(&str, F); 6] =
-        [("Asin", f64::asin), ("Acos", f64::acos), ("Atan", f64::atan), ("Asinh", f64::asinh), ("Atanh", f64::atanh), (
-            "Acosh",
-            f64::acosh,
-        )];
+    let cases: [(&str, F); 6] = [
+        ("Asin", f64::asin),
+        ("Acos", f64::acos),
+        ("Atan", f64::atan),
+        ("Asinh", f64::asinh),
+        ("Atanh", f64::atanh),
+        ("Acosh", f64::acosh),
+    ];
     for (op, func) in cases {
         let got = run(&f(op), std::slice::from_ref(&x))[0].to_f64_vec();
         for (&a, g) in xs.iter().zip(got) {
@@ -405,7 +446,10 @@ fn det_inverse_trig_and_swish() {
     let h = f64::from(std::f32::consts::FRAC_PI_2);
     assert_eq!(got, vec![h, -h, h, -h]);
     let got = run(&g4("Asinh"), std::slice::from_ref(&big))[0].to_f64_vec();
-    assert!((got[0] - 1e30f64.asinh()).abs() < 1e-5 * 70.0 && got[2] == f64::INFINITY && got[3] == f64::NEG_INFINITY, "{got:?}");
+    assert!(
+        (got[0] - 1e30f64.asinh()).abs() < 1e-5 * 70.0 && got[2] == f64::INFINITY && got[3] == f64::NEG_INFINITY,
+        "{got:?}"
+    );
     let got = run(&g4("Acosh"), std::slice::from_ref(&big))[0].to_f64_vec();
     assert!((got[0] - 1e30f64.acosh()).abs() < 1e-5 * 70.0 && got[1].is_nan() && got[2] == f64::INFINITY, "{got:?}");
     // Integer input is invalid.
@@ -467,8 +511,19 @@ fn node_tests_of_this_slice_pass_on_the_cpu_backend() {
         return;
     }
     let prefixes = [
-        "test_cumsum", "test_cumprod", "test_top_k", "test_scatter", "test_gathernd", "test_reversesequence", "test_det",
-        "test_asin", "test_acos", "test_atan", "test_swish", "test_constant_pad", "test_batchnorm",
+        "test_cumsum",
+        "test_cumprod",
+        "test_top_k",
+        "test_scatter",
+        "test_gathernd",
+        "test_reversesequence",
+        "test_det",
+        "test_asin",
+        "test_acos",
+        "test_atan",
+        "test_swish",
+        "test_constant_pad",
+        "test_batchnorm",
     ];
     let backend = |g: &Graph, x: &[Tensor]| cpu(g, x);
     let mut passed = 0;

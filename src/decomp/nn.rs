@@ -355,39 +355,6 @@ fn softplus(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f32_keys_are_ordered() {
-        let xs = [f32::NEG_INFINITY, f32::MIN, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1.0, f32::MAX, f32::INFINITY];
-        for w in xs.windows(2) {
-            assert!(key(w[0]) < key(w[1]), "{} {}", w[0], w[1]);
-        }
-        for x in xs {
-            assert_eq!(from_key(key(x)).to_bits(), x.to_bits());
-        }
-        assert_eq!(key(-0.0) + 1, key(0.0));
-        assert_eq!(from_key(key(1.0) + 1), 1.0 + f32::EPSILON);
-    }
-
-    /// The bound agrees with the op's f64 test on both sides of it.
-    #[test]
-    fn softplus_branch_bound_is_exact() {
-        for (beta, thr) in [(1.0, 20.0), (3.0, 1.0), (0.1, 20.0), (-2.5, 3.0), (7.0, -1e-30), (1e-40, 0.0)] {
-            let (bound, up) = softplus_linear_f32(beta, thr).unwrap();
-            let holds = |x: f32| beta * x as f64 > thr;
-            let (inside, outside) =
-                if up { (bound, from_key(key(bound) - 1)) } else { (bound, from_key(key(bound) + 1)) };
-            assert!(holds(inside) && !holds(outside), "beta {beta} thr {thr}: bound {bound}");
-        }
-        assert_eq!(softplus_linear_f32(1.0, f64::INFINITY), None);
-        assert_eq!(softplus_linear_f32(-1.0, f64::INFINITY), None);
-        assert_eq!(softplus_linear_f32(1.0, f64::NEG_INFINITY), Some((f32::MIN, true)));
-    }
-}
-
 /// `atan`: Cephes' reduction of `a = |x|` to `t` in `[-tan(π/8), tan(π/8)]` (`t = -1/a` past
 /// `tan(3π/8)` with base `π/2`, `(a-1)/(a+1)` past `tan(π/8)` (0.66 in f64) with base `π/4`),
 /// `base + (t + t z P(z))` with `z = t²`: a degree-4 polynomial in f32 (Cephes' `atanf`), the
@@ -414,10 +381,20 @@ fn atan(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
         let base = e.select(mid, quarter, zero)?;
         let base = e.select(big, half, base)?;
         let s = if wide {
-            const P: [f64; 5] =
-                [-0.875_060_860_003_190_4, -16.157_537_187_333_652, -75.008_557_923_147_05, -122.886_668_449_013_61, -64.850_219_049_420_25];
-            const Q: [f64; 5] =
-                [24.858_464_901_423_062, 165.027_009_831_698_85, 432.881_060_491_290_27, 485.390_399_635_913_7, 194.550_657_148_261_4];
+            const P: [f64; 5] = [
+                -0.875_060_860_003_190_4,
+                -16.157_537_187_333_652,
+                -75.008_557_923_147_05,
+                -122.886_668_449_013_61,
+                -64.850_219_049_420_25,
+            ];
+            const Q: [f64; 5] = [
+                24.858_464_901_423_062,
+                165.027_009_831_698_85,
+                432.881_060_491_290_27,
+                485.390_399_635_913_7,
+                194.550_657_148_261_4,
+            ];
             const MOREBITS: f64 = 6.123_233_995_736_766e-17;
             let mut p = k(e, P[0], z)?;
             for c in &P[1..] {
@@ -454,4 +431,37 @@ fn atan(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
         let sg = un(e, Sign, x)?;
         bin(e, Mul, y, sg)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_keys_are_ordered() {
+        let xs = [f32::NEG_INFINITY, f32::MIN, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1.0, f32::MAX, f32::INFINITY];
+        for w in xs.windows(2) {
+            assert!(key(w[0]) < key(w[1]), "{} {}", w[0], w[1]);
+        }
+        for x in xs {
+            assert_eq!(from_key(key(x)).to_bits(), x.to_bits());
+        }
+        assert_eq!(key(-0.0) + 1, key(0.0));
+        assert_eq!(from_key(key(1.0) + 1), 1.0 + f32::EPSILON);
+    }
+
+    /// The bound agrees with the op's f64 test on both sides of it.
+    #[test]
+    fn softplus_branch_bound_is_exact() {
+        for (beta, thr) in [(1.0, 20.0), (3.0, 1.0), (0.1, 20.0), (-2.5, 3.0), (7.0, -1e-30), (1e-40, 0.0)] {
+            let (bound, up) = softplus_linear_f32(beta, thr).unwrap();
+            let holds = |x: f32| beta * x as f64 > thr;
+            let (inside, outside) =
+                if up { (bound, from_key(key(bound) - 1)) } else { (bound, from_key(key(bound) + 1)) };
+            assert!(holds(inside) && !holds(outside), "beta {beta} thr {thr}: bound {bound}");
+        }
+        assert_eq!(softplus_linear_f32(1.0, f64::INFINITY), None);
+        assert_eq!(softplus_linear_f32(-1.0, f64::INFINITY), None);
+        assert_eq!(softplus_linear_f32(1.0, f64::NEG_INFINITY), Some((f32::MIN, true)));
+    }
 }

@@ -144,7 +144,11 @@ fn iota(imp: &mut Importer, d: &[Dim], axis: usize, dt: DType) -> NResult<Value>
 }
 
 fn full(imp: &mut Importer, d: &[Dim], value: f64, dt: DType) -> NResult<Value> {
-    imp.emit(K::Full, &[], &[("shape", dims_attr(d)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dt))])
+    imp.emit(
+        K::Full,
+        &[],
+        &[("shape", dims_attr(d)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dt))],
+    )
 }
 
 fn slice(imp: &mut Importer, v: Value, axis: usize, start: i64, end: i64) -> NResult<Value> {
@@ -259,9 +263,8 @@ pub fn convert(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn cumulative(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let d = shape(imp, x);
-    let axis = imp
-        .ints_input(node, 1, "axis")?
-        .ok_or_else(|| NodeError::Invalid("the axis (input 1) is required".into()))?;
+    let axis =
+        imp.ints_input(node, 1, "axis")?.ok_or_else(|| NodeError::Invalid("the axis (input 1) is required".into()))?;
     let [axis] = axis[..] else { return invalid("the axis must hold one value") };
     let axis = norm_axis(axis, d.len())?;
     let dt = dtype(imp, x);
@@ -523,7 +526,7 @@ fn scatter_dense(imp: &mut Importer, x: Value, idx: Value, upd: Value, axis: usi
     } else {
         imp.emit(reducer, &[vals], &[("axes", ints(&[r as i64 - 1])), ("keepdim", AttrValue::Bool(false))])?
     }; // [lead.., n]
-    // Pad the leading dims up to x's.
+       // Pad the leading dims up to x's.
     let xtd = shape(imp, xt);
     let rd = shape(imp, red_v);
     let mut high = vec![0i64; r];
@@ -593,7 +596,11 @@ fn flat_index(imp: &mut Importer, idx: Value, dims: &[u64]) -> NResult<Value> {
     select(imp, bad, m, flat)
 }
 
-fn nd_parts(imp: &Importer, data: Value, idx: Value, batch: usize) -> NResult<(Vec<Dim>, Vec<Dim>, Vec<u64>, Vec<Dim>)> {
+/// The parts of a GatherND/ScatterND operand: batch dims, index-tuple dims, the indexed
+/// (static) dims and the trailing dims.
+type NdParts = (Vec<Dim>, Vec<Dim>, Vec<u64>, Vec<Dim>);
+
+fn nd_parts(imp: &Importer, data: Value, idx: Value, batch: usize) -> NResult<NdParts> {
     let dd = shape(imp, data);
     let id = shape(imp, idx);
     if id.is_empty() {
@@ -710,14 +717,13 @@ fn compress(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         }
     };
     let d = shape(imp, x);
-    let n = d[axis]
-        .as_const()
-        .ok_or_else(|| NodeError::Unsupported("Compress along a symbolic dim".into()))?;
+    let n = d[axis].as_const().ok_or_else(|| NodeError::Unsupported("Compress along a symbolic dim".into()))?;
     let flags = cond.to_f64_vec();
     if flags.iter().skip(n as usize).any(|&f| f != 0.0) {
         return invalid(format!("the condition selects past the axis' {n} elements"));
     }
-    let keep: Vec<i64> = flags.iter().take(n as usize).enumerate().filter(|(_, &f)| f != 0.0).map(|(i, _)| i as i64).collect();
+    let keep: Vec<i64> =
+        flags.iter().take(n as usize).enumerate().filter(|(_, &f)| f != 0.0).map(|(i, _)| i as i64).collect();
     let k = keep.len();
     let t = Tensor::from_i64(&[k], keep).map_err(|e| NodeError::Invalid(e.to_string()))?;
     let kept = imp.constant("compress_index", t);
@@ -736,8 +742,10 @@ fn compress(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn permutations(n: usize) -> Vec<(Vec<usize>, i64)> {
     fn go(prefix: &mut Vec<usize>, rest: &mut Vec<usize>, out: &mut Vec<(Vec<usize>, i64)>) {
         if rest.is_empty() {
-            let inversions =
-                (0..prefix.len()).flat_map(|i| (i + 1..prefix.len()).map(move |j| (i, j))).filter(|&(i, j)| prefix[i] > prefix[j]).count();
+            let inversions = (0..prefix.len())
+                .flat_map(|i| (i + 1..prefix.len()).map(move |j| (i, j)))
+                .filter(|&(i, j)| prefix[i] > prefix[j])
+                .count();
             out.push((prefix.clone(), if inversions % 2 == 0 { 1 } else { -1 }));
             return;
         }
@@ -889,7 +897,8 @@ pub fn pad_runtime_value(imp: &mut Importer, x: Value, low: &[i64], high: &[i64]
     let d = shape(imp, x);
     let p = imp.emit(K::Pad, &[x], &[("low", ints(low)), ("high", ints(high)), ("value", AttrValue::Float(0.0))])?;
     let ones = full(imp, &d, 1.0, DType::Bool)?;
-    let mask = imp.emit(K::Pad, &[ones], &[("low", ints(low)), ("high", ints(high)), ("value", AttrValue::Float(0.0))])?;
+    let mask =
+        imp.emit(K::Pad, &[ones], &[("low", ints(low)), ("high", ints(high)), ("value", AttrValue::Float(0.0))])?;
     let v = cast(imp, value, dt)?;
     if shape(imp, v).iter().any(|d| d.as_const() != Some(1)) {
         return invalid("constant_value must be a scalar");
@@ -913,11 +922,8 @@ pub fn batch_norm_training(imp: &mut Importer, node: &NodeProto) -> NResult<Outs
     }
     let axes: Vec<i64> = (0..r as i64).filter(|&a| a != 1).collect();
     let bm = imp.emit(K::Mean, &[x], &[("axes", ints(&axes)), ("keepdim", AttrValue::Bool(false))])?;
-    let bv = imp.emit(
-        K::Var,
-        &[x],
-        &[("axes", ints(&axes)), ("keepdim", AttrValue::Bool(false)), ("correction", int(0))],
-    )?;
+    let bv =
+        imp.emit(K::Var, &[x], &[("axes", ints(&axes)), ("keepdim", AttrValue::Bool(false)), ("correction", int(0))])?;
     let y = imp.emit(K::BatchNorm, &[x, bm, bv, scale, b], &[("eps", AttrValue::Float(eps))])?;
     let mut outs = vec![Some(Slot::Val(y))];
     let want = |i: usize| node.output.get(i).is_some_and(|s| !s.is_empty());

@@ -1208,8 +1208,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
         "Einsum" => einsum(imp, node),
         "If" => if_node(imp, node, depth),
-        "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND" | "ReverseSequence"
-        | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
+        "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND"
+        | "ReverseSequence" | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
             super::index::convert(imp, node)
         }
         _ => unsupported(format!("op type {op}")),
