@@ -126,7 +126,7 @@ pub fn tolerance(op: OpKind) -> Tolerance {
         | MaskedFillInplace | SliceAssignInplace => Exact,
         // Pointwise chains.
         Hardsigmoid | Hardswish => Ulp { ulps: 4, floor_eps: 1.0 },
-        Sigmoid | Elu => Ulp { ulps: 4, floor_eps: 0.0 },
+        Sigmoid | Elu | Atan => Ulp { ulps: 4, floor_eps: 0.0 },
         Silu | Softplus => Ulp { ulps: 8, floor_eps: 0.0 },
         Gelu => Ulp { ulps: 16, floor_eps: 8.0 },
         // Reductions, contractions, normalisations.

@@ -149,14 +149,11 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
     };
     let unsupported = {
         let n = vec![
-            node("TopK", &["x", "k"], &["v", "i"], vec![]),
+            node("Unique", &["x"], &["v"], vec![]),
             node("NonZero", &["v"], &["a"], vec![]),
             node("NonZero", &["a"], &["b"], vec![]),
         ];
-        encode(&model_proto(
-            graph(n, vec![vi("x", FLOAT, &["4"]), vi("k", INT64, &["1"])], vec![vi("b", INT64, &[])], vec![]),
-            17,
-        ))
+        encode(&model_proto(graph(n, vec![vi("x", FLOAT, &["4"])], vec![vi("b", INT64, &[])], vec![]), 17))
     };
     let undefined = {
         let n = vec![node("Add", &["x", "nope"], &["y"], vec![])];

@@ -23,6 +23,8 @@
 //! - `softplus`: `(log1p(exp(-|bx|)) + max(bx, 0)) / beta` with `bx = beta * x`, and `x`
 //!   where `beta * x > threshold`. In f32 that branch is decided exactly as the op does (in
 //!   f64): the first f32 `x` where it holds is found at compile time and compared against.
+//! - `atan`: Cephes' range reduction and polynomial (f32) / rational function (f64); see
+//!   the function.
 //! - `elu` uses `expm1`; `hardswish` is `max(x, lowest) * hardsigmoid(x)`, so `-inf` gives
 //!   `-0` and large `x` is exact (no `x * 6` overflow).
 
@@ -47,6 +49,7 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
         Hardswish => hardswish,
         Elu => elu,
         Clamp => clamp,
+        Atan => atan,
         Dropout => dropout,
         _ => return None,
     })
@@ -349,6 +352,84 @@ fn softplus(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
             }
         };
         e.select(linear, x, sp)
+    })
+}
+
+/// `atan`: Cephes' reduction of `a = |x|` to `t` in `[-tan(π/8), tan(π/8)]` (`t = -1/a` past
+/// `tan(3π/8)` with base `π/2`, `(a-1)/(a+1)` past `tan(π/8)` (0.66 in f64) with base `π/4`),
+/// `base + (t + t z P(z))` with `z = t²`: a degree-4 polynomial in f32 (Cephes' `atanf`), the
+/// rational `z P(z) / Q(z)` in f64 with the low bits of `π/2` added back; then `* sign(x)`.
+fn atan(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
+    use OpKind::*;
+    pointwise(e, node, args[0], |e, x| {
+        let wide = e.dtype(x) == DType::F64;
+        let a = un(e, Abs, x)?;
+        let big = bin_k(e, Gt, a, 2.414_213_562_373_095)?;
+        let mid = bin_k(e, Gt, a, if wide { 0.66 } else { 0.414_213_562_373_095 })?;
+        let one = k(e, 1.0, a)?;
+        let inv = bin(e, Div, one, a)?;
+        let inv = un(e, Neg, inv)?;
+        let am1 = bin_k(e, Sub, a, 1.0)?;
+        let ap1 = bin_k(e, Add, a, 1.0)?;
+        let red = bin(e, Div, am1, ap1)?;
+        let t = e.select(mid, red, a)?;
+        let t = e.select(big, inv, t)?;
+        let z = bin(e, Mul, t, t)?;
+        let zero = k(e, 0.0, a)?;
+        let quarter = k(e, PI / 4.0, a)?;
+        let half = k(e, PI / 2.0, a)?;
+        let base = e.select(mid, quarter, zero)?;
+        let base = e.select(big, half, base)?;
+        let s = if wide {
+            const P: [f64; 5] = [
+                -0.875_060_860_003_190_4,
+                -16.157_537_187_333_652,
+                -75.008_557_923_147_05,
+                -122.886_668_449_013_61,
+                -64.850_219_049_420_25,
+            ];
+            const Q: [f64; 5] = [
+                24.858_464_901_423_062,
+                165.027_009_831_698_85,
+                432.881_060_491_290_27,
+                485.390_399_635_913_7,
+                194.550_657_148_261_4,
+            ];
+            const MOREBITS: f64 = 6.123_233_995_736_766e-17;
+            let mut p = k(e, P[0], z)?;
+            for c in &P[1..] {
+                p = bin(e, Mul, p, z)?;
+                p = bin_k(e, Add, p, *c)?;
+            }
+            let mut q = bin_k(e, Add, z, Q[0])?;
+            for c in &Q[1..] {
+                q = bin(e, Mul, q, z)?;
+                q = bin_k(e, Add, q, *c)?;
+            }
+            let zp = bin(e, Mul, z, p)?;
+            let w = bin(e, Div, zp, q)?;
+            let tw = bin(e, Mul, t, w)?;
+            let s = bin(e, Add, tw, t)?;
+            let more = k(e, MOREBITS, a)?;
+            let half_more = k(e, MOREBITS / 2.0, a)?;
+            let extra = e.select(mid, half_more, zero)?;
+            let extra = e.select(big, more, extra)?;
+            bin(e, Add, s, extra)?
+        } else {
+            let p = k(e, 8.053_744_495_38e-2, z)?;
+            let p = bin(e, Mul, p, z)?;
+            let p = bin_k(e, Sub, p, 1.387_768_560_32e-1)?;
+            let p = bin(e, Mul, p, z)?;
+            let p = bin_k(e, Add, p, 1.997_771_064_78e-1)?;
+            let p = bin(e, Mul, p, z)?;
+            let p = bin_k(e, Sub, p, 3.333_294_915_39e-1)?;
+            let pz = bin(e, Mul, p, z)?;
+            let pzt = bin(e, Mul, pz, t)?;
+            bin(e, Add, pzt, t)?
+        };
+        let y = bin(e, Add, base, s)?;
+        let sg = un(e, Sign, x)?;
+        bin(e, Mul, y, sg)
     })
 }
 

@@ -130,6 +130,7 @@ pub enum OpKind {
     Hardswish,
     Elu,
     Clamp,
+    Atan,
 
     // --- High-level normalisation, attention, losses (norm.rs) ---
     Softmax,

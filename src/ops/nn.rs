@@ -1,5 +1,6 @@
-//! Activations (high-level, shape-preserving): `relu`, `gelu`, `silu`, `sigmoid`, `softplus`,
-//! `leaky_relu`, `hardsigmoid`, `hardswish`, `elu`, `clamp`, and `dropout` in eval mode.
+//! Activations and other high-level pointwise functions (shape-preserving): `relu`, `gelu`,
+//! `silu`, `sigmoid`, `softplus`, `leaky_relu`, `hardsigmoid`, `hardswish`, `elu`, `clamp`,
+//! `atan`, and `dropout` in eval mode.
 //!
 //! Each is computed per element in f64 and rounded once to the result dtype. All are float-only
 //! except `relu` and `clamp`, which also take integers (the result keeps the input's dtype).
@@ -19,6 +20,8 @@
 //! - `clamp` is `min(max(x, min), max)` where a tie keeps `x` (so `clamp(-0, min=0)` is -0, as
 //!   PyTorch's kernel): a NaN bound gives NaN, NaN stays NaN, and `min > max` makes every
 //!   element `max` (torch). On integers the bounds must be integral (or ±inf, meaning no bound).
+//! - `atan` is the arctangent in radians, in `[-π/2, π/2]`: `atan(±inf) = ±π/2`,
+//!   `atan(±0) = ±0`.
 //! - `dropout` supports eval mode only (the identity, as a copy): `train = true` or `p`
 //!   outside [0, 1] is an attribute error.
 
@@ -69,6 +72,7 @@ pub static SPECS: &[OpSpec] = &[
         &[float_attr("min", f64::NEG_INFINITY), float_attr("max", f64::INFINITY)],
         "min(max(x, min), max) (ints too; min > max gives max)",
     ),
+    act(OpKind::Atan, "atan", &[], "arctangent in radians, in [-π/2, π/2] (float only)"),
     act(
         OpKind::Dropout,
         "dropout",
@@ -183,6 +187,7 @@ impl Activation {
             Silu if x == f64::NEG_INFINITY => -0.0,
             Silu => x * sigmoid(x),
             Sigmoid => sigmoid(x),
+            Atan => x.atan(),
             Softplus => {
                 let (beta, threshold) = (self.a, self.b);
                 let z = beta * x;

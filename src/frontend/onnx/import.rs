@@ -139,6 +139,16 @@ fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<Unsupported
         .collect()
 }
 
+/// Ops whose meaning is the same at every opset from 1 on: a model below [`MIN_OPSET`] that
+/// uses only these imports.
+const STABLE_SINCE_OPSET_1: &[&str] = &["Identity", "Not"];
+
+fn only_stable_ops(graph: &GraphProto) -> bool {
+    graph.node.iter().all(|n| {
+        is_default_domain(&n.domain) && STABLE_SINCE_OPSET_1.contains(&n.op_type.as_str()) && n.attribute.is_empty()
+    })
+}
+
 /// Converts a decoded model.
 pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -> Result<Graph, ImportError> {
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
@@ -163,7 +173,8 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
     }
     let opset =
         default_opset(model).ok_or_else(|| ImportError::Missing("an opset_import for the default domain".into()))?;
-    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+    let stable_legacy = (1..MIN_OPSET).contains(&opset) && only_stable_ops(graph);
+    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) && !stable_legacy {
         return Err(ImportError::Opset(opset));
     }
     let name = if graph.name.is_empty() { "onnx" } else { graph.name.as_str() };

@@ -40,6 +40,7 @@ pub mod proto;
 mod attention;
 pub mod conformance;
 mod import;
+mod index;
 mod ops;
 mod tensor;
 mod wire;

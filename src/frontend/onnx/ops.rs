@@ -28,6 +28,9 @@
 //!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
 //!   `CausalConvWithState` is a depthwise `conv` of the state-prefixed input; `LinearAttention`
 //!   unrolls its recurrence over a static length (all in `attention.rs`).
+//! - Scans, TopK, the scatters, GatherND, ReverseSequence, Compress, Det, the inverse trig
+//!   ops, Swish, `Pad` with a run-time value and training-mode `BatchNormalization` are in
+//!   `index.rs`, which lists its own choices.
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -40,11 +43,17 @@ use crate::tensor::Tensor;
 /// The op types the importer converts (default domain).
 pub const SUPPORTED: &[&str] = &[
     "Abs",
+    "Acos",
+    "Acosh",
     "Add",
     "And",
     "ArgMax",
     "ArgMin",
     "Attention",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -53,6 +62,7 @@ pub const SUPPORTED: &[&str] = &[
     "Ceil",
     "Celu",
     "Clip",
+    "Compress",
     "Concat",
     "Constant",
     "ConstantOfShape",
@@ -60,7 +70,10 @@ pub const SUPPORTED: &[&str] = &[
     "ConvTranspose",
     "Cos",
     "Cosh",
+    "CumProd",
+    "CumSum",
     "DepthToSpace",
+    "Det",
     "Div",
     "Dropout",
     "Einsum",
@@ -74,6 +87,7 @@ pub const SUPPORTED: &[&str] = &[
     "Floor",
     "Gather",
     "GatherElements",
+    "GatherND",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -128,6 +142,10 @@ pub const SUPPORTED: &[&str] = &[
     "Relu",
     "RMSNormalization",
     "NegativeLogLikelihoodLoss",
+    "ReverseSequence",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
     "SoftmaxCrossEntropyLoss",
     "Reshape",
     "Resize",
@@ -151,10 +169,12 @@ pub const SUPPORTED: &[&str] = &[
     "Squeeze",
     "Sub",
     "Sum",
+    "Swish",
     "Tan",
     "Tanh",
     "ThresholdedRelu",
     "Tile",
+    "TopK",
     "Transpose",
     "Trilu",
     "Unsqueeze",
@@ -1085,7 +1105,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         // --- Normalisation ---
         "BatchNormalization" => {
             if a_int(node, "training_mode", 0) != 0 || node.output.iter().skip(1).any(|s| !s.is_empty()) {
-                return unsupported("BatchNormalization in training mode");
+                return super::index::batch_norm_training(imp, node);
             }
             let x = imp.input(node, 0)?;
             let scale = imp.input(node, 1)?;
@@ -1200,6 +1220,10 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
         "Einsum" => einsum(imp, node),
         "If" => if_node(imp, node, depth),
+        "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND"
+        | "ReverseSequence" | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
+            super::index::convert(imp, node)
+        }
         _ => unsupported(format!("op type {op}")),
     }
 }
@@ -1458,6 +1482,7 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let r = imp.rank_of(x);
     let mode = a_str(node, "mode", "constant");
+    let mut run_time_value = None;
     let (pads, value, axes) = if imp.opset < 11 {
         (a_ints(node, "pads").unwrap_or_default(), a_float(node, "value", 0.0), None)
     } else {
@@ -1465,7 +1490,10 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         let value = match imp.float_input(node, 2)? {
             None => 0.0,
             Some(Ok(v)) => v,
-            Some(Err(_)) => return unsupported("a constant_value computed at run time"),
+            Some(Err(v)) => {
+                run_time_value = Some(v);
+                0.0
+            }
         };
         (pads, value, imp.ints_input(node, 3, "axes")?)
     };
@@ -1481,6 +1509,9 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     for (i, &a) in axes.iter().enumerate() {
         low[a] = pads[i];
         high[a] = pads[i + axes.len()];
+    }
+    if let (Some(v), "constant") = (run_time_value, mode.as_str()) {
+        return super::index::pad_runtime_value(imp, x, &low, &high, v);
     }
     if mode == "constant" {
         return one(imp.emit(
