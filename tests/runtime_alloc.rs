@@ -111,3 +111,35 @@ fn run_into_reuses_the_outputs_and_allocates_nothing() {
         }
     }
 }
+
+/// Native mode with a matmul: the plan itself allocates nothing, but the `gemm` crate
+/// allocates its packing buffer on every call that packs (one per GEMM step at most). That
+/// is the one heap allocation left in a warm native run.
+#[test]
+fn a_warm_native_run_into_allocates_only_gemm_packing_buffers() {
+    // Native mode: Cranelift kernels and the GEMM library (matmul + bias + gelu + residual).
+    let g = ladder::text::parse(
+        "graph mlp(%x: f32[batch, 64], %w: f32[64, 64], %b: f32[64]) {
+  %h = matmul(%x, %w)
+  %hb = add(%h, %b)
+  %a = gelu(%hb)
+  %y = add(%a, %x)
+  return %y
+}",
+    )
+    .unwrap();
+    let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+    assert!(plan.native_kernels() > 0);
+    let mut rng = Rng::new(3);
+    let w = random_tensor(&mut rng, DType::F32, &[64, 64]).unwrap();
+    let b = random_tensor(&mut rng, DType::F32, &[64]).unwrap();
+    let x = random_tensor(&mut rng, DType::F32, &[32, 64]).unwrap();
+    let inputs = [x, w, b];
+    let mut out = ladder::Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+    plan.run_into(&inputs, &mut out).unwrap();
+    plan.run_into(&inputs, &mut out).unwrap();
+    let (_, n) = allocations(|| plan.run_into(&inputs, &mut out).unwrap());
+    let gemms = plan.program().unwrap().steps.iter().filter(|s| matches!(s, ladder::kernel::Step::Matmul(_))).count();
+    assert_eq!(gemms, 1);
+    assert!(n <= gemms, "a warm native run_into allocated {n} times with {gemms} GEMM step(s)");
+}

@@ -256,6 +256,9 @@ struct RunState {
     ptrs: Vec<usize>,
     /// One tensor per output slot during a run.
     outs: Vec<Tensor>,
+    /// Operand shapes of a GEMM step (reused).
+    shape_a: Vec<usize>,
+    shape_b: Vec<usize>,
 }
 
 fn arena_bytes_mut(arena: &mut [Line]) -> &mut [u8] {
@@ -606,8 +609,8 @@ impl Plan {
                 && !self.fits(p, st, *b, &st.outs[k]).map_err(at_end)?
             {
                 let shape = self.shape(p, st, *b).map_err(at_end)?;
-                st.outs[k] = Tensor::zeros(p.buffers[*b].dtype, &shape)
-                    .map_err(|e| at_end(ExecError::Invalid(e.to_string())))?;
+                let data = crate::tensor::TensorData::zeros(p.buffers[*b].dtype, st.lens[b.index()]);
+                st.outs[k] = Tensor::new(shape, data).map_err(|e| at_end(ExecError::Invalid(e.to_string())))?;
             }
         }
         let lines = st.arena_bytes.div_ceil(ALIGN);
@@ -714,6 +717,17 @@ impl Plan {
         true
     }
 
+    /// [`Plan::shape`] into a reused vector.
+    fn shape_into(&self, p: &Program, st: &RunState, b: BufferId, out: &mut Vec<usize>) -> Result<(), ExecError> {
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        out.clear();
+        for d in p.buffers[b].shape.dims() {
+            out.push(d.eval(&lookup)? as usize);
+        }
+        Ok(())
+    }
+
     fn shape(&self, p: &Program, st: &RunState, b: BufferId) -> Result<Vec<usize>, ExecError> {
         let symbols = &st.symbols;
         let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
@@ -774,7 +788,23 @@ impl Plan {
 
     /// An f32 matmul step through the GEMM library, in place in the plan's memory.
     fn run_gemm(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], m: &MatmulCall) -> Result<(), ExecError> {
-        let (a_shape, b_shape) = (self.shape(p, st, m.a)?, self.shape(p, st, m.b)?);
+        let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
+        self.shape_into(p, st, m.a, &mut a_shape)?;
+        self.shape_into(p, st, m.b, &mut b_shape)?;
+        let result = self.gemm_with(p, st, inputs, m, &a_shape, &b_shape);
+        (st.shape_a, st.shape_b) = (a_shape, b_shape);
+        result
+    }
+
+    fn gemm_with(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        m: &MatmulCall,
+        a_shape: &[usize],
+        b_shape: &[usize],
+    ) -> Result<(), ExecError> {
         let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
         let (a, b, out) =
             (self.address(st, inputs, m.a), self.address(st, inputs, m.b), self.address(st, inputs, m.out));
@@ -794,9 +824,9 @@ impl Plan {
         let none = crate::backend::cpu::gemm::Epilogue::none();
         crate::backend::cpu::gemm::matmul_f32(
             a,
-            &a_shape,
+            a_shape,
             b,
-            &b_shape,
+            b_shape,
             m.transpose_a,
             m.transpose_b,
             out,
