@@ -791,14 +791,13 @@ impl Plan {
         let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
         self.shape_into(p, st, m.a, &mut a_shape)?;
         self.shape_into(p, st, m.b, &mut b_shape)?;
-        let result = self.gemm_with(p, st, inputs, m, &a_shape, &b_shape);
+        let result = self.gemm_with(st, inputs, m, &a_shape, &b_shape);
         (st.shape_a, st.shape_b) = (a_shape, b_shape);
         result
     }
 
     fn gemm_with(
         &self,
-        p: &Program,
         st: &mut RunState,
         inputs: &[Tensor],
         m: &MatmulCall,
