@@ -12,11 +12,13 @@
 //!   a NaN row because `m - m` is NaN there; other `-inf` entries give 0 / `-inf`).
 //! - **layer_norm / rms_norm / group_norm** are two-pass (mean, then mean of squared
 //!   deviations). So that `x²` cannot overflow where the op's f64 arithmetic does not (`±1e30`
-//!   in f32), each row is first divided by `s = max(max|x|, 1)` (`s = 1` when `max|x|` is
-//!   infinite, where the op's own inf/NaN rules apply unscaled); the result is unchanged
-//!   because `(x/s - mean)/sqrt(var + eps/s²)` equals the unscaled formula. When `eps > 0` the
-//!   scaled `eps/s²` is kept at least the smallest normal number, so that an exactly constant
-//!   row gives 0 (not `0 * inf`) even when `eps/s²` underflows.
+//!   in f32), each row is first multiplied by `r = 1/s`, `s = max(max|x|, 1)` (`s = 1` when
+//!   `max|x|` is infinite, where the op's own inf/NaN rules apply unscaled); the result is
+//!   unchanged because `(x·r - mean)/sqrt(var + eps·r²)` equals the unscaled formula for any
+//!   `r > 0`, so the rounded reciprocal serves as well as `1/s` itself. (A multiply, not a
+//!   divide per element: vector division is several times slower than multiplication.) When
+//!   `eps > 0` the scaled `eps·r²` is kept at least the smallest normal number, so that an
+//!   exactly constant row gives 0 (not `0 * inf`) even when `eps·r²` underflows.
 //! - **Counts** (divisors of means) are a `full` when the reduced dims are static; otherwise
 //!   each symbolic dim is counted exactly in i64 (`reduce_sum` of a 1-D `full` of ones) and
 //!   the product is converted to the float dtype once.
@@ -150,7 +152,8 @@ fn normalize(e: &mut Emitter, x: Value, axes: &[usize], eps: f64, center: bool) 
     let inf = e.binary_scalar(OpKind::Eq, a, f64::INFINITY)?;
     let one = e.full_like(1.0, a)?;
     let s = e.select(inf, one, a1)?;
-    let xs = e.div(x, s)?;
+    let r = e.unary(OpKind::Reciprocal, s)?;
+    let xs = e.mul(x, r)?;
     let d = if center {
         let mean = mean_keep(e, xs, axes)?;
         e.sub(xs, mean)?
@@ -159,7 +162,6 @@ fn normalize(e: &mut Emitter, x: Value, axes: &[usize], eps: f64, center: bool) 
     };
     let sq = e.mul(d, d)?;
     let var = mean_keep(e, sq, axes)?;
-    let r = e.unary(OpKind::Reciprocal, s)?;
     let er = e.binary_scalar(OpKind::Mul, r, eps)?;
     let mut eps_s = e.mul(er, r)?;
     if eps > 0.0 {
