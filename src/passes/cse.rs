@@ -68,6 +68,7 @@ fn content_hash(t: &Tensor) -> u64 {
         TensorData::I32(v) => v.hash(&mut h),
         TensorData::I64(v) => v.hash(&mut h),
         TensorData::Bool(v) => v.hash(&mut h),
+        d => d.ints().unwrap_or_default().hash(&mut h),
     }
     h.finish()
 }

@@ -12,7 +12,8 @@
 //!   `Unsqueeze`/`Pad`/`Reduce*` need their shape-like inputs known at import (constant, or
 //!   computed from shapes); both the attribute and the input forms are read.
 //! - `Slice` with a negative step is `rev` + `slice`; on a symbolic dim only step 1 works.
-//! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis);
+//! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis; integer
+//!   `MaxPool` of up to 32 bits through f64);
 //!   asymmetric or large pads become an explicit `pad` (-inf for max, 0 for average with
 //!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims.
 //! - `ConvTranspose` is a `conv` of the stride-dilated, padded input (`pad` with interior
@@ -1789,6 +1790,13 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return unsupported("MaxPool's Indices output");
     }
     let x = imp.input(node, 0)?;
+    // Integer max pooling runs in f64, exact for integers of up to 32 bits, and converts back.
+    let in_dtype = imp.dtype_of_v(x);
+    let x = match in_dtype.int_bits() {
+        Some(b) if is_max && b <= 32 => imp.convert_to(x, DType::F64)?,
+        Some(_) => return unsupported(format!("{} of {in_dtype}", node.op_type)),
+        None => x,
+    };
     let xs = imp.shape_of(x);
     let n = xs.len().saturating_sub(2);
     if !(1..=2).contains(&n) {
@@ -1865,7 +1873,7 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if n == 1 {
         y = imp.squeeze(y, &[2])?;
     }
-    one(y)
+    one(imp.convert_to(y, in_dtype)?)
 }
 
 fn layer_norm(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
