@@ -40,6 +40,7 @@ pub mod proto;
 pub mod conformance;
 mod import;
 mod ops;
+mod quant;
 mod tensor;
 mod wire;
 

@@ -25,6 +25,9 @@
 //! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
+//! - Quantization (`QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`), the
+//!   integer products (`MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`),
+//!   `BitShift` and the `Bitwise*` ops are in `quant.rs`.
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -43,6 +46,11 @@ pub const SUPPORTED: &[&str] = &[
     "ArgMin",
     "AveragePool",
     "BatchNormalization",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
     "Cast",
     "CastLike",
     "Ceil",
@@ -52,12 +60,15 @@ pub const SUPPORTED: &[&str] = &[
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvInteger",
     "ConvTranspose",
     "Cos",
     "Cosh",
     "DepthToSpace",
+    "DequantizeLinear",
     "Div",
     "Dropout",
+    "DynamicQuantizeLinear",
     "Einsum",
     "Elu",
     "Equal",
@@ -92,6 +103,7 @@ pub const SUPPORTED: &[&str] = &[
     "LogSoftmax",
     "LpNormalization",
     "MatMul",
+    "MatMulInteger",
     "Max",
     "MaxPool",
     "Mean",
@@ -107,6 +119,9 @@ pub const SUPPORTED: &[&str] = &[
     "PRelu",
     "Pad",
     "Pow",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QuantizeLinear",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -1072,6 +1087,15 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             one(y)
         }
         "Conv" => conv(imp, node),
+        "QuantizeLinear" => super::quant::quantize_linear(imp, node),
+        "DequantizeLinear" => super::quant::dequantize_linear(imp, node),
+        "DynamicQuantizeLinear" => super::quant::dynamic_quantize_linear(imp, node),
+        "MatMulInteger" => super::quant::matmul_integer(imp, node),
+        "ConvInteger" => super::quant::conv_integer(imp, node),
+        "QLinearMatMul" => super::quant::qlinear_matmul(imp, node),
+        "QLinearConv" => super::quant::qlinear_conv(imp, node),
+        "BitShift" => super::quant::bit_shift(imp, node),
+        "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => super::quant::bitwise(imp, node),
         "ConvTranspose" => conv_transpose(imp, node),
         "MaxPool" | "AveragePool" => pool(imp, node),
 
@@ -1652,6 +1676,12 @@ fn auto_pads(
 fn conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let w = imp.input(node, 1)?;
+    let y = conv_values(imp, node, x, w)?;
+    one(add_channel_bias(imp, node, y, 2)?)
+}
+
+/// `conv` of `x` and `w` with the node's geometry attributes (no bias).
+pub(super) fn conv_values(imp: &mut Importer, node: &NodeProto, x: Value, w: Value) -> NResult<Value> {
     let xs = imp.shape_of(x);
     let ws = imp.shape_of(w);
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -1672,12 +1702,11 @@ fn conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     }
     let pads = auto_pads(&a_str(node, "auto_pad", "NOTSET"), &xs[2..], &kernel, &strides, &dil, a_ints(node, "pads"))?;
     let group = a_int(node, "group", 1);
-    let y = imp.emit(
+    imp.emit(
         OpKind::Conv,
         &[x, w],
         &[("stride", ints(&strides)), ("padding", ints(&pads)), ("dilation", ints(&dil)), ("groups", int(group))],
-    )?;
-    one(add_channel_bias(imp, node, y, 2)?)
+    )
 }
 
 /// Adds input `i` (a `[C]` bias) along dim 1 of `y`, when present.
