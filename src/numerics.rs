@@ -1402,6 +1402,9 @@ pub fn random_data(src: &mut Source, dtype: DType, shape: &[usize]) -> Tensor {
                 }
             })
             .collect();
+        // Unsigned types get the magnitudes: small values, as for the signed types (their
+        // wrapping edges are integer semantics, not numerics, and tested elsewhere).
+        let vals = vals.into_iter().map(|x| if dtype.is_unsigned() { x.abs() } else { x });
         TensorData::from_ints(dtype, vals).unwrap_or_else(|| unreachable!("{dtype} is an integer type"))
     } else {
         let p_true = src.choose(&[0u8, 100, 50, 50, 80]);

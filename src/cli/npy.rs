@@ -400,6 +400,9 @@ mod tests {
         let t = decode(&npy("{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", &be)).unwrap();
         assert_eq!(t.dtype(), DType::F64);
         assert_eq!(t.to_f64_vec(), vec![1.5, -2.0]);
+        let be: Vec<u8> = [1u16, 65535].iter().flat_map(|x| x.to_be_bytes()).collect();
+        let u = decode(&npy("{'descr': '>u2', 'fortran_order': False, 'shape': (2,), }", &be)).unwrap();
+        assert_eq!((u.dtype(), u.to_f64_vec()), (DType::U16, vec![1.0, 65535.0]));
         let s = decode(&npy("{'descr': '|b1', 'fortran_order': False, 'shape': (), }", &[1])).unwrap();
         assert_eq!((s.shape(), s.to_f64_vec()), (&[][..], vec![1.0]));
     }
@@ -426,7 +429,7 @@ mod tests {
         let e = decode(b"\x93NUMPY\x01\x00\xff\x00{").unwrap_err();
         assert!(e.contains("has only"), "{e}");
         assert!(decode(b"PK\x03\x04").unwrap_err().contains("magic"));
-        let e = decode(&npy("{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", &[0; 2])).unwrap_err();
+        let e = decode(&npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", &[0; 8])).unwrap_err();
         assert!(e.contains("not supported"), "{e}");
         let e =
             decode(&npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", &[0; 4])).unwrap_err();
@@ -448,6 +451,12 @@ mod tests {
             Tensor::new(vec![1, 2], TensorData::I32(vec![-7, i32::MAX])).unwrap(),
             Tensor::from_i64(&[0, 3], vec![]).unwrap(),
             Tensor::from_bool(&[], vec![true]).unwrap(),
+            Tensor::new(vec![3], TensorData::I8(vec![i8::MIN, -1, i8::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::I16(vec![i16::MIN, i16::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U8(vec![0, u8::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U16(vec![1, u16::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U32(vec![7, u32::MAX])).unwrap(),
+            Tensor::new(vec![3], TensorData::U64(vec![0, 1 << 63, u64::MAX])).unwrap(),
         ];
         for (i, t) in cases.iter().enumerate() {
             let p = dir.join(format!("{i}.npy"));

@@ -99,7 +99,11 @@ impl DType {
     /// The smallest and largest value of an integer type.
     pub fn int_range(self) -> Option<(i128, i128)> {
         let bits = self.int_bits()?;
-        Some(if self.is_unsigned() { (0, (1i128 << bits) - 1) } else { (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1) })
+        Some(if self.is_unsigned() {
+            (0, (1i128 << bits) - 1)
+        } else {
+            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+        })
     }
 
     /// The signed integer type of `bits` bits.

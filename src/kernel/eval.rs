@@ -27,7 +27,8 @@ use half::{bf16, f16};
 
 use super::{Accumulator, BufferId, BufferKind, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Step, Var};
 use crate::interp::{
-    self, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, EvalCtx, EvalError, InterpError, View,
+    self, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, EvalCtx, EvalError, InterpError,
+    View,
 };
 use crate::ir::{AttrValue, Attrs, DType, Dim, DimError, Graph, TensorType};
 use crate::ops::elementwise::{binary_float, binary_int, unary_float, unary_int};

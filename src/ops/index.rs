@@ -21,8 +21,8 @@
 //!   (false for bool).
 
 use super::util::{
-    broadcast_shapes, broadcast_view, expect_bool, expect_index, expect_min_rank, expect_rank, int_attr, normalize_axis,
-    ravel, unravel,
+    broadcast_shapes, broadcast_view, expect_bool, expect_index, expect_min_rank, expect_rank, int_attr,
+    normalize_axis, ravel, unravel,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{EvalCtx, EvalError, View};

@@ -617,7 +617,11 @@ fn check_label_smoothing(attrs: &Attrs) -> Result<f64, OpError> {
 fn infer_cross_entropy(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
     let (logits, target) = (args[0], args[1]);
     expect_float(0, logits)?;
-    expect_index(1, target)?;
+    expect_index(1, target).map_err(|_| OpError::DType {
+        arg: 1,
+        got: target.dtype,
+        expected: "an integer type of class indices (i32 or i64)".into(),
+    })?;
     expect_min_rank(0, logits, 1)?;
     let red = reduction(attrs)?;
     check_label_smoothing(attrs)?;

@@ -103,14 +103,7 @@ fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
 
 /// A quantization parameter (scale or zero point) shaped to broadcast against `x_dims`: per
 /// tensor, per axis or per block (see the module doc).
-fn param_for(
-    imp: &mut Importer,
-    p: Value,
-    x_dims: &[Dim],
-    axis: i64,
-    block: i64,
-    what: &str,
-) -> NResult<Value> {
+fn param_for(imp: &mut Importer, p: Value, x_dims: &[Dim], axis: i64, block: i64, what: &str) -> NResult<Value> {
     let pd = dims(imp, p);
     if pd.is_empty() {
         return Ok(p);
@@ -149,7 +142,10 @@ fn param_for(
     // A block never needs to be longer than the dim, which also bounds the repeat below.
     let b = (block as u64).min(d.max(1));
     if nb.checked_mul(b).is_none_or(|t| t < d) || (nb > 0 && (nb - 1) * b >= d.max(1)) {
-        return invalid(format!("{what} has {nb} blocks along axis {axis}; x's {d} in blocks of {block} need {}", d.div_ceil(b)));
+        return invalid(format!(
+            "{what} has {nb} blocks along axis {axis}; x's {d} in blocks of {block} need {}",
+            d.div_ceil(b)
+        ));
     }
     let mut split = pd.clone();
     split.insert(axis + 1, Dim::new(1));
