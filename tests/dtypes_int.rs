@@ -91,7 +91,8 @@ fn dtype_facts_and_promotion() {
 
 #[test]
 fn arithmetic_wraps_in_each_dtype() {
-    let cases: [(DType, [i64; 3], [i64; 3], [i64; 3], [i64; 3], [i64; 3]); 5] = [
+    type Row = [i64; 3];
+    let cases: [(DType, Row, Row, Row, Row, Row); 5] = [
         // (dtype, a, b, a + b, a - b, a * b)
         (DType::I8, [127, -128, 100], [1, -1, 2], [-128, 127, 102], [126, -127, 98], [127, -128, -56]),
         (
@@ -154,7 +155,7 @@ fn u64_above_two_to_the_63_is_exact() {
     let to = |d: &str| {
         run(
             &format!("graph g(%x: u64[3]) {{\n  %1 = convert_element_type(%x) {{dtype={d}}}\n  return %1\n}}"),
-            &[a.clone()],
+            std::slice::from_ref(&a),
         )
     };
     assert_eq!(to("f64")[0].to_f64_vec(), vec![u64::MAX as f64, big as f64, 5.0]);
@@ -164,7 +165,7 @@ fn u64_above_two_to_the_63_is_exact() {
     assert_eq!(vals(&to("bool")[0]), vec![1, 1, 1]);
     // Reductions order unsigned: the maximum and argmax find u64::MAX, the minimum 5.
     let red = |op: &str, attrs: &str| {
-        run(&format!("graph g(%x: u64[3]) {{\n  %1 = {op}(%x) {{{attrs}}}\n  return %1\n}}"), &[a.clone()])
+        run(&format!("graph g(%x: u64[3]) {{\n  %1 = {op}(%x) {{{attrs}}}\n  return %1\n}}"), std::slice::from_ref(&a))
     };
     assert_eq!(vals(&red("reduce_max", "axes=[0]")[0]), vec![u64::MAX as i128]);
     assert_eq!(vals(&red("reduce_min", "axes=[0]")[0]), vec![5]);
@@ -223,7 +224,7 @@ fn float_to_integer_conversion_truncates_and_saturates() {
         (DType::U64, vec![0, 10_000_000_000, 0, 0, 300, 2, 0]),
     ] {
         let src = format!("graph g(%x: f32[7]) {{\n  %1 = convert_element_type(%x) {{dtype={d}}}\n  return %1\n}}");
-        let out = &run(&src, &[x.clone()])[0];
+        let out = &run(&src, std::slice::from_ref(&x))[0];
         assert_eq!(out.dtype(), d);
         assert_eq!(vals(out), want.into_iter().map(i128::from).collect::<Vec<_>>(), "{d}");
     }
