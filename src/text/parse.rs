@@ -324,7 +324,8 @@ impl Parser {
         let t = self.peek().clone();
         let name = self.ident("a dtype like f32")?;
         let dtype = DType::from_name(&name).ok_or_else(|| {
-            self.error_at(&t, format!("unknown dtype `{name}` (expected one of f32, f64, f16, bf16, i32, i64, bool)"))
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            self.error_at(&t, format!("unknown dtype `{name}` (expected one of {})", names.join(", ")))
         })?;
         self.expect_punct('[')?;
         let mut dims = Vec::new();
