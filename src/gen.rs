@@ -129,13 +129,15 @@ const STRINGS: [&str; 5] = ["none", "tanh", "mean", "sum", "x"];
 /// A random dtype, weighted toward f32.
 pub fn random_dtype(src: &mut Source) -> DType {
     // Weighted toward f32, the type most ops accept.
-    match src.below(10) {
+    match src.below(12) {
         0..=4 => DType::F32,
         5 => DType::I64,
         6 => DType::Bool,
         7 => DType::F64,
         8 => DType::I32,
-        _ => src.choose(&[DType::F16, DType::BF16]),
+        9 => src.choose(&[DType::F16, DType::BF16]),
+        10 => src.choose(&[DType::I8, DType::U8, DType::I16, DType::U16]),
+        _ => src.choose(&[DType::U32, DType::U64]),
     }
 }
 
@@ -202,9 +204,10 @@ pub fn random_tensor(src: &mut Source, dtype: DType, shape: &[usize]) -> Tensor 
         DType::F64 => TensorData::F64(floats),
         DType::F16 => TensorData::F16(floats.iter().map(|&x| f16::from_f64(x)).collect()),
         DType::BF16 => TensorData::BF16(floats.iter().map(|&x| bf16::from_f64(x)).collect()),
-        DType::I32 => TensorData::I32((0..n).map(|_| src.below(7) as i32 - 3).collect()),
-        DType::I64 => TensorData::I64((0..n).map(|_| src.below(7) as i64 - 3).collect()),
         DType::Bool => TensorData::Bool((0..n).map(|_| src.bool()).collect()),
+        // -3..=3, wrapped: an unsigned type gets its three largest values (above 2^63 for u64).
+        d => TensorData::from_ints(d, (0..n).map(|_| src.below(7) as i64 - 3).collect::<Vec<_>>())
+            .unwrap_or_else(|| unreachable!("{d} is an integer type")),
     };
     Tensor::new(shape.to_vec(), data).unwrap_or_else(|e| panic!("generator made a bad tensor: {e}"))
 }

@@ -59,6 +59,7 @@ pub fn random_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Result<Ten
         DType::I32 => TensorData::I32((0..n).map(|_| rng.below(10) as i32).collect()),
         DType::I64 => TensorData::I64((0..n).map(|_| rng.below(10) as i64).collect()),
         DType::Bool => TensorData::Bool((0..n).map(|_| rng.next_u64() >> 63 == 1).collect()),
+        d => TensorData::from_ints(d, (0..n).map(|_| rng.below(10) as i64)).unwrap_or_else(|| unreachable!()),
     };
     Tensor::new(shape.to_vec(), data)
 }

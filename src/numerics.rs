@@ -516,10 +516,8 @@ fn same_bits(dtype: DType, a: f64, b: f64) -> bool {
 
 fn int_values(t: &Tensor) -> Vec<i64> {
     match t.data() {
-        TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
-        TensorData::I64(v) => v.clone(),
         TensorData::Bool(v) => v.iter().map(|&x| x as i64).collect(),
-        _ => t.to_f64_vec().into_iter().map(|x| x as i64).collect(),
+        d => d.ints().unwrap_or_else(|| t.to_f64_vec().into_iter().map(|x| x as i64).collect()),
     }
 }
 
@@ -557,6 +555,12 @@ fn map_numbers(t: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
         TensorData::F64(v) => TensorData::F64(v.iter().map(|&x| f(x)).collect()),
         TensorData::F16(v) => TensorData::F16(v.iter().map(|x| f16::from_f64(f(x.to_f64()))).collect()),
         TensorData::BF16(v) => TensorData::BF16(v.iter().map(|x| bf16::from_f64(f(x.to_f64()))).collect()),
+        d if d.dtype().is_int() => {
+            let dt = d.dtype();
+            let vals = d.ints().unwrap_or_default().into_iter();
+            let mapped = vals.map(|x| crate::interp::float_to_int_as(dt, f(crate::interp::int_to_f64(dt, x))));
+            TensorData::from_ints(dt, mapped).unwrap_or_else(|| unreachable!("{dt} is an integer type"))
+        }
         other => other.clone(),
     };
     Tensor::new(t.shape().to_vec(), data).unwrap_or_else(|_| t.clone())
@@ -1398,11 +1402,10 @@ pub fn random_data(src: &mut Source, dtype: DType, shape: &[usize]) -> Tensor {
                 }
             })
             .collect();
-        if dtype == DType::I32 {
-            TensorData::I32(vals.into_iter().map(|x| x as i32).collect())
-        } else {
-            TensorData::I64(vals)
-        }
+        // Unsigned types get the magnitudes: small values, as for the signed types (their
+        // wrapping edges are integer semantics, not numerics, and tested elsewhere).
+        let vals = vals.into_iter().map(|x| if dtype.is_unsigned() { x.abs() } else { x });
+        TensorData::from_ints(dtype, vals).unwrap_or_else(|| unreachable!("{dtype} is an integer type"))
     } else {
         let p_true = src.choose(&[0u8, 100, 50, 50, 80]);
         TensorData::Bool((0..n).map(|_| (src.below(100) as u8) < p_true).collect())
@@ -1635,7 +1638,8 @@ fn fmt_float(x: f64, f32_like: bool) -> String {
 pub fn tensor_literal(t: &Tensor) -> String {
     let f32_like = matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16);
     let elems: Vec<String> = match t.data() {
-        TensorData::I32(_) | TensorData::I64(_) => int_values(t).iter().map(|x| x.to_string()).collect(),
+        TensorData::U64(v) => v.iter().map(|x| x.to_string()).collect(),
+        d if d.dtype().is_int() => int_values(t).iter().map(|x| x.to_string()).collect(),
         TensorData::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
         _ => t.to_f64_vec().iter().map(|&x| fmt_float(x, f32_like)).collect(),
     };

@@ -19,6 +19,33 @@ pub enum TensorData {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+}
+
+/// Applies `$f` to the vector inside any `TensorData` variant.
+macro_rules! each_data {
+    ($d:expr, $v:ident => $f:expr) => {
+        match $d {
+            TensorData::F32($v) => $f,
+            TensorData::F64($v) => $f,
+            TensorData::F16($v) => $f,
+            TensorData::BF16($v) => $f,
+            TensorData::I32($v) => $f,
+            TensorData::I64($v) => $f,
+            TensorData::Bool($v) => $f,
+            TensorData::I8($v) => $f,
+            TensorData::I16($v) => $f,
+            TensorData::U8($v) => $f,
+            TensorData::U16($v) => $f,
+            TensorData::U32($v) => $f,
+            TensorData::U64($v) => $f,
+        }
+    };
 }
 
 impl TensorData {
@@ -31,19 +58,50 @@ impl TensorData {
             TensorData::I32(_) => DType::I32,
             TensorData::I64(_) => DType::I64,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::I8(_) => DType::I8,
+            TensorData::I16(_) => DType::I16,
+            TensorData::U8(_) => DType::U8,
+            TensorData::U16(_) => DType::U16,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U64(_) => DType::U64,
         }
     }
 
     pub fn len(&self) -> usize {
-        match self {
-            TensorData::F32(v) => v.len(),
-            TensorData::F64(v) => v.len(),
-            TensorData::F16(v) => v.len(),
-            TensorData::BF16(v) => v.len(),
-            TensorData::I32(v) => v.len(),
-            TensorData::I64(v) => v.len(),
-            TensorData::Bool(v) => v.len(),
-        }
+        each_data!(self, v => v.len())
+    }
+
+    /// Integer data of `dtype` from i64 values, each wrapped to the dtype's width (a u64 is
+    /// taken as the value's bit pattern); `None` unless `dtype` is an integer type.
+    pub fn from_ints(dtype: DType, values: impl IntoIterator<Item = i64>) -> Option<TensorData> {
+        let it = values.into_iter();
+        Some(match dtype {
+            DType::I8 => TensorData::I8(it.map(|x| x as i8).collect()),
+            DType::I16 => TensorData::I16(it.map(|x| x as i16).collect()),
+            DType::I32 => TensorData::I32(it.map(|x| x as i32).collect()),
+            DType::I64 => TensorData::I64(it.collect()),
+            DType::U8 => TensorData::U8(it.map(|x| x as u8).collect()),
+            DType::U16 => TensorData::U16(it.map(|x| x as u16).collect()),
+            DType::U32 => TensorData::U32(it.map(|x| x as u32).collect()),
+            DType::U64 => TensorData::U64(it.map(|x| x as u64).collect()),
+            _ => return None,
+        })
+    }
+
+    /// Integer data as i64 values (a u64 as its bit pattern, so values above i64::MAX come
+    /// back negative); `None` unless this is integer data.
+    pub fn ints(&self) -> Option<Vec<i64>> {
+        Some(match self {
+            TensorData::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I64(v) => v.clone(),
+            TensorData::U8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| x as i64).collect(),
+            _ => return None,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -60,6 +118,7 @@ impl TensorData {
             DType::I32 => TensorData::I32(vec![0; len]),
             DType::I64 => TensorData::I64(vec![0; len]),
             DType::Bool => TensorData::Bool(vec![false; len]),
+            d => TensorData::from_ints(d, std::iter::repeat_n(0, len)).unwrap_or(TensorData::I64(vec![0; len])),
         }
     }
 }
@@ -81,6 +140,12 @@ impl TensorData {
             TensorData::I32(v) => b(v),
             TensorData::I64(v) => b(v),
             TensorData::Bool(v) => b(v),
+            TensorData::I8(v) => b(v),
+            TensorData::I16(v) => b(v),
+            TensorData::U8(v) => b(v),
+            TensorData::U16(v) => b(v),
+            TensorData::U32(v) => b(v),
+            TensorData::U64(v) => b(v),
         }
     }
 
@@ -99,6 +164,12 @@ impl TensorData {
             TensorData::BF16(v) => b(v),
             TensorData::I32(v) => b(v),
             TensorData::I64(v) => b(v),
+            TensorData::I8(v) => b(v),
+            TensorData::I16(v) => b(v),
+            TensorData::U8(v) => b(v),
+            TensorData::U16(v) => b(v),
+            TensorData::U32(v) => b(v),
+            TensorData::U64(v) => b(v),
             TensorData::Bool(_) => return None,
         })
     }
@@ -111,6 +182,8 @@ pub enum TensorError {
     LengthMismatch { shape: Vec<usize>, expected: usize, got: usize },
     #[error("shape {shape:?} has too many elements")]
     TooLarge { shape: Vec<usize> },
+    #[error("{0} is not an integer type")]
+    NotInteger(DType),
 }
 
 /// A dense row-major host tensor.
@@ -135,6 +208,12 @@ impl Tensor {
 
     pub fn from_i64(shape: &[usize], values: Vec<i64>) -> Result<Tensor, TensorError> {
         Tensor::new(shape.to_vec(), TensorData::I64(values))
+    }
+
+    /// An integer tensor of `dtype` from i64 values (wrapped; a u64 from its bit pattern).
+    pub fn from_ints(dtype: DType, shape: &[usize], values: Vec<i64>) -> Result<Tensor, TensorError> {
+        let data = TensorData::from_ints(dtype, values).ok_or(TensorError::NotInteger(dtype))?;
+        Tensor::new(shape.to_vec(), data)
     }
 
     pub fn from_bool(shape: &[usize], values: Vec<bool>) -> Result<Tensor, TensorError> {
@@ -181,9 +260,16 @@ impl Tensor {
         self.data
     }
 
-    /// Every element widened to f64 (bool as 0/1, integers converted; i64 beyond 2^53 rounds).
+    /// Every element widened to f64 (bool as 0/1, integers converted; 64-bit integers beyond
+    /// 2^53 round).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match &self.data {
+            TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F64(v) => v.clone(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
@@ -229,9 +315,14 @@ impl fmt::Display for Tensor {
                     write!(f, "{}{x}", if i > 0 { ", " } else { "" })?;
                 }
             }
-            TensorData::I32(_) | TensorData::I64(_) => {
-                for (i, x) in self.to_f64_vec().iter().take(shown).enumerate() {
-                    write!(f, "{}{}", if i > 0 { ", " } else { "" }, *x as i64)?;
+            TensorData::U64(v) => {
+                for (i, x) in v.iter().take(shown).enumerate() {
+                    write!(f, "{}{x}", if i > 0 { ", " } else { "" })?;
+                }
+            }
+            d if d.dtype().is_int() => {
+                for (i, x) in d.ints().unwrap_or_default().iter().take(shown).enumerate() {
+                    write!(f, "{}{x}", if i > 0 { ", " } else { "" })?;
                 }
             }
             _ => {

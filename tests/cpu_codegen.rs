@@ -614,11 +614,11 @@ fn int_kernel_wraps_and_reports_division_by_zero() {
                 let (x, y) = (a[q] as i64, bv[q] as i64);
                 let wrap = |v: i64| v as i32;
                 let want = [
-                    wrap(binary_int(OpKind::Add, x, y).unwrap()),
-                    wrap(binary_int(OpKind::Mul, x, y).unwrap()),
-                    wrap(binary_int(OpKind::Div, x, y).unwrap()),
-                    wrap(binary_int(OpKind::Rem, x, y).unwrap()),
-                    wrap(binary_int(OpKind::Max, x, y).unwrap()),
+                    wrap(binary_int(OpKind::Add, DType::I32, x, y).unwrap()),
+                    wrap(binary_int(OpKind::Mul, DType::I32, x, y).unwrap()),
+                    wrap(binary_int(OpKind::Div, DType::I32, x, y).unwrap()),
+                    wrap(binary_int(OpKind::Rem, DType::I32, x, y).unwrap()),
+                    wrap(binary_int(OpKind::Max, DType::I32, x, y).unwrap()),
                     (a[q]).wrapping_abs(),
                     bv[q].signum(),
                 ];

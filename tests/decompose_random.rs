@@ -25,6 +25,12 @@ fn check(seed: u64) -> Option<usize> {
     let bytes = seeded_bytes(seed, 1400);
     let cfg = GenConfig { attempts: 30, ..GenConfig::default() };
     let g = random_graph(&mut Source::new(&bytes), &cfg);
+    // `atan`'s decomposition is a polynomial approximation even in f64 (1 ulp), so the two
+    // sides differ by rounding that later ops may amplify without bound (sin of a huge
+    // power, say); `tests/numerics.rs` holds it to its tolerance instead.
+    if g.nodes().any(|(_, n)| n.op == ladder::OpKind::Atan) {
+        return None;
+    }
     let Ok(f) = functionalize(&g) else { return None };
     let p = match decompose(&f.graph) {
         Ok(p) => p,

@@ -434,6 +434,18 @@ fn make_tensor(lit: &Literal, dtype: DType) -> Result<Tensor, String> {
         }
         DType::I64 => TensorData::I64(collect_int(i64::MIN as i128, i64::MAX as i128)?),
         DType::Bool => TensorData::Bool(flat.iter().map(lit_bool).collect::<Result<_, _>>()?),
+        d => {
+            let (lo, hi) = d.int_range().ok_or_else(|| format!("{d} has no literal form"))?;
+            // A u64 above i64::MAX is kept as its bit pattern, which `from_ints` reads back.
+            let vals = flat.iter().map(|l| {
+                let v = lit_int(l, dtype)?;
+                if v < lo || v > hi {
+                    return Err(format!("{v} does not fit in {dtype}"));
+                }
+                Ok(v as i64)
+            });
+            TensorData::from_ints(d, vals.collect::<Result<Vec<i64>, String>>()?).ok_or("not an integer type")?
+        }
     };
     Tensor::new(shape, data).map_err(|e| e.to_string())
 }
@@ -507,6 +519,8 @@ fn element_strings(t: &Tensor) -> Vec<String> {
         TensorData::I32(v) => v.iter().map(|x| x.to_string()).collect(),
         TensorData::I64(v) => v.iter().map(|x| x.to_string()).collect(),
         TensorData::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+        TensorData::U64(v) => v.iter().map(|x| x.to_string()).collect(),
+        d => d.ints().unwrap_or_default().iter().map(|x| x.to_string()).collect(),
     }
 }
 

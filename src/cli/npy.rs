@@ -1,7 +1,8 @@
 //! `.npy` files in and out, through the `npyz` crate.
 //!
-//! Supported element types: f16 (`f2`), f32 (`f4`), f64 (`f8`), i32 (`i4`), i64 (`i8`) and
-//! bool (`b1`), either byte order, C or Fortran order. NumPy has no bf16, so bf16 tensors are
+//! Supported element types: f16 (`f2`), f32 (`f4`), f64 (`f8`), i8 (`i1`), i16 (`i2`), i32
+//! (`i4`), i64 (`i8`), u8 (`u1`), u16 (`u2`), u32 (`u4`), u64 (`u8`) and bool (`b1`), either
+//! byte order, C or Fortran order. NumPy has no bf16, so bf16 tensors are
 //! written as f32 (exactly: every bf16 is an f32) and bf16 inputs are read from f32 files.
 //!
 //! Files are untrusted. Before `npyz` sees a file, its header is checked here: the declared
@@ -64,6 +65,12 @@ fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         DType::I32 => TensorData::I32(file.into_vec::<i32>().map_err(err)?),
         DType::I64 => TensorData::I64(file.into_vec::<i64>().map_err(err)?),
         DType::Bool => TensorData::Bool(file.into_vec::<bool>().map_err(err)?),
+        DType::I8 => TensorData::I8(file.into_vec::<i8>().map_err(err)?),
+        DType::I16 => TensorData::I16(file.into_vec::<i16>().map_err(err)?),
+        DType::U8 => TensorData::U8(file.into_vec::<u8>().map_err(err)?),
+        DType::U16 => TensorData::U16(file.into_vec::<u16>().map_err(err)?),
+        DType::U32 => TensorData::U32(file.into_vec::<u32>().map_err(err)?),
+        DType::U64 => TensorData::U64(file.into_vec::<u64>().map_err(err)?),
         DType::BF16 => return Err("bf16 has no .npy type".into()),
     };
     let data = if h.fortran_order { fortran_to_c(data, &h.shape) } else { data };
@@ -85,6 +92,12 @@ pub fn write(path: &Path, t: &Tensor) -> Result<Option<String>, Error> {
         TensorData::I32(v) => write_all(&mut sink, &shape, v),
         TensorData::I64(v) => write_all(&mut sink, &shape, v),
         TensorData::Bool(v) => write_all(&mut sink, &shape, v),
+        TensorData::I8(v) => write_all(&mut sink, &shape, v),
+        TensorData::I16(v) => write_all(&mut sink, &shape, v),
+        TensorData::U8(v) => write_all(&mut sink, &shape, v),
+        TensorData::U16(v) => write_all(&mut sink, &shape, v),
+        TensorData::U32(v) => write_all(&mut sink, &shape, v),
+        TensorData::U64(v) => write_all(&mut sink, &shape, v),
         TensorData::BF16(v) => {
             note = Some(format!("{}: .npy has no bf16; written as f32 (exactly)", path.display()));
             let widened: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
@@ -142,6 +155,12 @@ fn fortran_to_c(data: TensorData, shape: &[usize]) -> TensorData {
         TensorData::I32(v) => TensorData::I32(reorder(v, shape)),
         TensorData::I64(v) => TensorData::I64(reorder(v, shape)),
         TensorData::Bool(v) => TensorData::Bool(reorder(v, shape)),
+        TensorData::I8(v) => TensorData::I8(reorder(v, shape)),
+        TensorData::I16(v) => TensorData::I16(reorder(v, shape)),
+        TensorData::U8(v) => TensorData::U8(reorder(v, shape)),
+        TensorData::U16(v) => TensorData::U16(reorder(v, shape)),
+        TensorData::U32(v) => TensorData::U32(reorder(v, shape)),
+        TensorData::U64(v) => TensorData::U64(reorder(v, shape)),
     }
 }
 
@@ -190,10 +209,17 @@ fn dtype_of(descr: &str) -> Result<DType, String> {
         "f8" => DType::F64,
         "i4" => DType::I32,
         "i8" => DType::I64,
+        "i1" => DType::I8,
+        "i2" => DType::I16,
+        "u1" => DType::U8,
+        "u2" => DType::U16,
+        "u4" => DType::U32,
+        "u8" => DType::U64,
         "b1" | "?" => DType::Bool,
         _ => {
             return Err(format!(
-                "element type `{descr}` is not supported (f2, f4, f8, i4, i8 and b1 are: f16, f32, f64, i32, i64, bool)"
+                "element type `{descr}` is not supported (f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1 are: \
+                 f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool)"
             ))
         }
     })
@@ -374,6 +400,9 @@ mod tests {
         let t = decode(&npy("{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", &be)).unwrap();
         assert_eq!(t.dtype(), DType::F64);
         assert_eq!(t.to_f64_vec(), vec![1.5, -2.0]);
+        let be: Vec<u8> = [1u16, 65535].iter().flat_map(|x| x.to_be_bytes()).collect();
+        let u = decode(&npy("{'descr': '>u2', 'fortran_order': False, 'shape': (2,), }", &be)).unwrap();
+        assert_eq!((u.dtype(), u.to_f64_vec()), (DType::U16, vec![1.0, 65535.0]));
         let s = decode(&npy("{'descr': '|b1', 'fortran_order': False, 'shape': (), }", &[1])).unwrap();
         assert_eq!((s.shape(), s.to_f64_vec()), (&[][..], vec![1.0]));
     }
@@ -400,7 +429,7 @@ mod tests {
         let e = decode(b"\x93NUMPY\x01\x00\xff\x00{").unwrap_err();
         assert!(e.contains("has only"), "{e}");
         assert!(decode(b"PK\x03\x04").unwrap_err().contains("magic"));
-        let e = decode(&npy("{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", &[0; 2])).unwrap_err();
+        let e = decode(&npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", &[0; 8])).unwrap_err();
         assert!(e.contains("not supported"), "{e}");
         let e =
             decode(&npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", &[0; 4])).unwrap_err();
@@ -422,6 +451,12 @@ mod tests {
             Tensor::new(vec![1, 2], TensorData::I32(vec![-7, i32::MAX])).unwrap(),
             Tensor::from_i64(&[0, 3], vec![]).unwrap(),
             Tensor::from_bool(&[], vec![true]).unwrap(),
+            Tensor::new(vec![3], TensorData::I8(vec![i8::MIN, -1, i8::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::I16(vec![i16::MIN, i16::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U8(vec![0, u8::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U16(vec![1, u16::MAX])).unwrap(),
+            Tensor::new(vec![2], TensorData::U32(vec![7, u32::MAX])).unwrap(),
+            Tensor::new(vec![3], TensorData::U64(vec![0, 1 << 63, u64::MAX])).unwrap(),
         ];
         for (i, t) in cases.iter().enumerate() {
             let p = dir.join(format!("{i}.npy"));

@@ -83,7 +83,12 @@ fn linear(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompE
 /// op multiplies with wrapping arithmetic, and `infer` checked the factor is integral).
 fn factor(e: &mut Emitter, v: f64, dtype: DType) -> Result<Value, DecompError> {
     let v = match dtype {
-        DType::I32 => f64::from(v as i64 as i32),
+        // A negative factor of u64 is its wrapped value, above what an f64 holds exactly.
+        DType::U64 if v < 0.0 => {
+            let m = e.full(((v as i64) as u64).wrapping_neg() as f64, dtype, &Shape::scalar())?;
+            return e.unary(OpKind::Neg, m);
+        }
+        d if d.is_int() => crate::interp::int_to_f64(d, crate::interp::wrap_int(d, v as i64)),
         _ => v,
     };
     e.full(v, dtype, &Shape::scalar())

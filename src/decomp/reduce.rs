@@ -8,8 +8,8 @@
 //!   fail like the op, in `reduce_argmax`.
 //! - `argmin` is `reduce_argmax` of an order-reversing map: `neg(x)` for floats (NaN stays
 //!   NaN, so the first NaN still wins; `±0` stay tied, so the first zero wins) and
-//!   `-1 - x` (bitwise not, which never overflows) for integers, where `neg` would wrap
-//!   `MIN` onto itself.
+//!   `-1 - x` (bitwise not, which never overflows; `MAX - x` for unsigned types) for
+//!   integers, where `neg` would wrap `MIN` onto itself.
 //! - `mean`, `var`, `std` and `logsumexp` compute in the input dtype (f16 and bf16 in f32,
 //!   converted back at the end), accumulating sequentially like `reduce_sum`, so their error
 //!   grows with the reduced length. The count `N` is a constant when the reduced dims are
@@ -291,8 +291,14 @@ fn argmin(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompE
     let flipped = if e.dtype(x).is_float() {
         e.unary(OpKind::Neg, x)?
     } else {
-        // -1 - x is !x: order-reversing on every integer, with no overflow.
-        let m1 = e.full_like(-1.0, x)?;
+        // -1 - x is !x: order-reversing on every integer, with no overflow. An unsigned type
+        // has no -1: its all-ones is MAX (for u64, 2^64 as an f64, which `full` saturates to
+        // u64::MAX).
+        let ones = match e.dtype(x).int_range() {
+            Some((0, hi)) => hi as f64,
+            _ => -1.0,
+        };
+        let m1 = e.full_like(ones, x)?;
         e.prim(OpKind::Sub, &[m1, x], &[])?
     };
     argmax_of(e, node, flipped, &shape)

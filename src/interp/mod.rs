@@ -18,7 +18,10 @@ mod view;
 
 use std::collections::HashMap;
 
-pub use view::{contiguous_strides, float_to_int, float_to_int_as, round_float, wrap_int, Data, View};
+pub use view::{
+    contiguous_strides, float_to_int, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, Data,
+    View,
+};
 
 use cranelift_entity::EntityRef;
 

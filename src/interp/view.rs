@@ -3,8 +3,10 @@
 //! A view is (storage, dtype, shape, strides, offset). Views made by view ops share their
 //! base's storage, so a write through one is seen through every other: the true aliasing
 //! semantics that functionalization must preserve. Storage is kept widened (floats as f64,
-//! integers as i64) so each op is written once per dtype class; every write rounds to the
-//! view's dtype, which makes the arithmetic that of the op's own dtype.
+//! integers as i64, a u64 as its bit pattern) so each op is written once per dtype class;
+//! every write rounds or wraps to the view's dtype, which makes the arithmetic that of the
+//! op's own dtype. The few integer meanings that depend on signedness (order, division,
+//! conversion to float) go through `int_cmp`, `int_to_f64` and the elementwise helpers.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -43,11 +45,45 @@ pub fn round_float(dtype: DType, x: f64) -> f64 {
     }
 }
 
-/// Wraps an i64 to what `dtype` can hold (i32 wraps like two's complement).
+/// Wraps an i64 to what `dtype` can hold, two's complement style (a u64 keeps the bit
+/// pattern, so it is the identity there as for i64).
 pub fn wrap_int(dtype: DType, x: i64) -> i64 {
     match dtype {
+        DType::I8 => x as i8 as i64,
+        DType::I16 => x as i16 as i64,
         DType::I32 => x as i32 as i64,
+        DType::U8 => x as u8 as i64,
+        DType::U16 => x as u16 as i64,
+        DType::U32 => x as u32 as i64,
         _ => x,
+    }
+}
+
+/// A stored integer of `dtype` as f64 (a u64 from its bit pattern; 64-bit values beyond 2^53
+/// round to nearest).
+pub fn int_to_f64(dtype: DType, x: i64) -> f64 {
+    if dtype == DType::U64 {
+        x as u64 as f64
+    } else {
+        x as f64
+    }
+}
+
+/// The order of two stored integers of `dtype` (unsigned for u64's bit patterns).
+pub fn int_cmp(dtype: DType, a: i64, b: i64) -> std::cmp::Ordering {
+    if dtype == DType::U64 {
+        (a as u64).cmp(&(b as u64))
+    } else {
+        a.cmp(&b)
+    }
+}
+
+/// The smallest and largest stored value of an integer `dtype` (u64::MAX is stored as -1);
+/// the i64 range for any other dtype.
+pub fn int_limits(dtype: DType) -> (i64, i64) {
+    match dtype {
+        DType::U64 => (0, -1),
+        d => d.int_range().map_or((i64::MIN, i64::MAX), |(lo, hi)| (lo as i64, hi as i64)),
     }
 }
 
@@ -138,10 +174,11 @@ impl View {
         let shape = t.shape().to_vec();
         let dtype = t.dtype();
         let data = match t.data() {
-            TensorData::I32(v) => Data::I(v.iter().map(|&x| x as i64).collect()),
-            TensorData::I64(v) => Data::I(v.clone()),
             TensorData::Bool(v) => Data::B(v.clone()),
-            _ => Data::F(t.to_f64_vec()),
+            d => match d.ints() {
+                Some(v) => Data::I(v),
+                None => Data::F(t.to_f64_vec()),
+            },
         };
         View::contiguous(dtype, shape, data)
     }
@@ -154,9 +191,8 @@ impl View {
             DType::F64 => TensorData::F64(self.floats()),
             DType::F16 => TensorData::F16(self.floats().into_iter().map(f16::from_f64).collect()),
             DType::BF16 => TensorData::BF16(self.floats().into_iter().map(bf16::from_f64).collect()),
-            DType::I32 => TensorData::I32(self.ints().into_iter().map(|x| x as i32).collect()),
-            DType::I64 => TensorData::I64(self.ints()),
             DType::Bool => TensorData::Bool(self.bools()),
+            d => TensorData::from_ints(d, self.ints()).unwrap_or_else(|| unreachable!("{d} is an integer type")),
         };
         // The shape and the data length agree by construction.
         Tensor::new(shape, data).unwrap_or_else(|e| panic!("view to tensor: {e}"))
@@ -235,7 +271,7 @@ impl View {
         let offs = self.offsets();
         match &*storage {
             Data::F(v) => offs.iter().map(|&p| v[p]).collect(),
-            Data::I(v) => offs.iter().map(|&p| v[p] as f64).collect(),
+            Data::I(v) => offs.iter().map(|&p| int_to_f64(self.dtype, v[p])).collect(),
             Data::B(v) => offs.iter().map(|&p| v[p] as u8 as f64).collect(),
         }
     }
@@ -340,10 +376,17 @@ pub fn float_to_int(x: f64) -> i64 {
     x as i64
 }
 
-/// Float to an integer dtype: truncate toward zero, saturate at that dtype's range, NaN → 0.
+/// Float to an integer dtype: truncate toward zero, saturate at that dtype's range, NaN → 0
+/// (a u64 result is stored as its bit pattern).
 pub fn float_to_int_as(dtype: DType, x: f64) -> i64 {
     match dtype {
+        DType::I8 => x as i8 as i64,
+        DType::I16 => x as i16 as i64,
         DType::I32 => x as i32 as i64,
+        DType::U8 => x as u8 as i64,
+        DType::U16 => x as u16 as i64,
+        DType::U32 => x as u32 as i64,
+        DType::U64 => x as u64 as i64,
         _ => x as i64,
     }
 }

@@ -1,4 +1,10 @@
 //! Element types.
+//!
+//! Thirteen dtypes: four floats (f32, f64, f16, bf16), eight integers (signed i8, i16, i32,
+//! i64 and unsigned u8, u16, u32, u64) and bool. Integer arithmetic wraps in the dtype's own
+//! width; the interpreter stores every integer widened to an i64 (a u64 as its bit pattern),
+//! so ops whose meaning depends on signedness (compare, div, rem, max/min, conversion to
+//! float) ask the dtype.
 
 use std::fmt;
 
@@ -15,10 +21,30 @@ pub enum DType {
     I32,
     I64,
     Bool,
+    I8,
+    I16,
+    U8,
+    U16,
+    U32,
+    U64,
 }
 
 impl DType {
-    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -29,6 +55,12 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 
@@ -40,8 +72,48 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
+    /// Any integer type, signed or unsigned.
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::I64)
+        self.is_signed_int() || self.is_unsigned()
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// The width in bits of an integer type.
+    pub fn int_bits(self) -> Option<u32> {
+        Some(match self {
+            DType::I8 | DType::U8 => 8,
+            DType::I16 | DType::U16 => 16,
+            DType::I32 | DType::U32 => 32,
+            DType::I64 | DType::U64 => 64,
+            _ => return None,
+        })
+    }
+
+    /// The smallest and largest value of an integer type.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        let bits = self.int_bits()?;
+        Some(if self.is_unsigned() {
+            (0, (1i128 << bits) - 1)
+        } else {
+            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+        })
+    }
+
+    /// The signed integer type of `bits` bits.
+    fn signed_of(bits: u32) -> DType {
+        match bits {
+            8 => DType::I8,
+            16 => DType::I16,
+            32 => DType::I32,
+            _ => DType::I64,
+        }
     }
 
     pub fn is_bool(self) -> bool {
@@ -51,16 +123,19 @@ impl DType {
     /// Size of one element in bytes (bool is one byte).
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Bool => 1,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::Bool | DType::I8 | DType::U8 => 1,
         }
     }
 
     /// The type two operands of a high-level op are computed in, NumPy/PyTorch style:
     /// bool < integers < floats, and within a class the wider type wins. f16 and bf16 together
-    /// promote to f32.
+    /// promote to f32. Two integers of one signedness promote to the wider; a signed and an
+    /// unsigned one promote to the narrowest signed type holding both ranges (u8+i8 → i16,
+    /// u16+i16 → i32, u32+i32 → i64), except that u64 with any signed type is i64 (NumPy
+    /// gives f64 there; ladder keeps integer arithmetic, so u64 values above i64::MAX wrap).
     pub fn promote(a: DType, b: DType) -> DType {
         use DType::*;
         if a == b {
@@ -78,8 +153,23 @@ impl DType {
             }
             (x, y) if x.is_float() && !y.is_float() => x,
             (x, y) if !x.is_float() && y.is_float() => y,
-            // Two distinct integer types: the wider one.
-            _ => I64,
+            (x, y) => {
+                let (bx, by) = (x.int_bits().unwrap_or(64), y.int_bits().unwrap_or(64));
+                if x.is_unsigned() == y.is_unsigned() {
+                    if bx >= by {
+                        x
+                    } else {
+                        y
+                    }
+                } else {
+                    let (s, u) = if x.is_unsigned() { (by, bx) } else { (bx, by) };
+                    if s > u {
+                        DType::signed_of(s)
+                    } else {
+                        DType::signed_of((2 * u).min(64))
+                    }
+                }
+            }
         }
     }
 }

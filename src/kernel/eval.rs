@@ -4,8 +4,8 @@
 //! [`Kernel`] (after [`PreparedKernel::new`] has checked it and turned its size expressions
 //! into a table) over any [`Memory`], which is how the runtime runs kernels over its arena.
 //!
-//! Registers hold widened scalars ([`Val`]: floats as f64, integers as i64, bools), exactly
-//! like the interpreter's storage, and every instruction rounds its result to its dtype
+//! Registers hold widened scalars ([`Val`]: floats as f64, integers as i64 with a u64 as its
+//! bit pattern, bools), exactly like the interpreter's storage, and every instruction rounds its result to its dtype
 //! (`round_float` / `wrap_int`), so each instruction computes what the prim of the same name
 //! computes in the interpreter's f32 (op-dtype) mode, bit for bit. Buffers are typed (an f32
 //! buffer holds f32s); a value loaded from a buffer of its dtype widens exactly.
@@ -26,7 +26,10 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::{Accumulator, BufferId, BufferKind, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Step, Var};
-use crate::interp::{self, float_to_int_as, round_float, wrap_int, EvalCtx, EvalError, InterpError, View};
+use crate::interp::{
+    self, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, EvalCtx, EvalError, InterpError,
+    View,
+};
 use crate::ir::{AttrValue, Attrs, DType, Dim, DimError, Graph, TensorType};
 use crate::ops::elementwise::{binary_float, binary_int, unary_float, unary_int};
 use crate::ops::OpKind;
@@ -62,6 +65,15 @@ impl Val {
             Val::F(x) => x != 0.0,
             Val::I(x) => x != 0,
             Val::B(b) => b,
+        }
+    }
+
+    /// This value, held as `from`, converted to `dtype` the way `convert_element_type`
+    /// converts (only a u64 source differs from [`Val::convert`]: it converts as unsigned).
+    pub fn convert_from(self, from: DType, dtype: DType) -> Val {
+        match self {
+            Val::I(x) if from == DType::U64 && dtype.is_float() => Val::F(round_float(dtype, int_to_f64(from, x))),
+            v => v.convert(dtype),
         }
     }
 
@@ -126,6 +138,12 @@ pub fn get_elem(data: &TensorData, i: usize) -> Option<Val> {
         TensorData::I32(v) => Val::I(*v.get(i)? as i64),
         TensorData::I64(v) => Val::I(*v.get(i)?),
         TensorData::Bool(v) => Val::B(*v.get(i)?),
+        TensorData::I8(v) => Val::I(*v.get(i)? as i64),
+        TensorData::I16(v) => Val::I(*v.get(i)? as i64),
+        TensorData::U8(v) => Val::I(*v.get(i)? as i64),
+        TensorData::U16(v) => Val::I(*v.get(i)? as i64),
+        TensorData::U32(v) => Val::I(*v.get(i)? as i64),
+        TensorData::U64(v) => Val::I(*v.get(i)? as i64),
     })
 }
 
@@ -140,6 +158,12 @@ pub fn set_elem(data: &mut TensorData, i: usize, value: Val) -> Option<()> {
         (TensorData::I32(v), Val::I(x)) => *v.get_mut(i)? = x as i32,
         (TensorData::I64(v), Val::I(x)) => *v.get_mut(i)? = x,
         (TensorData::Bool(v), Val::B(x)) => *v.get_mut(i)? = x,
+        (TensorData::I8(v), Val::I(x)) => *v.get_mut(i)? = x as i8,
+        (TensorData::I16(v), Val::I(x)) => *v.get_mut(i)? = x as i16,
+        (TensorData::U8(v), Val::I(x)) => *v.get_mut(i)? = x as u8,
+        (TensorData::U16(v), Val::I(x)) => *v.get_mut(i)? = x as u16,
+        (TensorData::U32(v), Val::I(x)) => *v.get_mut(i)? = x as u32,
+        (TensorData::U64(v), Val::I(x)) => *v.get_mut(i)? = x as u64,
         _ => return None,
     }
     Some(())
@@ -147,12 +171,7 @@ pub fn set_elem(data: &mut TensorData, i: usize, value: Val) -> Option<()> {
 
 /// Bytes per element of `dtype` in a buffer (bool is one byte, 0 or 1).
 pub fn elem_size(dtype: DType) -> usize {
-    match dtype {
-        DType::F64 | DType::I64 => 8,
-        DType::F32 | DType::I32 => 4,
-        DType::F16 | DType::BF16 => 2,
-        DType::Bool => 1,
-    }
+    dtype.size_bytes()
 }
 
 /// Element `i` of a buffer of `dtype` stored as native-endian bytes.
@@ -167,6 +186,12 @@ pub fn get_bytes(dtype: DType, bytes: &[u8], i: usize) -> Option<Val> {
         DType::I32 => Val::I(i32::from_ne_bytes(b.try_into().ok()?) as i64),
         DType::I64 => Val::I(i64::from_ne_bytes(b.try_into().ok()?)),
         DType::Bool => Val::B(b[0] != 0),
+        DType::I8 => Val::I(b[0] as i8 as i64),
+        DType::U8 => Val::I(b[0] as i64),
+        DType::I16 => Val::I(i16::from_ne_bytes(b.try_into().ok()?) as i64),
+        DType::U16 => Val::I(u16::from_ne_bytes(b.try_into().ok()?) as i64),
+        DType::U32 => Val::I(u32::from_ne_bytes(b.try_into().ok()?) as i64),
+        DType::U64 => Val::I(u64::from_ne_bytes(b.try_into().ok()?) as i64),
     })
 }
 
@@ -182,6 +207,10 @@ pub fn set_bytes(dtype: DType, bytes: &mut [u8], i: usize, value: Val) -> Option
         (DType::I32, Val::I(x)) => b.copy_from_slice(&(x as i32).to_ne_bytes()),
         (DType::I64, Val::I(x)) => b.copy_from_slice(&x.to_ne_bytes()),
         (DType::Bool, Val::B(x)) => b[0] = x as u8,
+        (DType::I8 | DType::U8, Val::I(x)) => b[0] = x as u8,
+        (DType::I16 | DType::U16, Val::I(x)) => b.copy_from_slice(&(x as u16).to_ne_bytes()),
+        (DType::U32, Val::I(x)) => b.copy_from_slice(&(x as u32).to_ne_bytes()),
+        (DType::U64, Val::I(x)) => b.copy_from_slice(&x.to_ne_bytes()),
         _ => return None,
     }
     Some(())
@@ -239,7 +268,7 @@ enum PInstr {
     Unary { dst: usize, op: OpKind, x: usize, xdt: DType, dtype: DType },
     Binary { dst: usize, op: OpKind, a: usize, b: usize, cdt: DType, dtype: DType },
     Select { dst: usize, cond: usize, a: usize, b: usize, dtype: DType },
-    Convert { dst: usize, x: usize, dtype: DType },
+    Convert { dst: usize, x: usize, xdt: DType, dtype: DType },
     Accumulate { acc: usize, x: usize, index: Option<usize> },
     Store { buf: BufferId, index: PIndex, value: usize },
 }
@@ -440,8 +469,8 @@ impl PreparedKernel {
                         PInstr::Select { dst: p.def_reg(*dst, *dtype, &mut local)?, cond: c, a, b, dtype: *dtype }
                     }
                     Instr::Convert { dst, x, dtype } => {
-                        let (x, _) = p.use_reg(*x, &local)?;
-                        PInstr::Convert { dst: p.def_reg(*dst, *dtype, &mut local)?, x, dtype: *dtype }
+                        let (x, xdt) = p.use_reg(*x, &local)?;
+                        PInstr::Convert { dst: p.def_reg(*dst, *dtype, &mut local)?, x, xdt, dtype: *dtype }
                     }
                     Instr::Accumulate { acc, x, index } => {
                         let a = stage
@@ -600,14 +629,14 @@ fn unary(op: OpKind, x: Val, xdt: DType, dtype: DType) -> Val {
         OpKind::IsNan => Val::B(matches!(x, Val::F(v) if v.is_nan())),
         _ if xdt.is_int() => {
             let v = x.as_i64();
-            Val::I(wrap_int(dtype, unary_int(op, v).unwrap_or(v)))
+            Val::I(wrap_int(dtype, unary_int(op, xdt, v).unwrap_or(v)))
         }
         _ => Val::F(round_float(dtype, unary_float(op, x.as_f64()))),
     }
 }
 
 fn binary(op: OpKind, a: Val, b: Val, cdt: DType, dtype: DType) -> Result<Val, EvalError> {
-    if matches!(op, OpKind::And | OpKind::Or) {
+    if matches!(op, OpKind::And | OpKind::Or) && cdt.is_bool() {
         let (x, y) = (a.truthy(), b.truthy());
         return Ok(Val::B(if op == OpKind::And { x && y } else { x || y }));
     }
@@ -615,7 +644,7 @@ fn binary(op: OpKind, a: Val, b: Val, cdt: DType, dtype: DType) -> Result<Val, E
         let r = binary_float(op, a.as_f64(), b.as_f64());
         return Ok(if dtype == DType::Bool { Val::B(r != 0.0) } else { Val::F(round_float(dtype, r)) });
     }
-    let r = binary_int(op, a.as_i64(), b.as_i64())?;
+    let r = binary_int(op, cdt, a.as_i64(), b.as_i64())?;
     Ok(if dtype == DType::Bool { Val::B(r != 0) } else { Val::I(wrap_int(dtype, r)) })
 }
 
@@ -632,7 +661,7 @@ fn acc_feed(acc: &Accumulator, st: &mut AccState, x: Val, pos: i64) {
                 let better = match (st.value, x) {
                     (Val::F(b), _) if b.is_nan() => false,
                     (Val::F(b), Val::F(v)) => v.is_nan() || v > b,
-                    (b, v) => v.as_i64() > b.as_i64(),
+                    (b, v) => int_cmp(dt, v.as_i64(), b.as_i64()).is_gt(),
                 };
                 if better {
                     st.best = pos;
@@ -667,8 +696,9 @@ fn acc_feed(acc: &Accumulator, st: &mut AccState, x: Val, pos: i64) {
             Val::I(match op {
                 ReduceOp::Sum => a.wrapping_add(v),
                 ReduceOp::Prod => a.wrapping_mul(v),
-                ReduceOp::Max => a.max(v),
-                _ => a.min(v),
+                ReduceOp::Max if int_cmp(dt, v, a).is_gt() => v,
+                ReduceOp::Min if int_cmp(dt, v, a).is_lt() => v,
+                _ => a,
             })
         }
     };
@@ -676,7 +706,7 @@ fn acc_feed(acc: &Accumulator, st: &mut AccState, x: Val, pos: i64) {
 
 fn acc_reset(acc: &Accumulator) -> AccState {
     let dt = acc.dtype;
-    let (lo, hi) = if dt == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
+    let (lo, hi) = int_limits(dt);
     let value = match acc.op {
         ReduceOp::Sum if dt.is_float() => Val::F(0.0),
         ReduceOp::Prod if dt.is_float() => Val::F(1.0),
@@ -749,7 +779,9 @@ pub fn run_kernel(k: &PreparedKernel, dims: &[i64], mem: &mut dyn Memory, s: &mu
                                 let v = if s.regs[*cond].truthy() { s.regs[*a] } else { s.regs[*b] };
                                 s.regs[*dst] = v.convert(*dtype);
                             }
-                            PInstr::Convert { dst, x, dtype } => s.regs[*dst] = s.regs[*x].convert(*dtype),
+                            PInstr::Convert { dst, x, xdt, dtype } => {
+                                s.regs[*dst] = s.regs[*x].convert_from(*xdt, *dtype)
+                            }
                             PInstr::Accumulate { acc, x, index } => {
                                 let pos = index.map_or(0, |i| s.regs[i].as_i64());
                                 acc_feed(&stage.accs[*acc], &mut s.accs[*acc], s.regs[*x], pos);

@@ -5,8 +5,12 @@
 //! `binary_int`), shared by the interpreter and by constant folding. Float semantics are
 //! IEEE 754 with these choices stated: `max`/`min` propagate NaN and order -0 < +0; `round`
 //! is half-to-even; `rem` is C's fmod (sign of the dividend); `pow` is C's pow; `sign(NaN)`
-//! is NaN and `sign(±0)` is ±0. Integer arithmetic wraps; integer `div` truncates toward
-//! zero and, like `rem`, fails on a zero divisor. Comparisons with NaN are false except `ne`.
+//! is NaN and `sign(±0)` is ±0. Integer arithmetic wraps in the dtype's width; integer `div`
+//! truncates toward zero and, like `rem`, fails on a zero divisor; unsigned types compare,
+//! divide, take max/min and convert as unsigned (u64 values are stored as i64 bit patterns,
+//! see `interp::view`), `abs` of an unsigned is itself, its `sign` is 0 or 1 and its `neg`
+//! wraps (`-1` is the maximum). `and`/`or` are logical on bools and bitwise on integers.
+//! Comparisons with NaN are false except `ne`.
 //!
 //! At the high rung these ops broadcast NumPy-style and promote dtypes (a bool operand of
 //! arithmetic promotes to the other operand's type, as in PyTorch); at the prims rung
@@ -23,7 +27,8 @@ enum Accepts {
     Float,
     /// Integers and floats.
     Numeric,
-    Bool,
+    /// Bools and integers (logical on bools, bitwise on integers).
+    BoolOrInt,
     Any,
 }
 
@@ -93,8 +98,8 @@ pub static SPECS: &[OpSpec] = &[
     binary(OpKind::Le, "le", "a <= b", eval_binary),
     binary(OpKind::Gt, "gt", "a > b", eval_binary),
     binary(OpKind::Ge, "ge", "a >= b", eval_binary),
-    binary(OpKind::And, "and", "logical and of bools", eval_binary),
-    binary(OpKind::Or, "or", "logical or of bools", eval_binary),
+    binary(OpKind::And, "and", "logical and of bools, bitwise and of integers", eval_binary),
+    binary(OpKind::Or, "or", "logical or of bools, bitwise or of integers", eval_binary),
     binary(OpKind::Rem, "rem", "C fmod: a - trunc(a / b) * b", eval_binary),
     OpSpec {
         kind: OpKind::Where,
@@ -131,21 +136,21 @@ fn accepts(kind: OpKind) -> Accepts {
         LogicalNot | IsNan => Accepts::Any,
         Add | Sub | Mul | Div | Pow | Max | Min | Rem => Accepts::Numeric,
         Eq | Ne | Lt | Le | Gt | Ge => Accepts::Any,
-        And | Or => Accepts::Bool,
+        And | Or => Accepts::BoolOrInt,
         _ => Accepts::Float,
     }
 }
 
 fn returns_bool(kind: OpKind) -> bool {
     use OpKind::*;
-    matches!(kind, LogicalNot | IsNan | Eq | Ne | Lt | Le | Gt | Ge | And | Or)
+    matches!(kind, LogicalNot | IsNan | Eq | Ne | Lt | Le | Gt | Ge)
 }
 
 fn check_accepts(kind: OpKind, arg: usize, dtype: DType) -> Result<(), OpError> {
     let (ok, expected) = match accepts(kind) {
         Accepts::Float => (dtype.is_float(), "a float type"),
         Accepts::Numeric => (!dtype.is_bool(), "a numeric (int or float) type"),
-        Accepts::Bool => (dtype.is_bool(), "bool"),
+        Accepts::BoolOrInt => (dtype.is_bool() || dtype.is_int(), "bool or an integer type"),
         Accepts::Any => (true, ""),
     };
     if ok {
@@ -222,9 +227,18 @@ pub fn unary_float(kind: OpKind, x: f64) -> f64 {
     }
 }
 
-/// The meaning of a unary op on one integer; `None` where it is a float-only op.
-pub fn unary_int(kind: OpKind, x: i64) -> Option<i64> {
+/// The meaning of a unary op on one stored integer of `dtype` (before wrapping to it); `None`
+/// where it is a float-only op.
+pub fn unary_int(kind: OpKind, dtype: DType, x: i64) -> Option<i64> {
     use OpKind::*;
+    if dtype.is_unsigned() {
+        return Some(match kind {
+            Neg => x.wrapping_neg(),
+            Abs | Floor | Ceil | Round => x,
+            Sign => (x != 0) as i64,
+            _ => return None,
+        });
+    }
     Some(match kind {
         Neg => x.wrapping_neg(),
         Abs => x.wrapping_abs(),
@@ -282,9 +296,13 @@ pub fn binary_float(kind: OpKind, a: f64, b: f64) -> f64 {
     }
 }
 
-/// The meaning of a binary op on two integers (wrapping). Comparisons return 0/1.
-pub fn binary_int(kind: OpKind, a: i64, b: i64) -> Result<i64, EvalError> {
+/// The meaning of a binary op on two stored integers of `dtype` (wrapping; the caller wraps
+/// the result to `dtype`). Comparisons return 0/1.
+pub fn binary_int(kind: OpKind, dtype: DType, a: i64, b: i64) -> Result<i64, EvalError> {
     use OpKind::*;
+    if dtype == DType::U64 {
+        return binary_u64(kind, a as u64, b as u64).map(|x| x as i64);
+    }
     Ok(match kind {
         Add => a.wrapping_add(b),
         Sub => a.wrapping_sub(b),
@@ -310,6 +328,43 @@ pub fn binary_int(kind: OpKind, a: i64, b: i64) -> Result<i64, EvalError> {
         Le => (a <= b) as i64,
         Gt => (a > b) as i64,
         Ge => (a >= b) as i64,
+        And => a & b,
+        Or => a | b,
+        _ => unreachable!("{kind:?} is not a binary integer op"),
+    })
+}
+
+/// `binary_int` for u64, whose order and division differ from i64's.
+fn binary_u64(kind: OpKind, a: u64, b: u64) -> Result<u64, EvalError> {
+    use OpKind::*;
+    Ok(match kind {
+        Add => a.wrapping_add(b),
+        Sub => a.wrapping_sub(b),
+        Mul => a.wrapping_mul(b),
+        Div | Rem if b == 0 => return Err(EvalError::DivisionByZero),
+        Div => a / b,
+        Rem => a % b,
+        Pow => {
+            let (mut result, mut base, mut e) = (1u64, a, b);
+            while e > 0 {
+                if e & 1 == 1 {
+                    result = result.wrapping_mul(base);
+                }
+                base = base.wrapping_mul(base);
+                e >>= 1;
+            }
+            result
+        }
+        Max => a.max(b),
+        Min => a.min(b),
+        Eq => (a == b) as u64,
+        Ne => (a != b) as u64,
+        Lt => (a < b) as u64,
+        Le => (a <= b) as u64,
+        Gt => (a > b) as u64,
+        Ge => (a >= b) as u64,
+        And => a & b,
+        Or => a | b,
         _ => unreachable!("{kind:?} is not a binary integer op"),
     })
 }
@@ -352,7 +407,7 @@ fn eval_unary(kind: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], out: &T
             Ok(View::from_bools(shape, vals))
         }
         _ if x.dtype().is_int() => {
-            let vals = x.ints().into_iter().map(|v| unary_int(kind, v).unwrap_or(v)).collect();
+            let vals = x.ints().into_iter().map(|v| unary_int(kind, x.dtype(), v).unwrap_or(v)).collect();
             Ok(View::from_ints(out.dtype, shape, vals))
         }
         _ => {
@@ -366,7 +421,7 @@ fn eval_binary(kind: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], out: &
     let a = broadcast_view(&args[0], &shape)?;
     let b = broadcast_view(&args[1], &shape)?;
     let compute = DType::promote(a.dtype(), b.dtype());
-    if matches!(kind, OpKind::And | OpKind::Or) {
+    if matches!(kind, OpKind::And | OpKind::Or) && compute.is_bool() {
         let vals = a
             .bools()
             .into_iter()
@@ -387,7 +442,7 @@ fn eval_binary(kind: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], out: &
     }
     let mut vals = Vec::with_capacity(a.numel());
     for (x, y) in a.ints().into_iter().zip(b.ints()) {
-        vals.push(binary_int(kind, x, y)?);
+        vals.push(binary_int(kind, compute, x, y)?);
     }
     if out.dtype == DType::Bool {
         return Ok(View::from_bools(shape, vals.into_iter().map(|v| v != 0).collect()));

@@ -21,8 +21,8 @@
 //!   (false for bool).
 
 use super::util::{
-    broadcast_shapes, broadcast_view, expect_bool, expect_int, expect_min_rank, expect_rank, int_attr, normalize_axis,
-    ravel, unravel,
+    broadcast_shapes, broadcast_view, expect_bool, expect_index, expect_min_rank, expect_rank, int_attr,
+    normalize_axis, ravel, unravel,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{EvalCtx, EvalError, View};
@@ -173,7 +173,7 @@ fn pick(ctx: &EvalCtx, dtype: DType, shape: Vec<usize>, src: &Elems, pos: &[Opti
 }
 
 fn expect_index_dtype(arg: usize, ty: &TensorType) -> Result<(), OpError> {
-    expect_int(arg, ty).map_err(|_| OpError::DType { arg, got: ty.dtype, expected: "i32 or i64 indices".into() })
+    expect_index(arg, ty)
 }
 
 /// Shared checks of gather and scatter_add: index dtype and rank, and index dims no larger

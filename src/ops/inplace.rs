@@ -256,7 +256,7 @@ fn eval_arith(kind: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], _: &Ten
     } else {
         let mut vals = Vec::with_capacity(x.numel());
         for (a, b) in x.ints().into_iter().zip(y.ints()) {
-            vals.push(binary_int(op, a, b)?);
+            vals.push(binary_int(op, compute, a, b)?);
         }
         View::from_ints(compute, shape, vals)
     };
@@ -270,7 +270,8 @@ fn eval_relu(_: OpKind, ctx: &mut EvalCtx, _: &Attrs, args: &[View], _: &TensorT
         let vals = x.floats().into_iter().map(|v| binary_float(OpKind::Max, v, 0.0)).collect();
         View::from_floats(ctx, x.dtype(), shape, vals)
     } else {
-        View::from_ints(x.dtype(), shape, x.ints().into_iter().map(|v| v.max(0)).collect())
+        let unsigned = x.dtype().is_unsigned();
+        View::from_ints(x.dtype(), shape, x.ints().into_iter().map(|v| if unsigned { v } else { v.max(0) }).collect())
     };
     write_back(ctx, x, &result)
 }

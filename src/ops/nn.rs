@@ -27,7 +27,7 @@
 
 use super::util::{bool_attr, expect_float, float_attr};
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
-use crate::interp::{EvalCtx, EvalError, View};
+use crate::interp::{int_cmp, EvalCtx, EvalError, View};
 use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, TensorType};
 
 const fn act(kind: OpKind, name: &'static str, attrs: &'static [AttrSpec], doc: &'static str) -> OpSpec {
@@ -236,17 +236,18 @@ impl Activation {
     /// The activation of one integer (`relu` and `clamp` only; others return `x`).
     pub fn apply_int(&self, dtype: DType, x: i64) -> i64 {
         match self.kind {
+            OpKind::Relu if dtype.is_unsigned() => x,
             OpKind::Relu => x.max(0),
             OpKind::Clamp => {
-                let (tmin, tmax) = if dtype == DType::I32 {
-                    (i32::MIN as f64, i32::MAX as f64)
-                } else {
-                    (i64::MIN as f64, i64::MAX as f64)
-                };
                 // Bounds are integral or infinite (checked by infer); saturate them to the dtype.
-                let lo = self.a.clamp(tmin, tmax) as i64;
-                let hi = self.b.clamp(tmin, tmax) as i64;
-                x.max(lo).min(hi)
+                let lo = crate::interp::float_to_int_as(dtype, self.a);
+                let hi = crate::interp::float_to_int_as(dtype, self.b);
+                let y = if int_cmp(dtype, x, lo).is_lt() { lo } else { x };
+                if int_cmp(dtype, y, hi).is_gt() {
+                    hi
+                } else {
+                    y
+                }
             }
             _ => x,
         }

@@ -52,7 +52,7 @@
 //!   an empty tensor is NaN, "sum" is 0).
 
 use super::util::{
-    bool_attr, broadcast_concrete, broadcast_shapes, broadcast_view, expect_float, expect_int, expect_min_rank,
+    bool_attr, broadcast_concrete, broadcast_shapes, broadcast_view, expect_float, expect_index, expect_min_rank,
     float_attr, int_attr, normalize_axis,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
@@ -621,7 +621,11 @@ fn check_label_smoothing(attrs: &Attrs) -> Result<f64, OpError> {
 fn infer_cross_entropy(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
     let (logits, target) = (args[0], args[1]);
     expect_float(0, logits)?;
-    expect_int(1, target)?;
+    expect_index(1, target).map_err(|_| OpError::DType {
+        arg: 1,
+        got: target.dtype,
+        expected: "an integer type of class indices (i32 or i64)".into(),
+    })?;
     expect_min_rank(0, logits, 1)?;
     let red = reduction(attrs)?;
     check_label_smoothing(attrs)?;

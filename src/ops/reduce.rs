@@ -33,7 +33,7 @@
 use super::elementwise::binary_float;
 use super::util::{bool_attr, int_attr, normalize_axes, normalize_axis};
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
-use crate::interp::{EvalCtx, EvalError, View};
+use crate::interp::{int_cmp, int_limits, EvalCtx, EvalError, View};
 use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, Shape, TensorType};
 
 /// The shape of a reduction's result: `axes` (normalised, in `0..rank`) removed, or kept as
@@ -254,12 +254,13 @@ fn fold_float(ctx: &EvalCtx, kind: OpKind, dtype: DType, g: &[f64]) -> f64 {
 /// Sequential integer reduction, wrapping (the result is wrapped to `dtype` on write).
 fn fold_int(kind: OpKind, dtype: DType, g: &[i64]) -> i64 {
     use OpKind::*;
-    let (lo, hi) = if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
+    let (lo, hi) = int_limits(dtype);
+    let pick = |a: i64, x: i64, want: std::cmp::Ordering| if int_cmp(dtype, x, a) == want { x } else { a };
     match kind {
         ReduceSum | Sum => g.iter().fold(0i64, |a, &x| a.wrapping_add(x)),
         ReduceProd | Prod => g.iter().fold(1i64, |a, &x| a.wrapping_mul(x)),
-        ReduceMax | Amax => g.iter().fold(lo, |a, &x| a.max(x)),
-        _ => g.iter().fold(hi, |a, &x| a.min(x)),
+        ReduceMax | Amax => g.iter().fold(lo, |a, &x| pick(a, x, std::cmp::Ordering::Greater)),
+        _ => g.iter().fold(hi, |a, &x| pick(a, x, std::cmp::Ordering::Less)),
     }
 }
 
@@ -277,10 +278,11 @@ fn arg_float(g: &[f64], want_max: bool) -> usize {
     best
 }
 
-fn arg_int(g: &[i64], want_max: bool) -> usize {
+fn arg_int(dtype: DType, g: &[i64], want_max: bool) -> usize {
     let mut best = 0;
     for (i, &x) in g.iter().enumerate().skip(1) {
-        if (want_max && x > g[best]) || (!want_max && x < g[best]) {
+        let ord = int_cmp(dtype, x, g[best]);
+        if (want_max && ord.is_gt()) || (!want_max && ord.is_lt()) {
             best = i;
         }
     }
@@ -337,7 +339,7 @@ fn eval_reduce(
             let vals: Vec<i64> = if x.dtype().is_float() {
                 groups(&xv.floats(), n, k).map(|g| arg_float(g, want_max) as i64).collect()
             } else {
-                groups(&xv.ints(), n, k).map(|g| arg_int(g, want_max) as i64).collect()
+                groups(&xv.ints(), n, k).map(|g| arg_int(x.dtype(), g, want_max) as i64).collect()
             };
             Ok(View::from_ints(DType::I64, shape, vals))
         }

@@ -171,6 +171,16 @@ pub fn expect_int(arg: usize, ty: &TensorType) -> Result<(), OpError> {
     }
 }
 
+/// Fails unless argument `arg` is an index type: i32 or i64 (the narrow and unsigned
+/// integers are data, not indices).
+pub fn expect_index(arg: usize, ty: &TensorType) -> Result<(), OpError> {
+    if matches!(ty.dtype, DType::I32 | DType::I64) {
+        Ok(())
+    } else {
+        Err(OpError::DType { arg, got: ty.dtype, expected: "i32 or i64 indices".into() })
+    }
+}
+
 /// Fails unless argument `arg` has exactly rank `rank`.
 pub fn expect_rank(arg: usize, ty: &TensorType, rank: usize) -> Result<(), OpError> {
     if ty.rank() == rank {

@@ -178,6 +178,7 @@ fn uniform_value(t: &Tensor) -> Option<f64> {
         TensorData::I32(v) => all_same(v, |x| x as u64),
         TensorData::I64(v) => all_same(v, |x| x as u64),
         TensorData::Bool(v) => all_same(v, |x| x as u64),
+        d => all_same(&d.ints().unwrap_or_default(), |x| x as u64),
     };
     same.then(|| t.to_f64_vec()[0])
 }

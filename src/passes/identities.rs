@@ -349,6 +349,7 @@ fn tensor_value(t: &Tensor) -> Option<Elem> {
         TensorData::I32(v) => same(v, |x| Elem::I(x as i64)),
         TensorData::I64(v) => same(v, Elem::I),
         TensorData::Bool(v) => same(v, Elem::B),
+        d => same(&d.ints()?, Elem::I),
     }
 }
 

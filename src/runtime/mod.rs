@@ -904,6 +904,12 @@ fn data_ptr(d: &crate::tensor::TensorData) -> usize {
         I32(v) => v.as_ptr() as usize,
         I64(v) => v.as_ptr() as usize,
         Bool(v) => v.as_ptr() as usize,
+        I8(v) => v.as_ptr() as usize,
+        I16(v) => v.as_ptr() as usize,
+        U8(v) => v.as_ptr() as usize,
+        U16(v) => v.as_ptr() as usize,
+        U32(v) => v.as_ptr() as usize,
+        U64(v) => v.as_ptr() as usize,
     }
 }
 

@@ -166,6 +166,29 @@ impl Parser {
     }
 
     fn blob_values(&mut self, dtype: DType, n: usize) -> Result<TensorData, ParseError> {
+        if let Some((lo, hi)) = dtype.int_range() {
+            // Integers of every width: each literal is checked against the dtype's range and
+            // kept as the i64 the interpreter stores (a u64 as its bit pattern).
+            let mut ints = Vec::new();
+            if !self.eat_punct(']') {
+                loop {
+                    if ints.len() >= n {
+                        return Err(self.expected(&format!("`]` after {n} values")));
+                    }
+                    let at = self.peek().clone();
+                    let x = self.int_literal_wide()?;
+                    if x < lo || x > hi {
+                        return Err(self.error_at(&at, format!("{x} does not fit in {dtype}")));
+                    }
+                    ints.push(x as i64);
+                    if self.eat_punct(']') {
+                        break;
+                    }
+                    self.expect_punct(',')?;
+                }
+            }
+            return Ok(TensorData::from_ints(dtype, ints).unwrap_or_else(|| unreachable!("{dtype} is an integer type")));
+        }
         let mut data = TensorData::zeros(dtype, 0);
         let mut count = 0usize;
         if self.eat_punct(']') {
@@ -180,19 +203,27 @@ impl Parser {
                 TensorData::F64(v) => v.push(self.float_literal()?),
                 TensorData::F16(v) => v.push(f16::from_f32(self.float_literal_f32()?)),
                 TensorData::BF16(v) => v.push(bf16::from_f32(self.float_literal_f32()?)),
-                TensorData::I32(v) => {
-                    let at = self.peek().clone();
-                    let x = self.int_literal()?;
-                    v.push(i32::try_from(x).map_err(|_| self.error_at(&at, format!("{x} does not fit in i32")))?);
-                }
-                TensorData::I64(v) => v.push(self.int_literal()?),
                 TensorData::Bool(v) => v.push(self.bool_literal()?),
+                _ => unreachable!("integer blobs are read above"),
             }
             count += 1;
             if self.eat_punct(']') {
                 return Ok(data);
             }
             self.expect_punct(',')?;
+        }
+    }
+
+    /// An integer literal of any sign and up to u64::MAX in magnitude.
+    fn int_literal_wide(&mut self) -> Result<i128, ParseError> {
+        let neg = self.eat_punct('-');
+        let t = self.next();
+        match t.tok {
+            Tok::Int(n) => Ok(if neg { -(n as i128) } else { n as i128 }),
+            _ => {
+                self.pos -= 1;
+                Err(self.expected("an integer"))
+            }
         }
     }
 
@@ -293,7 +324,8 @@ impl Parser {
         let t = self.peek().clone();
         let name = self.ident("a dtype like f32")?;
         let dtype = DType::from_name(&name).ok_or_else(|| {
-            self.error_at(&t, format!("unknown dtype `{name}` (expected one of f32, f64, f16, bf16, i32, i64, bool)"))
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            self.error_at(&t, format!("unknown dtype `{name}` (expected one of {})", names.join(", ")))
         })?;
         self.expect_punct('[')?;
         let mut dims = Vec::new();

@@ -103,6 +103,24 @@ fn write_blob_data(out: &mut String, t: &Tensor) {
             TensorData::Bool(v) => {
                 let _ = write!(out, "{}", v[i]);
             }
+            TensorData::I8(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
+            TensorData::I16(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
+            TensorData::U8(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
+            TensorData::U16(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
+            TensorData::U32(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
+            TensorData::U64(v) => {
+                let _ = write!(out, "{}", v[i]);
+            }
         }
     }
     out.push(']');

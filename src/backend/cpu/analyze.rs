@@ -34,6 +34,7 @@ fn invalid(msg: impl Into<String>) -> CodegenError {
 fn check_dtype(d: DType) -> Result<(), CodegenError> {
     match d {
         DType::F16 | DType::BF16 => Err(unsupported(format!("dtype {d}"))),
+        d if d.is_int() && !matches!(d, DType::I32 | DType::I64) => Err(unsupported(format!("dtype {d}"))),
         _ => Ok(()),
     }
 }
@@ -163,12 +164,12 @@ pub(crate) fn analyze(kernel: &Kernel, program: &Program, options: &CpuOptions) 
                         return Err(invalid(format!("stage {si}: {} of {ta} and {tb}", op.name())));
                     }
                     check_dtype(ta)?;
+                    if matches!(op, OpKind::And | OpKind::Or) && !ta.is_bool() {
+                        return Err(unsupported(format!("stage {si}: bitwise {} of {ta}", op.name())));
+                    }
                     if is_comparison(*op) || matches!(op, OpKind::And | OpKind::Or) {
                         if *dtype != DType::Bool {
                             return Err(invalid(format!("stage {si}: {} returns bool, not {dtype}", op.name())));
-                        }
-                        if matches!(op, OpKind::And | OpKind::Or) && !ta.is_bool() {
-                            return Err(invalid(format!("stage {si}: {} takes bools, not {ta}", op.name())));
                         }
                     } else if is_arith_binary(*op) {
                         if ta != *dtype || ta.is_bool() {

@@ -42,8 +42,11 @@ fn clif_type(d: DType) -> Type {
         DType::F64 => types::F64,
         DType::I32 => types::I32,
         DType::I64 => types::I64,
-        // f16/bf16 are refused by `analyze`.
-        DType::Bool | DType::F16 | DType::BF16 => types::I8,
+        // f16/bf16 and the 8-, 16-bit and unsigned integers are refused by `analyze`.
+        DType::Bool | DType::F16 | DType::BF16 | DType::I8 | DType::U8 => types::I8,
+        DType::I16 | DType::U16 => types::I16,
+        DType::U32 => types::I32,
+        DType::U64 => types::I64,
     }
 }
 
@@ -1084,7 +1087,7 @@ extern "C" fn f32_rem(a: f32, b: f32) -> f32 {
     a % b
 }
 extern "C" fn i64_pow(a: i64, b: i64) -> i64 {
-    match crate::ops::elementwise::binary_int(OpKind::Pow, a, b) {
+    match crate::ops::elementwise::binary_int(OpKind::Pow, DType::I64, a, b) {
         Ok(v) => v,
         Err(_) => {
             super::record_kernel_error(ERR_DIV_ZERO);

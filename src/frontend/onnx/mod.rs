@@ -42,6 +42,7 @@ pub mod conformance;
 mod import;
 mod index;
 mod ops;
+mod quant;
 mod tensor;
 mod wire;
 
@@ -185,7 +186,9 @@ pub enum ImportError {
     #[error("tensor `{name}`: {problem}")]
     BadTensor { name: String, problem: String },
     /// An element type ladder has no dtype for.
-    #[error("{what}: element type {elem_type} is not supported (ladder has f32, f64, f16, bf16, i32, i64, bool)")]
+    #[error(
+        "{what}: element type {elem_type} is not supported (ladder has f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64, bool)"
+    )]
     DType { what: String, elem_type: String },
     /// External data that is disabled, or whose location is unsafe or unreadable.
     #[error("tensor `{name}`: external data: {problem}")]

@@ -12,7 +12,8 @@
 //!   `Unsqueeze`/`Pad`/`Reduce*` need their shape-like inputs known at import (constant, or
 //!   computed from shapes); both the attribute and the input forms are read.
 //! - `Slice` with a negative step is `rev` + `slice`; on a symbolic dim only step 1 works.
-//! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis);
+//! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis; integer
+//!   `MaxPool` of up to 32 bits through f64);
 //!   asymmetric or large pads become an explicit `pad` (-inf for max, 0 for average with
 //!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims.
 //! - `ConvTranspose` is a `conv` of the stride-dilated, padded input (`pad` with interior
@@ -31,6 +32,9 @@
 //! - Scans, TopK, the scatters, GatherND, ReverseSequence, Compress, Det, the inverse trig
 //!   ops, Swish, `Pad` with a run-time value and training-mode `BatchNormalization` are in
 //!   `index.rs`, which lists its own choices.
+//! - Quantization (`QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`), the
+//!   integer products (`MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`),
+//!   `BitShift` and the `Bitwise*` ops are in `quant.rs`.
 
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
@@ -56,6 +60,11 @@ pub const SUPPORTED: &[&str] = &[
     "Atanh",
     "AveragePool",
     "BatchNormalization",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
     "Cast",
     "CausalConvWithState",
     "CastLike",
@@ -67,6 +76,7 @@ pub const SUPPORTED: &[&str] = &[
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvInteger",
     "ConvTranspose",
     "Cos",
     "Cosh",
@@ -74,8 +84,10 @@ pub const SUPPORTED: &[&str] = &[
     "CumSum",
     "DepthToSpace",
     "Det",
+    "DequantizeLinear",
     "Div",
     "Dropout",
+    "DynamicQuantizeLinear",
     "Einsum",
     "Elu",
     "Equal",
@@ -112,6 +124,7 @@ pub const SUPPORTED: &[&str] = &[
     "LogSoftmax",
     "LpNormalization",
     "MatMul",
+    "MatMulInteger",
     "Max",
     "MaxPool",
     "Mean",
@@ -127,6 +140,9 @@ pub const SUPPORTED: &[&str] = &[
     "PRelu",
     "Pad",
     "Pow",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QuantizeLinear",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -1099,6 +1115,15 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             one(y)
         }
         "Conv" => conv(imp, node),
+        "QuantizeLinear" => super::quant::quantize_linear(imp, node),
+        "DequantizeLinear" => super::quant::dequantize_linear(imp, node),
+        "DynamicQuantizeLinear" => super::quant::dynamic_quantize_linear(imp, node),
+        "MatMulInteger" => super::quant::matmul_integer(imp, node),
+        "ConvInteger" => super::quant::conv_integer(imp, node),
+        "QLinearMatMul" => super::quant::qlinear_matmul(imp, node),
+        "QLinearConv" => super::quant::qlinear_conv(imp, node),
+        "BitShift" => super::quant::bit_shift(imp, node),
+        "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => super::quant::bitwise(imp, node),
         "ConvTranspose" => conv_transpose(imp, node),
         "MaxPool" | "AveragePool" => pool(imp, node),
 
@@ -1694,6 +1719,12 @@ fn auto_pads(
 fn conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let w = imp.input(node, 1)?;
+    let y = conv_values(imp, node, x, w)?;
+    one(add_channel_bias(imp, node, y, 2)?)
+}
+
+/// `conv` of `x` and `w` with the node's geometry attributes (no bias).
+pub(super) fn conv_values(imp: &mut Importer, node: &NodeProto, x: Value, w: Value) -> NResult<Value> {
     let xs = imp.shape_of(x);
     let ws = imp.shape_of(w);
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -1714,12 +1745,11 @@ fn conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     }
     let pads = auto_pads(&a_str(node, "auto_pad", "NOTSET"), &xs[2..], &kernel, &strides, &dil, a_ints(node, "pads"))?;
     let group = a_int(node, "group", 1);
-    let y = imp.emit(
+    imp.emit(
         OpKind::Conv,
         &[x, w],
         &[("stride", ints(&strides)), ("padding", ints(&pads)), ("dilation", ints(&dil)), ("groups", int(group))],
-    )?;
-    one(add_channel_bias(imp, node, y, 2)?)
+    )
 }
 
 /// Adds input `i` (a `[C]` bias) along dim 1 of `y`, when present.
@@ -1832,6 +1862,13 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return unsupported("MaxPool's Indices output");
     }
     let x = imp.input(node, 0)?;
+    // Integer max pooling runs in f64, exact for integers of up to 32 bits, and converts back.
+    let in_dtype = imp.dtype_of_v(x);
+    let x = match in_dtype.int_bits() {
+        Some(b) if is_max && b <= 32 => imp.convert_to(x, DType::F64)?,
+        Some(_) => return unsupported(format!("{} of {in_dtype}", node.op_type)),
+        None => x,
+    };
     let xs = imp.shape_of(x);
     let n = xs.len().saturating_sub(2);
     if !(1..=2).contains(&n) {
@@ -1908,7 +1945,7 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if n == 1 {
         y = imp.squeeze(y, &[2])?;
     }
-    one(y)
+    one(imp.convert_to(y, in_dtype)?)
 }
 
 fn layer_norm(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {

@@ -22,11 +22,17 @@ pub fn dtype_name(elem_type: i32) -> String {
 pub fn dtype_of(elem_type: i32) -> Option<DType> {
     Some(match elem_type {
         1 => DType::F32,
+        2 => DType::U8,
+        3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
         11 => DType::F64,
+        12 => DType::U32,
+        13 => DType::U64,
         16 => DType::BF16,
         _ => return None,
     })
@@ -42,6 +48,12 @@ pub fn elem_type_of(dtype: DType) -> i32 {
         DType::F16 => 10,
         DType::F64 => 11,
         DType::BF16 => 16,
+        DType::U8 => 2,
+        DType::I8 => 3,
+        DType::U16 => 4,
+        DType::I16 => 5,
+        DType::U32 => 12,
+        DType::U64 => 13,
     }
 }
 
@@ -148,6 +160,8 @@ pub fn tensor_from_proto(
             DType::F64 => t.double_data.len(),
             DType::I64 => t.int64_data.len(),
             DType::I32 | DType::Bool | DType::F16 | DType::BF16 => t.int32_data.len(),
+            DType::I8 | DType::I16 | DType::U8 | DType::U16 => t.int32_data.len(),
+            DType::U32 | DType::U64 => t.uint64_data.len(),
         };
         if count != n || typed_len != count {
             return Err(bad(format!(
@@ -164,6 +178,14 @@ pub fn tensor_from_proto(
             DType::Bool => TensorData::Bool(t.int32_data.iter().map(|&x| x != 0).collect()),
             DType::F16 => TensorData::F16(t.int32_data.iter().map(|&x| f16::from_bits(x as u16)).collect()),
             DType::BF16 => TensorData::BF16(t.int32_data.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
+            // The narrow integers travel widened in int32_data, u32 and u64 in uint64_data;
+            // each value is truncated to the type's width, as ONNX's own readers do.
+            DType::I8 => TensorData::I8(t.int32_data.iter().map(|&x| x as i8).collect()),
+            DType::I16 => TensorData::I16(t.int32_data.iter().map(|&x| x as i16).collect()),
+            DType::U8 => TensorData::U8(t.int32_data.iter().map(|&x| x as u8).collect()),
+            DType::U16 => TensorData::U16(t.int32_data.iter().map(|&x| x as u16).collect()),
+            DType::U32 => TensorData::U32(t.uint64_data.iter().map(|&x| x as u32).collect()),
+            DType::U64 => TensorData::U64(t.uint64_data.clone()),
         }
     };
     Tensor::new(dims, data).map_err(|e| bad(e.to_string()))
@@ -185,6 +207,12 @@ fn decode_raw(dtype: DType, raw: &[u8]) -> TensorData {
         DType::F16 => TensorData::F16(chunks::<2>(raw).map(|b| f16::from_bits(u16::from_le_bytes(b))).collect()),
         DType::BF16 => TensorData::BF16(chunks::<2>(raw).map(|b| bf16::from_bits(u16::from_le_bytes(b))).collect()),
         DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
+        DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
+        DType::U8 => TensorData::U8(raw.to_vec()),
+        DType::I16 => TensorData::I16(chunks::<2>(raw).map(i16::from_le_bytes).collect()),
+        DType::U16 => TensorData::U16(chunks::<2>(raw).map(u16::from_le_bytes).collect()),
+        DType::U32 => TensorData::U32(chunks::<4>(raw).map(u32::from_le_bytes).collect()),
+        DType::U64 => TensorData::U64(chunks::<8>(raw).map(u64::from_le_bytes).collect()),
     }
 }
 
