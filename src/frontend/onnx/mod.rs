@@ -40,6 +40,7 @@ pub mod proto;
 pub mod conformance;
 mod import;
 mod ops;
+mod signal;
 mod spatial;
 mod tensor;
 mod wire;

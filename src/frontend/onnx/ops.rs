@@ -23,7 +23,8 @@
 //! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
-//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`: see `spatial.rs`.
+//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`: see `spatial.rs`; `DFT`, `STFT`, the
+//!   window ops and `MelWeightMatrix`: see `signal.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 
@@ -44,6 +45,7 @@ pub const SUPPORTED: &[&str] = &[
     "ArgMin",
     "AveragePool",
     "BatchNormalization",
+    "BlackmanWindow",
     "Cast",
     "CastLike",
     "CenterCropPad",
@@ -58,6 +60,7 @@ pub const SUPPORTED: &[&str] = &[
     "Cos",
     "Cosh",
     "DepthToSpace",
+    "DFT",
     "Div",
     "Dropout",
     "Einsum",
@@ -78,6 +81,8 @@ pub const SUPPORTED: &[&str] = &[
     "Greater",
     "GreaterOrEqual",
     "GroupNormalization",
+    "HammingWindow",
+    "HannWindow",
     "HardSigmoid",
     "HardSwish",
     "Hardmax",
@@ -101,6 +106,7 @@ pub const SUPPORTED: &[&str] = &[
     "MaxUnpool",
     "Mean",
     "MeanVarianceNormalization",
+    "MelWeightMatrix",
     "Min",
     "Mish",
     "Mod",
@@ -144,6 +150,7 @@ pub const SUPPORTED: &[&str] = &[
     "Softplus",
     "Softsign",
     "SpaceToDepth",
+    "STFT",
     "Split",
     "Sqrt",
     "Squeeze",
@@ -1006,6 +1013,10 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "LRN" => super::spatial::lrn(imp, node),
         "MaxUnpool" => super::spatial::max_unpool(imp, node),
         "CenterCropPad" => super::spatial::center_crop_pad(imp, node),
+        "DFT" => super::signal::dft(imp, node),
+        "STFT" => super::signal::stft(imp, node),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => super::signal::window(imp, node),
+        "MelWeightMatrix" => super::signal::mel_weight_matrix(imp, node),
 
         // --- Reductions ---
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
