@@ -38,6 +38,7 @@
 pub mod proto;
 
 pub mod conformance;
+mod grid;
 mod import;
 mod ops;
 mod signal;

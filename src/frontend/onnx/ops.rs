@@ -24,7 +24,8 @@
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
 //!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`: see `spatial.rs`; `DFT`, `STFT`, the
-//!   window ops and `MelWeightMatrix`: see `signal.rs`.
+//!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`: see
+//!   `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 
@@ -39,6 +40,7 @@ use crate::tensor::Tensor;
 /// The op types the importer converts (default domain).
 pub const SUPPORTED: &[&str] = &[
     "Abs",
+    "AffineGrid",
     "Add",
     "And",
     "ArgMax",
@@ -80,6 +82,7 @@ pub const SUPPORTED: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GridSample",
     "GroupNormalization",
     "HammingWindow",
     "HannWindow",
@@ -1017,6 +1020,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "STFT" => super::signal::stft(imp, node),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => super::signal::window(imp, node),
         "MelWeightMatrix" => super::signal::mel_weight_matrix(imp, node),
+        "GridSample" => super::grid::grid_sample(imp, node),
+        "AffineGrid" => super::grid::affine_grid(imp, node),
 
         // --- Reductions ---
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"

@@ -1,0 +1,353 @@
+//! Sampling-grid ONNX ops: `GridSample` and `AffineGrid`.
+//!
+//! Mapping choices:
+//! - `GridSample` (1 to 3 spatial dims; cubic on 2) computes its sample positions at run time
+//!   with ladder ops, per spatial axis: denormalize (`align_corners`), round half to even for
+//!   nearest, clamp (`border`) or reflect (`reflection`) coordinates outside the sampled
+//!   extent, then the taps (1 nearest, 2 linear, 4 cubic with a = -0.75) with their weights
+//!   and the pixel index of each tap under the padding mode (`zeros` marks taps outside the
+//!   input, which read 0). The per-axis taps combine by broadcasting into flat indices into
+//!   the input flattened to `[N, C, H*W..]`; one `gather` fetches every tap, then a weighted
+//!   `sum` over the taps. The input's spatial dims must be static.
+//! - `AffineGrid` is a `matmul` of a constant homogeneous base grid `[1, H*W.., D+1]` with
+//!   `theta` transposed; `size` must be known at import.
+
+use super::import::{a_int, a_str, Importer, NResult};
+use super::proto::NodeProto;
+use super::spatial::{
+    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, invalid, one, reshape, slice, static_dim,
+    sum_axes, un, unsupported, Outs,
+};
+use super::NodeError;
+use crate::ir::{AttrValue, DType, Dim, Value};
+use crate::ops::OpKind;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Padding {
+    Zeros,
+    Border,
+    Reflection,
+}
+
+fn where_(imp: &mut Importer, c: Value, a: Value, b: Value) -> NResult<Value> {
+    imp.emit(OpKind::Where, &[c, a, b], &[])
+}
+
+fn clamp(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
+    imp.emit(OpKind::Clamp, &[v], &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))])
+}
+
+/// `((a3 u + a2) u + a1) u + a0`.
+fn horner(imp: &mut Importer, u: Value, a: [f64; 4]) -> NResult<Value> {
+    let mut acc = bin_s(imp, OpKind::Mul, u, a[0])?;
+    for &c in &a[1..3] {
+        acc = bin_s(imp, OpKind::Add, acc, c)?;
+        acc = bin(imp, OpKind::Mul, acc, u)?;
+    }
+    bin_s(imp, OpKind::Add, acc, a[3])
+}
+
+/// Reflects `v` into `[lo, hi]` by its nearer border, repeatedly (the reference rule); values
+/// inside are kept.
+fn reflect(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
+    let rng = hi - lo;
+    let below = bin_s(imp, OpKind::Lt, v, lo)?;
+    let above = bin_s(imp, OpKind::Gt, v, hi)?;
+    if rng <= 0.0 {
+        let l = imp.scalar(dtype_of(imp, v), lo)?;
+        let out = bin(imp, OpKind::Or, below, above)?;
+        return where_(imp, out, l, v);
+    }
+    // Distance past the border, whole ranges crossed and the rest.
+    let parts = |imp: &mut Importer, dx: Value| -> NResult<(Value, Value)> {
+        let q = bin_s(imp, OpKind::Div, dx, rng)?;
+        let n = un(imp, OpKind::Floor, q)?;
+        let nr = bin_s(imp, OpKind::Mul, n, rng)?;
+        let r = bin(imp, OpKind::Sub, dx, nr)?;
+        let half = bin_s(imp, OpKind::Mul, n, 0.5)?;
+        let fh = un(imp, OpKind::Floor, half)?;
+        let even = bin(imp, OpKind::Eq, half, fh)?;
+        Ok((r, even))
+    };
+    let lo_s = imp.scalar(dtype_of(imp, v), lo)?;
+    let dx_lo = bin(imp, OpKind::Sub, lo_s, v)?;
+    let (r, even) = parts(imp, dx_lo)?;
+    let a = bin_s(imp, OpKind::Add, r, lo)?;
+    let nr = un(imp, OpKind::Neg, r)?;
+    let b = bin_s(imp, OpKind::Add, nr, hi)?;
+    let from_lo = where_(imp, even, a, b)?;
+    let dx_hi = bin_s(imp, OpKind::Sub, v, hi)?;
+    let (r, even) = parts(imp, dx_hi)?;
+    let nr = un(imp, OpKind::Neg, r)?;
+    let a = bin_s(imp, OpKind::Add, nr, hi)?;
+    let b = bin_s(imp, OpKind::Add, r, lo)?;
+    let from_hi = where_(imp, even, a, b)?;
+    let inner = where_(imp, above, from_hi, v)?;
+    where_(imp, below, from_lo, inner)
+}
+
+/// One spatial axis: flat-index contribution `[N, t, P]` (i64, not yet scaled by the
+/// stride), weights `[N, t, P]` (none for nearest) and, for zeros padding, validity.
+struct AxisTaps {
+    idx: Value,
+    w: Option<Value>,
+    valid: Option<Value>,
+    taps: usize,
+}
+
+fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, align: bool) -> NResult<AxisTaps> {
+    let dt = dtype_of(imp, g);
+    let l = len as f64;
+    // Denormalize.
+    let g1 = bin_s(imp, OpKind::Add, g, 1.0)?;
+    let mut x = if align {
+        bin_s(imp, OpKind::Mul, g1, (l - 1.0) / 2.0)?
+    } else {
+        let a = bin_s(imp, OpKind::Mul, g1, l)?;
+        let b = bin_s(imp, OpKind::Sub, a, 1.0)?;
+        bin_s(imp, OpKind::Mul, b, 0.5)?
+    };
+    if mode == Mode::Nearest {
+        x = un(imp, OpKind::Round, x)?;
+    }
+    let (lo, hi) = if align { (0.0, l - 1.0) } else { (-0.5, l - 0.5) };
+    match pad {
+        Padding::Zeros => {}
+        Padding::Border => {
+            let below = bin_s(imp, OpKind::Lt, x, lo)?;
+            let above = bin_s(imp, OpKind::Gt, x, hi)?;
+            let out = bin(imp, OpKind::Or, below, above)?;
+            let c = clamp(imp, x, 0.0, l - 1.0)?;
+            x = where_(imp, out, c, x)?;
+        }
+        Padding::Reflection => x = reflect(imp, x, lo, hi)?,
+    }
+    let (base, offsets, w): (Value, Vec<f64>, Option<Value>) = match mode {
+        Mode::Nearest => {
+            // The reference truncates the (possibly reflected) coordinate to an integer.
+            let i = convert(imp, x, DType::I64)?;
+            (convert(imp, i, dt)?, vec![0.0], None)
+        }
+        Mode::Linear | Mode::Cubic => {
+            let x0 = un(imp, OpKind::Floor, x)?;
+            let f = bin(imp, OpKind::Sub, x, x0)?;
+            let ws = if mode == Mode::Linear {
+                let one_s = imp.scalar(dt, 1.0)?;
+                vec![bin(imp, OpKind::Sub, one_s, f)?, f]
+            } else {
+                let a = -0.75;
+                let u = bin_s(imp, OpKind::Add, f, 1.0)?;
+                let c0 = horner(imp, u, [a, -5.0 * a, 8.0 * a, -4.0 * a])?;
+                let c1 = horner(imp, f, [a + 2.0, -(a + 3.0), 0.0, 1.0])?;
+                let one_s = imp.scalar(dt, 1.0)?;
+                let v = bin(imp, OpKind::Sub, one_s, f)?;
+                let c2 = horner(imp, v, [a + 2.0, -(a + 3.0), 0.0, 1.0])?;
+                let two = imp.scalar(dt, 2.0)?;
+                let w2 = bin(imp, OpKind::Sub, two, f)?;
+                let c3 = horner(imp, w2, [a, -5.0 * a, 8.0 * a, -4.0 * a])?;
+                vec![c0, c1, c2, c3]
+            };
+            let offs = if mode == Mode::Linear { vec![0.0, 1.0] } else { vec![-1.0, 0.0, 1.0, 2.0] };
+            let w = imp.emit(OpKind::Cat, &ws, &[("axis", int(1))])?;
+            (x0, offs, Some(w))
+        }
+    };
+    let taps = offsets.len();
+    let off = const_float(imp, "grid_taps", &[1, taps, 1], offsets, dt)?;
+    let pos = bin(imp, OpKind::Add, base, off)?;
+    let (pos, valid) = match pad {
+        Padding::Zeros => {
+            let ge = bin_s(imp, OpKind::Ge, pos, 0.0)?;
+            let le = bin_s(imp, OpKind::Le, pos, l - 1.0)?;
+            (pos, Some(bin(imp, OpKind::And, ge, le)?))
+        }
+        Padding::Border => (pos, None),
+        Padding::Reflection => {
+            let r = reflect(imp, pos, lo, hi)?;
+            let i = convert(imp, r, DType::I64)?;
+            (convert(imp, i, dt)?, None)
+        }
+    };
+    let pos = clamp(imp, pos, 0.0, l - 1.0)?;
+    let idx = convert(imp, pos, DType::I64)?;
+    Ok(AxisTaps { idx, w, valid, taps })
+}
+
+pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let grid = imp.input(node, 1)?;
+    let xs = dims_of(imp, x);
+    let gs = dims_of(imp, grid);
+    let r = xs.len();
+    if !(3..=5).contains(&r) || gs.len() != r {
+        return invalid(format!("GridSample needs X [N, C, d..] (1 to 3 spatial dims) and a grid of the same rank, got ranks {r} and {}", gs.len()));
+    }
+    let d = r - 2;
+    if gs[r - 1].as_const() != Some(d as u64) {
+        return invalid(format!("the grid's last dim must be {d}, got {}", gs[r - 1]));
+    }
+    let mode = match a_str(node, "mode", if imp.opset >= 20 { "linear" } else { "bilinear" }).as_str() {
+        "nearest" => Mode::Nearest,
+        "linear" | "bilinear" => Mode::Linear,
+        "cubic" | "bicubic" => Mode::Cubic,
+        m => return invalid(format!("unknown GridSample mode `{m}`")),
+    };
+    if mode == Mode::Cubic && d != 2 {
+        return unsupported(format!("GridSample cubic mode on {d} spatial dims (2 only)"));
+    }
+    let pad = match a_str(node, "padding_mode", "zeros").as_str() {
+        "zeros" => Padding::Zeros,
+        "border" => Padding::Border,
+        "reflection" => Padding::Reflection,
+        m => return invalid(format!("unknown padding_mode `{m}`")),
+    };
+    let align = a_int(node, "align_corners", 0) != 0;
+    let xdt = dtype_of(imp, x);
+    if !xdt.is_float() {
+        return unsupported(format!("GridSample of {xdt}"));
+    }
+    let gdt = dtype_of(imp, grid);
+    let work = match gdt {
+        DType::F64 | DType::F32 => gdt,
+        t if t.is_float() => DType::F32,
+        t => return invalid(format!("a grid of {t}")),
+    };
+    let sizes: Vec<u64> = xs[2..].iter().map(|s| static_dim(s, "GridSample")).collect::<NResult<_>>()?;
+    let mul_all = |ds: &[Dim]| -> NResult<Dim> {
+        ds.iter().try_fold(Dim::new(1), |a, b| a.mul(b)).map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}")))
+    };
+    let p = mul_all(&gs[1..r - 1])?;
+    let n = xs[0].clone();
+    let g = convert(imp, grid, work)?;
+    let g = reshape(imp, g, &[gs[0].clone(), p.clone(), Dim::new(d as u64)])?;
+    let mut flat: Option<Value> = None;
+    let mut weight: Option<Value> = None;
+    let mut valid: Option<Value> = None;
+    let mut taps_total = 1usize;
+    let mut stride = 1u64;
+    for i in (0..d).rev() {
+        // Grid component 0 is the last spatial axis (x), 1 the one before (y), ...
+        let comp = (d - 1 - i) as i64;
+        let gi = slice(imp, g, 2, comp, comp + 1, 1)?;
+        let gi = reshape(imp, gi, &[gs[0].clone(), Dim::new(1), p.clone()])?;
+        let t = axis_taps(imp, gi, sizes[i], mode, pad, align)?;
+        // Tap axes: [N, t_0, .., t_{d-1}, P]; this axis's taps at 1 + i.
+        let mut shape = vec![gs[0].clone()];
+        shape.extend((0..d).map(|j| Dim::new(if j == i { t.taps as u64 } else { 1 })));
+        shape.push(p.clone());
+        let idx = reshape(imp, t.idx, &shape)?;
+        let idx = if stride != 1 { bin_s(imp, OpKind::Mul, idx, stride as f64)? } else { idx };
+        flat = Some(match flat {
+            None => idx,
+            Some(f) => bin(imp, OpKind::Add, f, idx)?,
+        });
+        if let Some(w) = t.w {
+            let w = reshape(imp, w, &shape)?;
+            weight = Some(match weight {
+                None => w,
+                Some(a) => bin(imp, OpKind::Mul, a, w)?,
+            });
+        }
+        if let Some(v) = t.valid {
+            let v = reshape(imp, v, &shape)?;
+            valid = Some(match valid {
+                None => v,
+                Some(a) => bin(imp, OpKind::And, a, v)?,
+            });
+        }
+        taps_total *= t.taps;
+        stride = stride.saturating_mul(sizes[i]);
+    }
+    let flat = flat.ok_or_else(|| NodeError::Invalid("no spatial dims".into()))?;
+    let s_total = Dim::new(stride);
+    let c = xs[1].clone();
+    let t_dim = Dim::new(taps_total as u64);
+    let tp = t_dim.mul(&p).map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}")))?;
+    // Every axis contributes to the index, the weights and the validity, so each already
+    // has the full tap shape [N, t_0, .., t_{d-1}, P].
+    let idx = reshape(imp, flat, &[gs[0].clone(), Dim::new(1), tp.clone()])?;
+    let idx = imp.emit(OpKind::Expand, &[idx], &[("shape", dims_attr(&[n.clone(), c.clone(), tp]))])?;
+    let xf = reshape(imp, x, &[n.clone(), c.clone(), s_total])?;
+    let got = imp.emit(OpKind::Gather, &[xf, idx], &[("axis", int(2))])?;
+    let mut y = reshape(imp, got, &[n.clone(), c.clone(), t_dim.clone(), p.clone()])?;
+    if let Some(v) = valid {
+        let v = reshape(imp, v, &[gs[0].clone(), Dim::new(1), t_dim.clone(), p.clone()])?;
+        let z = imp.scalar(xdt, 0.0)?;
+        y = where_(imp, v, y, z)?;
+    }
+    if let Some(w) = weight {
+        let w = reshape(imp, w, &[gs[0].clone(), Dim::new(1), t_dim.clone(), p.clone()])?;
+        let w = convert(imp, w, xdt)?;
+        y = bin(imp, OpKind::Mul, y, w)?;
+    }
+    let y = sum_axes(imp, y, &[2], false)?;
+    let y = convert(imp, y, xdt)?;
+    let mut out = vec![n, c];
+    out.extend(gs[1..r - 1].iter().cloned());
+    one(reshape(imp, y, &out)?)
+}
+
+pub(super) fn affine_grid(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let theta = imp.input(node, 0)?;
+    let ts = dims_of(imp, theta);
+    let size = imp.ints_input(node, 1, "size")?.ok_or_else(|| NodeError::Invalid("size is required".into()))?;
+    if size.len() != 4 && size.len() != 5 {
+        return invalid(format!("size must be [N, C, H, W] or [N, C, D, H, W], got {size:?}"));
+    }
+    let d = size.len() - 2;
+    if ts.len() != 3 || ts[1].as_const() != Some(d as u64) || ts[2].as_const() != Some(d as u64 + 1) {
+        return invalid(format!("theta must be [N, {d}, {}], got {ts:?}", d + 1));
+    }
+    let spatial = &size[2..];
+    if spatial.iter().any(|&s| s < 0) {
+        return invalid(format!("size {size:?}"));
+    }
+    let s_total = spatial.iter().try_fold(1u64, |a, &s| a.checked_mul(s as u64)).unwrap_or(u64::MAX);
+    check_table(imp, s_total.saturating_mul(d as u64 + 1), 8, "the AffineGrid base grid")?;
+    let align = a_int(node, "align_corners", 0) != 0;
+    let coord = |len: i64, i: i64| -> f64 {
+        if align {
+            if len <= 1 {
+                -1.0
+            } else {
+                -1.0 + i as f64 * 2.0 / (len - 1) as f64
+            }
+        } else {
+            let step = 2.0 / len as f64;
+            -1.0 + step / 2.0 + i as f64 * step
+        }
+    };
+    let mut base = Vec::with_capacity(s_total as usize * (d + 1));
+    let mut pos = vec![0i64; d];
+    for _ in 0..s_total {
+        // [x (last axis), y, (z), 1]
+        for j in (0..d).rev() {
+            base.push(coord(spatial[j], pos[j]));
+        }
+        base.push(1.0);
+        for j in (0..d).rev() {
+            pos[j] += 1;
+            if pos[j] < spatial[j] {
+                break;
+            }
+            pos[j] = 0;
+        }
+    }
+    let dt = dtype_of(imp, theta);
+    if !dt.is_float() {
+        return invalid(format!("theta of {dt}"));
+    }
+    let b = const_float(imp, "affine_base", &[1, s_total as usize, d + 1], base, dt)?;
+    let y = imp.emit(OpKind::Matmul, &[b, theta], &[("transpose_b", AttrValue::Bool(true))])?;
+    let mut out = vec![ts[0].clone()];
+    out.extend(spatial.iter().map(|&s| Dim::new(s as u64)));
+    out.push(Dim::new(d as u64));
+    one(reshape(imp, y, &out)?)
+}
