@@ -15,8 +15,8 @@
 use super::import::{a_int, a_str, Importer, NResult};
 use super::proto::NodeProto;
 use super::spatial::{
-    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, invalid, one, reshape, slice, static_dim,
-    sum_axes, un, unsupported, Outs,
+    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, invalid, one, reshape, slice,
+    static_dim, sum_axes, un, unsupported, Outs,
 };
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
@@ -187,7 +187,10 @@ pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     let gs = dims_of(imp, grid);
     let r = xs.len();
     if !(3..=5).contains(&r) || gs.len() != r {
-        return invalid(format!("GridSample needs X [N, C, d..] (1 to 3 spatial dims) and a grid of the same rank, got ranks {r} and {}", gs.len()));
+        return invalid(format!(
+            "GridSample needs X [N, C, d..] (1 to 3 spatial dims) and a grid of the same rank, got ranks {r} and {}",
+            gs.len()
+        ));
     }
     let d = r - 2;
     if gs[r - 1].as_const() != Some(d as u64) {
@@ -221,7 +224,9 @@ pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     };
     let sizes: Vec<u64> = xs[2..].iter().map(|s| static_dim(s, "GridSample")).collect::<NResult<_>>()?;
     let mul_all = |ds: &[Dim]| -> NResult<Dim> {
-        ds.iter().try_fold(Dim::new(1), |a, b| a.mul(b)).map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}")))
+        ds.iter()
+            .try_fold(Dim::new(1), |a, b| a.mul(b))
+            .map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}")))
     };
     let p = mul_all(&gs[1..r - 1])?;
     let n = xs[0].clone();

@@ -37,7 +37,9 @@ fn dft_core(imp: &mut Importer, x: Value, axis: usize, n: usize, inverse: bool, 
     let xs = dims_of(imp, x);
     let r = xs.len();
     if r < 2 || axis >= r - 1 {
-        return invalid(format!("DFT axis {axis} must be a signal axis of an input of rank {r} (the last holds the complex parts)"));
+        return invalid(format!(
+            "DFT axis {axis} must be a signal axis of an input of rank {r} (the last holds the complex parts)"
+        ));
     }
     let c = static_dim(&xs[r - 1], "DFT")? as usize;
     if c != 1 && c != 2 {
@@ -176,7 +178,8 @@ pub(super) fn stft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return invalid("STFT needs a signal [batch, length, 1 or 2]");
     }
     let l = static_dim(&xs[1], "STFT")? as i64;
-    let step = int_scalar(imp, node, 1, "frame_step")?.ok_or_else(|| NodeError::Invalid("frame_step is required".into()))?;
+    let step =
+        int_scalar(imp, node, 1, "frame_step")?.ok_or_else(|| NodeError::Invalid("frame_step is required".into()))?;
     let window = imp.opt_input(node, 2)?;
     let wlen = match window {
         Some(w) => {
@@ -262,9 +265,7 @@ pub(super) fn mel_weight_matrix(imp: &mut Importer, node: &NodeProto) -> NResult
     let lo = float_scalar(imp, node, 3, "lower_edge_hertz")?;
     let hi = float_scalar(imp, node, 4, "upper_edge_hertz")?;
     if bins <= 0 || dft_len <= 0 || rate <= 0 || !(lo.is_finite() && hi.is_finite()) {
-        return invalid(format!(
-            "num_mel_bins {bins}, dft_length {dft_len}, sample_rate {rate}, edges {lo}..{hi}"
-        ));
+        return invalid(format!("num_mel_bins {bins}, dft_length {dft_len}, sample_rate {rate}, edges {lo}..{hi}"));
     }
     let spec = (dft_len / 2 + 1) as usize;
     check_table(imp, (spec as u64).saturating_mul(bins as u64), 8, "the mel weight matrix")?;

@@ -138,7 +138,13 @@ pub(super) fn sum_axes(imp: &mut Importer, v: Value, axes: &[i64], keep: bool) -
 }
 
 /// A float constant of `dtype` (f32 or f64 data; other float types convert from f32).
-pub(super) fn const_float(imp: &mut Importer, hint: &str, shape: &[usize], vals: Vec<f64>, dtype: DType) -> NResult<Value> {
+pub(super) fn const_float(
+    imp: &mut Importer,
+    hint: &str,
+    shape: &[usize],
+    vals: Vec<f64>,
+    dtype: DType,
+) -> NResult<Value> {
     let data = if dtype == DType::F64 {
         TensorData::F64(vals)
     } else {
@@ -279,8 +285,7 @@ fn coeffs(interp: Interp, antialias: bool, ratio: f64, scale: f64) -> Vec<f64> {
             let s = scale.min(1.0);
             let start = (-1.0 / s).floor() + 1.0;
             let n = (2.0 - 2.0 * start) as usize;
-            let c: Vec<f64> =
-                (0..n).map(|i| (1.0 - ((start + i as f64 - ratio) * s).abs()).clamp(0.0, 1.0)).collect();
+            let c: Vec<f64> = (0..n).map(|i| (1.0 - ((start + i as f64 - ratio) * s).abs()).clamp(0.0, 1.0)).collect();
             let total: f64 = c.iter().sum();
             c.into_iter().map(|v| v / total).collect()
         }
@@ -367,8 +372,12 @@ fn axis_table(
         (Interp::Cubic(_), true) => antialias_taps(s.scale, 2.0)?,
         (Interp::Nearest(_), true) => return unsupported("Resize antialias in nearest mode"),
     };
+    if s.in_w == 0 && s.out_w > 0 {
+        return invalid("Resize of an empty axis to a non-empty one");
+    }
+    // Indices and weights: 16 bytes per entry.
     let n_entries = s.out_w.saturating_mul(taps as u64);
-    check_table(imp, n_entries, 8, "a Resize index table")?;
+    check_table(imp, n_entries, 16, "a Resize index table")?;
     let out = s.out_w as usize;
     let mut idx = Vec::with_capacity(out * taps);
     let mut coef = Vec::with_capacity(out * taps);
@@ -441,7 +450,8 @@ fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: 
             .collect();
         // An integer factor picking each source `f` times in order is a repeat.
         let f = if in_w > 0 { t.out as u64 / in_w } else { 0 };
-        let repeat = f >= 1 && f * in_w == t.out as u64 && picked.iter().enumerate().all(|(o, &i)| i == (o as u64 / f) as i64);
+        let repeat =
+            f >= 1 && f * in_w == t.out as u64 && picked.iter().enumerate().all(|(o, &i)| i == (o as u64 / f) as i64);
         if repeat {
             let mut inter = xs.clone();
             inter.insert(axis + 1, Dim::new(1));
@@ -578,7 +588,8 @@ pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             }
             let mut sc: Vec<f64> = sz.iter().zip(&in_sizes).map(|(&o, &i)| o as f64 / i as f64).collect();
             let mut out: Vec<u64> = sz.iter().map(|&o| o as u64).collect();
-            let policy = if legacy { "stretch".to_string() } else { a_str(node, "keep_aspect_ratio_policy", "stretch") };
+            let policy =
+                if legacy { "stretch".to_string() } else { a_str(node, "keep_aspect_ratio_policy", "stretch") };
             match policy.as_str() {
                 "stretch" => {}
                 p @ ("not_larger" | "not_smaller") => {
@@ -619,9 +630,8 @@ pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     };
     let mut y = convert(imp, x, work)?;
     for (a, s) in specs {
-        let identity = is_close(s.scale, 1.0)
-            && s.out_w == s.in_w
-            && s.roi.is_none_or(|(r0, r1)| r0 == 0.0 && is_close(r1, 1.0));
+        let identity =
+            is_close(s.scale, 1.0) && s.out_w == s.in_w && s.roi.is_none_or(|(r0, r1)| r0 == 0.0 && is_close(r1, 1.0));
         if identity {
             continue;
         }
@@ -677,7 +687,15 @@ fn window_out(n: i64, w: &Window, ceil: bool) -> i64 {
 
 /// Reduces `x` over a 1-d window along `axis`: pads (`value`), then combines `k` strided
 /// slices. The result has `out` positions along `axis`.
-fn window_reduce(imp: &mut Importer, x: Value, axis: usize, n: i64, w: &Window, out: i64, op: Reduce) -> NResult<Value> {
+fn window_reduce(
+    imp: &mut Importer,
+    x: Value,
+    axis: usize,
+    n: i64,
+    w: &Window,
+    out: i64,
+    op: Reduce,
+) -> NResult<Value> {
     let r = dims_of(imp, x).len();
     if out == 0 {
         return slice(imp, x, axis, 0, 0, 1);
@@ -713,19 +731,22 @@ fn window_reduce(imp: &mut Importer, x: Value, axis: usize, n: i64, w: &Window, 
     acc.ok_or_else(|| NodeError::Invalid("an empty kernel".into()))
 }
 
-/// Per output position, how many window positions fall in `[lo, hi)`.
+/// Per output position, how many window positions `o*s - begin + j*d` (`j < k`) fall in
+/// `[lo, hi)`.
 fn window_counts(w: &Window, out: i64, lo: i64, hi: i64) -> Vec<f64> {
     (0..out)
         .map(|o| {
-            (0..w.k)
-                .filter(|&j| {
-                    let p = o * w.s - w.begin + j * w.d;
-                    p >= lo && p < hi
-                })
-                .count() as f64
+            let p0 = o * w.s - w.begin;
+            let first = (lo - p0).max(0);
+            let j_min = (first + w.d - 1) / w.d;
+            let j_max = if hi - 1 - p0 < 0 { -1 } else { ((hi - 1 - p0) / w.d).min(w.k - 1) };
+            (j_max - j_min + 1).max(0) as f64
         })
         .collect()
 }
+
+/// Bound on pads, strides and dilations, keeping the window arithmetic far from overflow.
+const MAX_EXTENT: i64 = 1 << 32;
 
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum PoolKind {
@@ -761,6 +782,9 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if kernel.iter().chain(&strides).chain(&dil).any(|&v| v < 1) {
         return invalid("kernel_shape, strides and dilations must be positive");
     }
+    if strides.iter().chain(&dil).any(|&v| v > MAX_EXTENT) {
+        return unsupported(format!("strides {strides:?} or dilations {dil:?} above {MAX_EXTENT}"));
+    }
     if kernel.iter().fold(0i64, |a, &k| a.saturating_add(k)) > MAX_WINDOW {
         return unsupported(format!("a pooling window of {kernel:?} (at most {MAX_WINDOW} taps over all axes)"));
     }
@@ -774,6 +798,9 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     )?;
     if pads.iter().any(|&p| p < 0) {
         return invalid(format!("negative pads {pads:?}"));
+    }
+    if pads.iter().any(|&p| p > MAX_EXTENT) {
+        return unsupported(format!("pads {pads:?} above {MAX_EXTENT}"));
     }
     let ceil = a_int(node, "ceil_mode", 0) != 0;
     let dt = dtype_of(imp, x);
@@ -884,7 +911,7 @@ pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
     for k in 0..n {
         let o = (sd[2 + k] - 1)
             .checked_mul(strides[k])
-            .and_then(|v| v.checked_sub(pads[k] + pads[n + k]))
+            .and_then(|v| v.checked_sub(pads[k].checked_add(pads[n + k])?))
             .and_then(|v| v.checked_add(kernel[k]))
             .filter(|&v| v >= 0)
             .ok_or_else(|| NodeError::Invalid("MaxUnpool's output size is negative or too large".into()))?;
@@ -905,7 +932,11 @@ pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
         imp.emit(
             OpKind::Full,
             &[],
-            &[("shape", dims_attr(&[Dim::new(total as u64)])), ("value", AttrValue::Float(0.0)), ("dtype", AttrValue::DType(dt))],
+            &[
+                ("shape", dims_attr(&[Dim::new(total as u64)])),
+                ("value", AttrValue::Float(0.0)),
+                ("dtype", AttrValue::DType(dt)),
+            ],
         )
     };
     let z = zeros(imp)?;
