@@ -74,7 +74,7 @@ fn dft_core(imp: &mut Importer, x: Value, axis: usize, n: usize, inverse: bool, 
             let (cs, sn) = (th.cos(), th.sin());
             if inverse && onesided {
                 // out[k] = 1/n sum_t w_t (Re X_t cos - Im X_t sin), w = 1 at 0 and n/2, else 2.
-                let edge = t == 0 || (n % 2 == 0 && t == n / 2);
+                let edge = t == 0 || (n.is_multiple_of(2) && t == n / 2);
                 let w = if edge { 1.0 } else { 2.0 };
                 table[(t * c) * cols + k] = w * cs * scale;
                 if c == 2 && !edge {

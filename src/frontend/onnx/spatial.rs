@@ -449,7 +449,7 @@ fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: 
             })
             .collect();
         // An integer factor picking each source `f` times in order is a repeat.
-        let f = if in_w > 0 { t.out as u64 / in_w } else { 0 };
+        let f = (t.out as u64).checked_div(in_w).unwrap_or(0);
         let repeat =
             f >= 1 && f * in_w == t.out as u64 && picked.iter().enumerate().all(|(o, &i)| i == (o as u64 / f) as i64);
         if repeat {
@@ -619,9 +619,7 @@ pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     specs.sort_by_key(|(a, _)| *a);
     let nearest = matches!(interp, Interp::Nearest(_));
     let dt = dtype_of(imp, x);
-    let work = if nearest {
-        dt
-    } else if dt == DType::F64 || dt == DType::F32 {
+    let work = if nearest || dt == DType::F64 || dt == DType::F32 {
         dt
     } else if dt.is_float() {
         DType::F32
