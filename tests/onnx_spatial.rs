@@ -681,3 +681,38 @@ fn windows_and_mel() {
     want[5] = 1.;
     close(&run(&imp(&bytes), &[])[0], &[5, 3], &want);
 }
+
+#[test]
+fn max_pool_indices() {
+    let mk = |order: i64| {
+        imp(&single(
+            "MaxPool",
+            vec![vi("x", FLOAT, &["1", "2", "2", "2"])],
+            &[],
+            vec![],
+            &["y", "i"],
+            vec![a_ints("kernel_shape", &[2, 2]), a_int("storage_order", order)],
+            22,
+        ))
+    };
+    let x = t(&[1, 2, 2, 2], &[1., 4., 3., 2., 5., 5., 5., 5.]);
+    let out = run(&mk(0), std::slice::from_ref(&x));
+    close(&out[0], &[1, 2, 1, 1], &[4., 5.]);
+    assert!(out[1].bit_eq(&ti(&[1, 2, 1, 1], &[1, 4])), "{:?}", out[1]);
+    // Column-major: (h, w) = (0, 1) is 0 + 1 * H.
+    let out = run(&mk(1), &[x]);
+    assert!(out[1].bit_eq(&ti(&[1, 2, 1, 1], &[2, 4])), "{:?}", out[1]);
+    // Padding is never picked: pads of 1 on the top and left, stride 2.
+    let g = imp(&single(
+        "MaxPool",
+        vec![vi("x", FLOAT, &["1", "1", "2", "2"])],
+        &[],
+        vec![],
+        &["y", "i"],
+        vec![a_ints("kernel_shape", &[2, 2]), a_ints("strides", &[2, 2]), a_ints("pads", &[1, 1, 0, 0])],
+        22,
+    ));
+    let out = run(&g, &[t(&[1, 1, 2, 2], &[-1., -2., -3., -4.])]);
+    close(&out[0], &[1, 1, 1, 1], &[-1.]);
+    assert!(out[1].bit_eq(&ti(&[1, 1, 1, 1], &[0])), "{:?}", out[1]);
+}

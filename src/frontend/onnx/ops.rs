@@ -15,7 +15,8 @@
 //! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis);
 //!   asymmetric or large pads become an explicit `pad` (-inf for max, 0 for average with
 //!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims. Other pools (3-D,
-//!   dilated averages, asymmetric averages without `count_include_pad`) are `spatial.rs`'s.
+//!   dilated averages, asymmetric averages without `count_include_pad`, `MaxPool` with
+//!   indices) are `spatial.rs`'s.
 //! - `ConvTranspose` is a `conv` of the stride-dilated, padded input (`pad` with interior
 //!   padding) with the flipped, regrouped kernel.
 //! - `Softmax`/`LogSoftmax`/`Hardmax` before opset 13 flatten to 2-D at `axis` first.
@@ -1812,7 +1813,7 @@ fn conv_transpose(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let is_max = node.op_type == "MaxPool";
     if is_max && node.output.get(1).is_some_and(|s| !s.is_empty()) {
-        return unsupported("MaxPool's Indices output");
+        return super::spatial::pool_nd(imp, node);
     }
     let x = imp.input(node, 0)?;
     let xs = imp.shape_of(x);

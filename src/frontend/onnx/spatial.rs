@@ -758,7 +758,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let kind = match node.op_type.as_str() {
         "MaxPool" => {
             if node.output.get(1).is_some_and(|s| !s.is_empty()) {
-                return unsupported("MaxPool's Indices output");
+                return max_pool_with_indices(imp, node);
             }
             PoolKind::Max
         }
@@ -857,6 +857,179 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         PoolKind::Max => {}
     }
     one(y)
+}
+
+/// Most window positions `MaxPool` with indices visits (the product of its kernel sizes).
+const MAX_WINDOW_POSITIONS: i64 = 1024;
+
+/// `MaxPool` with its `Indices` output: every window position in row-major order, keeping
+/// the first valid one strictly greater than the best so far (the reference rule, so a NaN
+/// is picked only when it comes first). Indices are flat over the whole input, row-major
+/// (`storage_order` 0) or with the spatial dims reversed (1). A window wholly in the padding
+/// gives 0 and index -1.
+fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() < 3 {
+        return invalid("pooling needs an input of rank >= 3");
+    }
+    let n = xs.len() - 2;
+    let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    if kernel.len() != n || strides.len() != n || dil.len() != n {
+        return invalid("kernel_shape, strides and dilations need one entry per spatial dim");
+    }
+    if kernel.iter().chain(&strides).chain(&dil).any(|&v| v < 1) {
+        return invalid("kernel_shape, strides and dilations must be positive");
+    }
+    if strides.iter().chain(&dil).any(|&v| v > MAX_EXTENT) {
+        return unsupported(format!("strides {strides:?} or dilations {dil:?} above {MAX_EXTENT}"));
+    }
+    let positions = kernel.iter().try_fold(1i64, |a, &k| a.checked_mul(k)).unwrap_or(i64::MAX);
+    if positions > MAX_WINDOW_POSITIONS {
+        return unsupported(format!(
+            "MaxPool indices over a window of {kernel:?} (at most {MAX_WINDOW_POSITIONS} positions)"
+        ));
+    }
+    let pads = super::ops::auto_pads(
+        &a_str(node, "auto_pad", "NOTSET"),
+        &xs[2..],
+        &kernel,
+        &strides,
+        &dil,
+        a_ints(node, "pads").filter(|p| !p.is_empty()),
+    )?;
+    if pads.iter().any(|&p| !(0..=MAX_EXTENT).contains(&p)) {
+        return invalid(format!("pads {pads:?}"));
+    }
+    let ceil = a_int(node, "ceil_mode", 0) != 0;
+    let column_major = a_int(node, "storage_order", 0) != 0;
+    let sizes: Vec<i64> = xs[2..].iter().map(|d| static_dim(d, "MaxPool").map(|v| v as i64)).collect::<NResult<_>>()?;
+    let wins: Vec<Window> =
+        (0..n).map(|i| Window { k: kernel[i], s: strides[i], d: dil[i], begin: pads[i], end: pads[n + i] }).collect();
+    let outs: Vec<i64> = (0..n).map(|i| window_out(sizes[i], &wins[i], ceil)).collect();
+    let n_out = outs.iter().try_fold(1u64, |a, &o| a.checked_mul(o as u64)).unwrap_or(u64::MAX);
+    check_table(imp, n_out.saturating_mul(positions as u64), 9, "a MaxPool index table")?;
+    let n_out = n_out as usize;
+    let dt = dtype_of(imp, x);
+    if n_out == 0 || sizes.contains(&0) {
+        let mut shape = vec![xs[0].clone(), xs[1].clone()];
+        shape.extend(outs.iter().map(|&o| Dim::new(o as u64)));
+        let full = |imp: &mut Importer, value: f64, dtype: DType| {
+            imp.emit(
+                OpKind::Full,
+                &[],
+                &[("shape", dims_attr(&shape)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dtype))],
+            )
+        };
+        let y = full(imp, 0.0, dt)?;
+        let i = full(imp, -1.0, DType::I64)?;
+        return Ok(vec![Some(Slot::Val(y)), Some(Slot::Val(i))]);
+    }
+    // Element strides of the spatial dims in the flat index.
+    let mut elem_stride = vec![1i64; n];
+    if column_major {
+        for i in 1..n {
+            elem_stride[i] = elem_stride[i - 1] * sizes[i - 1];
+        }
+    } else {
+        for i in (0..n.saturating_sub(1)).rev() {
+            elem_stride[i] = elem_stride[i + 1] * sizes[i + 1];
+        }
+    }
+    let x_step: i64 = sizes.iter().product();
+    // Pad once (the value is never picked: padded positions are invalid).
+    let r = xs.len();
+    let mut low = vec![0i64; r];
+    let mut high = vec![0i64; r];
+    for i in 0..n {
+        low[2 + i] = wins[i].begin;
+        high[2 + i] =
+            if outs[i] == 0 { 0 } else { (outs[i] - 1) * wins[i].s + wins[i].span() - sizes[i] - wins[i].begin };
+    }
+    let xp =
+        imp.emit(OpKind::Pad, &[x], &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(0.0))])?;
+    // Flat offset of each (n, c) plane.
+    let mut nc_shape = vec![xs[0].clone(), xs[1].clone()];
+    nc_shape.extend(std::iter::repeat_n(Dim::new(1), n));
+    let iota = |imp: &mut Importer, axis: i64| {
+        imp.emit(
+            OpKind::Iota,
+            &[],
+            &[("shape", dims_attr(&nc_shape)), ("axis", int(axis)), ("dtype", AttrValue::DType(DType::I64))],
+        )
+    };
+    let i0 = iota(imp, 0)?;
+    let i1 = iota(imp, 1)?;
+    let c = static_dim(&xs[1], "MaxPool")? as f64;
+    let plane = bin_s(imp, OpKind::Mul, i0, c)?;
+    let plane = bin(imp, OpKind::Add, plane, i1)?;
+    let plane = bin_s(imp, OpKind::Mul, plane, x_step as f64)?;
+    let mut out_shape = vec![1usize, 1];
+    out_shape.extend(outs.iter().map(|&o| o as usize));
+    let mut best: Option<(Value, Value, Value)> = None; // (value, index, any valid)
+    let mut j = vec![0i64; n];
+    for _ in 0..positions {
+        let mut v = xp;
+        for i in 0..n {
+            let start = j[i] * wins[i].d;
+            v = slice(imp, v, 2 + i, start, start + (outs[i] - 1) * wins[i].s + 1, wins[i].s)?;
+        }
+        // Validity and flat spatial index of this window position at each output.
+        let mut valid = Vec::with_capacity(n_out);
+        let mut flat = Vec::with_capacity(n_out);
+        let mut o = vec![0i64; n];
+        for _ in 0..n_out {
+            let mut ok = true;
+            let mut f = 0i64;
+            for i in 0..n {
+                let p = o[i] * wins[i].s - wins[i].begin + j[i] * wins[i].d;
+                ok &= p >= 0 && p < sizes[i];
+                if ok {
+                    f += p * elem_stride[i];
+                }
+            }
+            valid.push(ok);
+            flat.push(if ok { f } else { 0 });
+            for i in (0..n).rev() {
+                o[i] += 1;
+                if o[i] < outs[i] {
+                    break;
+                }
+                o[i] = 0;
+            }
+        }
+        let valid = const_bool(imp, "pool_valid", &out_shape, valid)?;
+        let flat = const_i64(imp, "pool_index", &out_shape, flat)?;
+        let idx = bin(imp, OpKind::Add, plane, flat)?;
+        best = Some(match best {
+            None => (v, idx, valid),
+            Some((bv, bi, any)) => {
+                let gt = bin(imp, OpKind::Gt, v, bv)?;
+                let none = un(imp, OpKind::LogicalNot, any)?;
+                let take = bin(imp, OpKind::Or, gt, none)?;
+                let take = bin(imp, OpKind::And, take, valid)?;
+                let nv = imp.emit(OpKind::Where, &[take, v, bv], &[])?;
+                let ni = imp.emit(OpKind::Where, &[take, idx, bi], &[])?;
+                let na = bin(imp, OpKind::Or, any, valid)?;
+                (nv, ni, na)
+            }
+        });
+        for i in (0..n).rev() {
+            j[i] += 1;
+            if j[i] < kernel[i] {
+                break;
+            }
+            j[i] = 0;
+        }
+    }
+    let (bv, bi, any) = best.ok_or_else(|| NodeError::Invalid("an empty kernel".into()))?;
+    let zero = imp.scalar(dt, 0.0)?;
+    let y = imp.emit(OpKind::Where, &[any, bv, zero], &[])?;
+    let neg = imp.scalar(DType::I64, -1.0)?;
+    let i = imp.emit(OpKind::Where, &[any, bi, neg], &[])?;
+    Ok(vec![Some(Slot::Val(y)), Some(Slot::Val(i))])
 }
 
 // ---------------------------------------------------------------------------------------------
