@@ -716,3 +716,36 @@ fn max_pool_indices() {
     close(&out[0], &[1, 1, 1, 1], &[-1.]);
     assert!(out[1].bit_eq(&ti(&[1, 1, 1, 1], &[0])), "{:?}", out[1]);
 }
+
+#[test]
+fn col2im() {
+    // A 1x3 image from blocks of 1x2 with stride 1: columns [a, b] at 0 and [c, d] at 1 -> a, b + c, d.
+    let mk = |pads: &[i64]| {
+        imp(&single(
+            "Col2Im",
+            vec![vi("x", FLOAT, &["1", "2", &(if pads.is_empty() { 2 } else { 4 }).to_string()])],
+            &["img", "blk"],
+            vec![tensor_i64("img", &[2], &[1, 3]), tensor_i64("blk", &[2], &[1, 2])],
+            &["y"],
+            if pads.is_empty() { vec![] } else { vec![a_ints("pads", pads)] },
+            18,
+        ))
+    };
+    // Rows are the block offsets (k = 0, 1), columns the blocks.
+    close(&run(&mk(&[]), &[t(&[1, 2, 2], &[1., 3., 2., 4.])])[0], &[1, 1, 1, 3], &[1., 5., 4.]);
+    // Pads of 1 left and right: 4 blocks, the outer halves fall in the padding.
+    let x = t(&[1, 2, 4], &[10., 1., 3., 5., 2., 4., 6., 20.]);
+    close(&run(&mk(&[0, 1, 0, 1]), &[x])[0], &[1, 1, 1, 3], &[3., 7., 11.]);
+    // Block counts that do not match the input.
+    let bytes = single(
+        "Col2Im",
+        vec![vi("x", FLOAT, &["1", "2", "3"])],
+        &["img", "blk"],
+        vec![tensor_i64("img", &[2], &[1, 3]), tensor_i64("blk", &[2], &[1, 2])],
+        &["y"],
+        vec![],
+        18,
+    );
+    let e = import(&bytes, &ImportOptions::default()).unwrap_err();
+    assert!(matches!(&e, ImportError::Node { error: NodeError::Invalid(_), .. }), "{e}");
+}

@@ -24,7 +24,7 @@
 //! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
-//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`: see `spatial.rs`; `DFT`, `STFT`, the
+//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`, `STFT`, the
 //!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`: see
 //!   `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
@@ -55,6 +55,7 @@ pub const SUPPORTED: &[&str] = &[
     "Ceil",
     "Celu",
     "Clip",
+    "Col2Im",
     "Concat",
     "Constant",
     "ConstantOfShape",
@@ -1017,6 +1018,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "LRN" => super::spatial::lrn(imp, node),
         "MaxUnpool" => super::spatial::max_unpool(imp, node),
         "CenterCropPad" => super::spatial::center_crop_pad(imp, node),
+        "Col2Im" => super::spatial::col2im(imp, node),
         "DFT" => super::signal::dft(imp, node),
         "STFT" => super::signal::stft(imp, node),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => super::signal::window(imp, node),

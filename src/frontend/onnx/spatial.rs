@@ -1,5 +1,6 @@
 //! Spatial ONNX ops: `Resize`/`Upsample`, pooling that the 2-d pool ops do not cover (3-d,
-//! dilated or asymmetric averages, `LpPool`), `LRN`, `MaxUnpool` and `CenterCropPad`.
+//! dilated or asymmetric averages, indices, `LpPool`), `LRN`, `MaxUnpool`, `Col2Im` and
+//! `CenterCropPad`.
 //!
 //! Mapping choices:
 //! - `Resize` is separable: per resized axis the importer builds, from the static input size
@@ -16,6 +17,7 @@
 //!   pooling propagates NaN like `max_pool2d`.
 //! - `LRN` is a windowed sum of squares over channels (zero-padded), `x / (bias + alpha/size *
 //!   sum)^beta`.
+//! - `Col2Im` is one `scatter_add` of the columns with a constant index table.
 //! - `MaxUnpool` scatters the values to their flat indices (over the whole inferred output)
 //!   with `scatter_add` and divides by the number of values that landed on each position, so
 //!   a repeated index holding equal values (overlapping pool windows) gives that value;
@@ -1138,6 +1140,100 @@ pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
         }
     }
     one(y)
+}
+
+/// `Col2Im`: column `l` of block row `c*K + k` adds into the image position of block `l`'s
+/// window offset `k`, one `scatter_add` with a constant index table (positions in the padding
+/// go to a dropped extra slot).
+pub(super) fn col2im(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() != 3 {
+        return invalid("Col2Im needs an input [N, C * prod(block_shape), L]");
+    }
+    let image =
+        imp.ints_input(node, 1, "image_shape")?.ok_or_else(|| NodeError::Invalid("image_shape is required".into()))?;
+    let block =
+        imp.ints_input(node, 2, "block_shape")?.ok_or_else(|| NodeError::Invalid("block_shape is required".into()))?;
+    let n = image.len();
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let pads = a_ints(node, "pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * n]);
+    if n == 0 || block.len() != n || dil.len() != n || strides.len() != n || pads.len() != 2 * n {
+        return invalid("image_shape, block_shape, dilations, strides and pads need one entry per image dim");
+    }
+    if block.iter().chain(&dil).chain(&strides).any(|&v| !(1..=MAX_EXTENT).contains(&v))
+        || image.iter().chain(&pads).any(|&v| !(0..=MAX_EXTENT).contains(&v))
+    {
+        return invalid(format!(
+            "Col2Im sizes: image {image:?}, block {block:?}, dilations {dil:?}, strides {strides:?}, pads {pads:?}"
+        ));
+    }
+    let ck = static_dim(&xs[1], "Col2Im")?;
+    let l = static_dim(&xs[2], "Col2Im")?;
+    let k = block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).unwrap_or(u64::MAX);
+    if k == 0 || !ck.is_multiple_of(k) {
+        return invalid(format!("input dim 1 ({ck}) is not a multiple of the block size {k}"));
+    }
+    let wins: Vec<Window> =
+        (0..n).map(|i| Window { k: block[i], s: strides[i], d: dil[i], begin: pads[i], end: pads[n + i] }).collect();
+    let outs: Vec<i64> = (0..n).map(|i| window_out(image[i], &wins[i], false)).collect();
+    let blocks = outs.iter().try_fold(1u64, |a, &o| a.checked_mul(o as u64)).unwrap_or(u64::MAX);
+    if blocks != l {
+        return invalid(format!("input dim 2 is {l} but the image holds {blocks} blocks ({outs:?})"));
+    }
+    let s = image.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).unwrap_or(u64::MAX);
+    check_table(imp, k.saturating_mul(l), 8, "a Col2Im index table")?;
+    check_table(imp, s, 1, "the Col2Im image")?;
+    let mut idx = Vec::with_capacity((k * l) as usize);
+    let mut off = vec![0i64; n];
+    for _ in 0..k {
+        let mut o = vec![0i64; n];
+        for _ in 0..l {
+            let mut flat = 0i64;
+            let mut inside = true;
+            for i in 0..n {
+                let p = o[i] * wins[i].s - wins[i].begin + off[i] * wins[i].d;
+                inside &= p >= 0 && p < image[i];
+                flat = flat * image[i] + p;
+            }
+            idx.push(if inside { flat } else { s as i64 });
+            for i in (0..n).rev() {
+                o[i] += 1;
+                if o[i] < outs[i] {
+                    break;
+                }
+                o[i] = 0;
+            }
+        }
+        for i in (0..n).rev() {
+            off[i] += 1;
+            if off[i] < block[i] {
+                break;
+            }
+            off[i] = 0;
+        }
+    }
+    let c = Dim::new(ck / k);
+    let kl = Dim::new(k * l);
+    let x3 = reshape(imp, x, &[xs[0].clone(), c.clone(), kl.clone()])?;
+    let i = const_i64(imp, "col2im_index", &[1, 1, (k * l) as usize], idx)?;
+    let i = imp.emit(OpKind::Expand, &[i], &[("shape", dims_attr(&[xs[0].clone(), c.clone(), kl]))])?;
+    let dt = dtype_of(imp, x);
+    let z = imp.emit(
+        OpKind::Full,
+        &[],
+        &[
+            ("shape", dims_attr(&[xs[0].clone(), c.clone(), Dim::new(s + 1)])),
+            ("value", AttrValue::Float(0.0)),
+            ("dtype", AttrValue::DType(dt)),
+        ],
+    )?;
+    let y = imp.emit(OpKind::ScatterAdd, &[z, i, x3], &[("axis", int(2))])?;
+    let y = slice(imp, y, 2, 0, s as i64, 1)?;
+    let mut out = vec![xs[0].clone(), c];
+    out.extend(image.iter().map(|&d| Dim::new(d as u64)));
+    one(reshape(imp, y, &out)?)
 }
 
 pub(super) fn center_crop_pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
