@@ -749,3 +749,36 @@ fn col2im() {
     let e = import(&bytes, &ImportOptions::default()).unwrap_err();
     assert!(matches!(&e, ImportError::Node { error: NodeError::Invalid(_), .. }), "{e}");
 }
+
+#[test]
+fn roi_align() {
+    let mk = |mode: &str, ratio: i64| {
+        import(
+            &single(
+                "RoiAlign",
+                vec![vi("x", FLOAT, &["2", "1", "2", "2"]), vi("rois", FLOAT, &["2", "4"]), vi("b", INT64, &["2"])],
+                &[],
+                vec![],
+                &["y"],
+                vec![
+                    a_str("mode", mode),
+                    a_int("sampling_ratio", ratio),
+                    a_str("coordinate_transformation_mode", "output_half_pixel"),
+                ],
+                22,
+            ),
+            &ImportOptions::default(),
+        )
+    };
+    let x = t(&[2, 1, 2, 2], &[1., 2., 3., 4., 10., 20., 30., 40.]);
+    // One sample at (0.5, 0.5) of image 1, and a region past the image (weight 0).
+    let rois = t(&[2, 4], &[0., 0., 1., 1., 5., 5., 6., 6.]);
+    let b = ti(&[2], &[1, 0]);
+    let g = mk("avg", 1).unwrap();
+    close(&run(&g, &[x.clone(), rois.clone(), b.clone()])[0], &[2, 1, 1, 1], &[25., 0.]);
+    // Max: the largest weighted corner, 0.25 * 40.
+    let g = mk("max", 1).unwrap();
+    close(&run(&g, &[x, rois, b])[0], &[2, 1, 1, 1], &[10., 0.]);
+    let e = node_err(mk("avg", 0));
+    assert!(matches!(&e, NodeError::Unsupported(m) if m.contains("sampling_ratio")), "{e}");
+}

@@ -1,4 +1,4 @@
-//! Sampling-grid ONNX ops: `GridSample` and `AffineGrid`.
+//! Sampling ONNX ops: `GridSample`, `AffineGrid` and `RoiAlign`.
 //!
 //! Mapping choices:
 //! - `GridSample` (1 to 3 spatial dims; cubic on 2) computes its sample positions at run time
@@ -9,14 +9,17 @@
 //!   input, which read 0). The per-axis taps combine by broadcasting into flat indices into
 //!   the input flattened to `[N, C, H*W..]`; one `gather` fetches every tap, then a weighted
 //!   `sum` over the taps. The input's spatial dims must be static.
+//! - `RoiAlign` (a fixed `sampling_ratio`) builds each region's sample rows and columns the
+//!   same way (bilinear, the reference's edge rules), gathers the planes of each region's
+//!   batch index, then the samples, and averages or maxes them per bin.
 //! - `AffineGrid` is a `matmul` of a constant homogeneous base grid `[1, H*W.., D+1]` with
 //!   `theta` transposed; `size` must be known at import.
 
-use super::import::{a_int, a_str, Importer, NResult};
+use super::import::{a_float, a_int, a_str, Importer, NResult};
 use super::proto::NodeProto;
 use super::spatial::{
-    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, invalid, one, reshape, slice,
-    static_dim, sum_axes, un, unsupported, Outs,
+    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, ints, invalid, one, reshape,
+    slice, static_dim, sum_axes, un, unsupported, Outs,
 };
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
@@ -355,4 +358,163 @@ pub(super) fn affine_grid(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     out.extend(spatial.iter().map(|&s| Dim::new(s as u64)));
     out.push(Dim::new(d as u64));
     one(reshape(imp, y, &out)?)
+}
+
+/// One axis of `RoiAlign`'s samples: bilinear rows (or columns) `[R, P, G, 2]` (low, high)
+/// and their weights, zero for samples outside `[-1, len]`.
+fn roi_axis(
+    imp: &mut Importer,
+    start: Value,
+    bin_size: Value,
+    pooled: usize,
+    grid: usize,
+    len: u64,
+) -> NResult<(Value, Value)> {
+    let dt = dtype_of(imp, start);
+    let l = len as f64;
+    // Sample v = start + bin_size * (p + (g + 0.5) / G), [R, P, G].
+    let t: Vec<f64> =
+        (0..pooled).flat_map(|p| (0..grid).map(move |g| p as f64 + (g as f64 + 0.5) / grid as f64)).collect();
+    let t = const_float(imp, "roi_steps", &[1, pooled, grid], t, dt)?;
+    let v = bin_mul_add(imp, bin_size, t, start)?;
+    let ge = bin_s(imp, OpKind::Ge, v, -1.0)?;
+    let le = bin_s(imp, OpKind::Le, v, l)?;
+    let valid = bin(imp, OpKind::And, ge, le)?;
+    let zero = imp.scalar(dt, 0.0)?;
+    let v = bin(imp, OpKind::Max, v, zero)?;
+    let low = un(imp, OpKind::Floor, v)?;
+    let edge = bin_s(imp, OpKind::Ge, low, l - 1.0)?;
+    let last = imp.scalar(dt, l - 1.0)?;
+    let low = where_(imp, edge, last, low)?;
+    let up = bin_s(imp, OpKind::Add, low, 1.0)?;
+    let high = where_(imp, edge, last, up)?;
+    let v = where_(imp, edge, low, v)?;
+    let lw = bin(imp, OpKind::Sub, v, low)?;
+    let one_s = imp.scalar(dt, 1.0)?;
+    let hw = bin(imp, OpKind::Sub, one_s, lw)?;
+    let u = |imp: &mut Importer, x: Value| -> NResult<Value> {
+        let mut d = dims_of(imp, x);
+        d.push(Dim::new(1));
+        reshape(imp, x, &d)
+    };
+    let (hw, lw, low, high) = (u(imp, hw)?, u(imp, lw)?, u(imp, low)?, u(imp, high)?);
+    let w = imp.emit(OpKind::Cat, &[hw, lw], &[("axis", int(3))])?;
+    let vf = convert(imp, valid, dt)?;
+    let vf = u(imp, vf)?;
+    let w = bin(imp, OpKind::Mul, w, vf)?;
+    let i = imp.emit(OpKind::Cat, &[low, high], &[("axis", int(3))])?;
+    Ok((convert(imp, i, DType::I64)?, w))
+}
+
+/// `a * b + c`.
+fn bin_mul_add(imp: &mut Importer, a: Value, b: Value, c: Value) -> NResult<Value> {
+    let m = bin(imp, OpKind::Mul, a, b)?;
+    bin(imp, OpKind::Add, m, c)
+}
+
+/// `RoiAlign` with a fixed `sampling_ratio`: per region, `G x G` bilinear samples in each
+/// output bin (the reference's clamping at the last row and column, zero weight outside
+/// `[-1, size]`), averaged or maxed. The regions are run-time data; the samples are gathered
+/// from the input rows picked by `batch_indices`.
+pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let rois = imp.input(node, 1)?;
+    let bidx = imp.input(node, 2)?;
+    let xs = dims_of(imp, x);
+    let rs = dims_of(imp, rois);
+    if xs.len() != 4 || rs.len() != 2 || rs[1].as_const() != Some(4) || dims_of(imp, bidx).len() != 1 {
+        return invalid("RoiAlign needs X [N, C, H, W], rois [R, 4] and batch_indices [R]");
+    }
+    let avg = match a_str(node, "mode", "avg").as_str() {
+        "avg" => true,
+        "max" => false,
+        m => return invalid(format!("unknown RoiAlign mode `{m}`")),
+    };
+    let half = match a_str(
+        node,
+        "coordinate_transformation_mode",
+        if imp.opset >= 16 { "half_pixel" } else { "output_half_pixel" },
+    )
+    .as_str()
+    {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        m => return invalid(format!("unknown coordinate_transformation_mode `{m}`")),
+    };
+    let (ph, pw) = (a_int(node, "output_height", 1), a_int(node, "output_width", 1));
+    let g = a_int(node, "sampling_ratio", 0);
+    let scale = a_float(node, "spatial_scale", 1.0);
+    if ph < 1 || pw < 1 || g < 0 {
+        return invalid(format!("output {ph}x{pw}, sampling_ratio {g}"));
+    }
+    if g == 0 {
+        return unsupported("RoiAlign with an adaptive sampling_ratio (0): the sample count depends on the regions");
+    }
+    let taps = [ph, pw, g, g, 4].iter().try_fold(1u64, |a, &v| a.checked_mul(v as u64)).unwrap_or(u64::MAX);
+    check_table(imp, taps, 8, "the RoiAlign samples per region")?;
+    let (ph, pw, g) = (ph as usize, pw as usize, g as usize);
+    let h = static_dim(&xs[2], "RoiAlign")?;
+    let w = static_dim(&xs[3], "RoiAlign")?;
+    let dt = dtype_of(imp, x);
+    if !dt.is_float() {
+        return invalid(format!("RoiAlign of {dt}"));
+    }
+    let work = if dt == DType::F64 { dt } else { DType::F32 };
+    let r = rs[0].clone();
+    let rois = convert(imp, rois, work)?;
+    let col = |imp: &mut Importer, k: i64| -> NResult<Value> {
+        let c = slice(imp, rois, 1, k, k + 1, 1)?;
+        let c = bin_s(imp, OpKind::Mul, c, scale)?;
+        let c = if half { bin_s(imp, OpKind::Sub, c, 0.5)? } else { c };
+        reshape(imp, c, &[r.clone(), Dim::new(1), Dim::new(1)])
+    };
+    let (sw, sh, ew, eh) = (col(imp, 0)?, col(imp, 1)?, col(imp, 2)?, col(imp, 3)?);
+    let mut rw = bin(imp, OpKind::Sub, ew, sw)?;
+    let mut rh = bin(imp, OpKind::Sub, eh, sh)?;
+    if !half {
+        let one_s = imp.scalar(work, 1.0)?;
+        rw = bin(imp, OpKind::Max, rw, one_s)?;
+        rh = bin(imp, OpKind::Max, rh, one_s)?;
+    }
+    let bh = bin_s(imp, OpKind::Div, rh, ph as f64)?;
+    let bw = bin_s(imp, OpKind::Div, rw, pw as f64)?;
+    let (iy, wy) = roi_axis(imp, sh, bh, ph, g, h)?;
+    let (ix, wx) = roi_axis(imp, sw, bw, pw, g, w)?;
+    // Combine to [R, PH, G, 2, PW, G, 2].
+    let d = |v: u64| Dim::new(v);
+    let ysh = [r.clone(), d(ph as u64), d(g as u64), d(2), d(1), d(1), d(1)];
+    let xsh = [r.clone(), d(1), d(1), d(1), d(pw as u64), d(g as u64), d(2)];
+    let iy = reshape(imp, iy, &ysh)?;
+    let iy = bin_s(imp, OpKind::Mul, iy, w as f64)?;
+    let ix = reshape(imp, ix, &xsh)?;
+    let flat = bin(imp, OpKind::Add, iy, ix)?;
+    let wy = reshape(imp, wy, &ysh)?;
+    let wx = reshape(imp, wx, &xsh)?;
+    let wt = bin(imp, OpKind::Mul, wy, wx)?;
+    let t = d(taps);
+    let c = xs[1].clone();
+    let flat = reshape(imp, flat, &[r.clone(), d(1), t.clone()])?;
+    let flat = imp.emit(OpKind::Expand, &[flat], &[("shape", dims_attr(&[r.clone(), c.clone(), t.clone()]))])?;
+    // The input planes of each region's image.
+    let hw = d(h * w);
+    let xf = reshape(imp, x, &[xs[0].clone(), c.clone(), hw.clone()])?;
+    let xf = convert(imp, xf, work)?;
+    let b = convert(imp, bidx, DType::I64)?;
+    let b = reshape(imp, b, &[r.clone(), d(1), d(1)])?;
+    let b = imp.emit(OpKind::Expand, &[b], &[("shape", dims_attr(&[r.clone(), c.clone(), hw]))])?;
+    let planes = imp.emit(OpKind::Gather, &[xf, b], &[("axis", int(0))])?;
+    let got = imp.emit(OpKind::Gather, &[planes, flat], &[("axis", int(2))])?;
+    let got =
+        reshape(imp, got, &[r.clone(), c.clone(), d(ph as u64), d(g as u64), d(2), d(pw as u64), d(g as u64), d(2)])?;
+    let wt = reshape(imp, wt, &[r.clone(), d(1), d(ph as u64), d(g as u64), d(2), d(pw as u64), d(g as u64), d(2)])?;
+    let prod = bin(imp, OpKind::Mul, got, wt)?;
+    let y = if avg {
+        let s = sum_axes(imp, prod, &[3, 4, 6, 7], false)?;
+        bin_s(imp, OpKind::Div, s, (g * g) as f64)?
+    } else {
+        // Each sample is the largest of its four weighted corners; the bin the largest sample.
+        let m = imp.emit(OpKind::Amax, &[prod], &[("axes", ints(&[4, 7])), ("keepdim", AttrValue::Bool(false))])?;
+        imp.emit(OpKind::Amax, &[m], &[("axes", ints(&[3, 5])), ("keepdim", AttrValue::Bool(false))])?
+    };
+    one(convert(imp, y, dt)?)
 }

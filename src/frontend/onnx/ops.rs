@@ -25,8 +25,8 @@
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
 //!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`, `STFT`, the
-//!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`: see
-//!   `grid.rs`.
+//!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`,
+//!   `RoiAlign`: see `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 
@@ -141,6 +141,7 @@ pub const SUPPORTED: &[&str] = &[
     "SoftmaxCrossEntropyLoss",
     "Reshape",
     "Resize",
+    "RoiAlign",
     "Round",
     "Selu",
     "Shape",
@@ -1025,6 +1026,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "MelWeightMatrix" => super::signal::mel_weight_matrix(imp, node),
         "GridSample" => super::grid::grid_sample(imp, node),
         "AffineGrid" => super::grid::affine_grid(imp, node),
+        "RoiAlign" => super::grid::roi_align(imp, node),
 
         // --- Reductions ---
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
