@@ -782,3 +782,36 @@ fn roi_align() {
     let e = node_err(mk("avg", 0));
     assert!(matches!(&e, NodeError::Unsupported(m) if m.contains("sampling_ratio")), "{e}");
 }
+
+#[test]
+fn deform_conv() {
+    let bytes = single(
+        "DeformConv",
+        vec![vi("x", FLOAT, &["1", "1", "3", "3"]), vi("off", FLOAT, &["1", "8", "2", "2"])],
+        &["w", "b", "m"],
+        vec![
+            tensor_f32("w", &[1, 1, 2, 2], &[1.; 4]),
+            tensor_f32("b", &[1], &[1.]),
+            tensor_f32("m", &[1, 4, 2, 2], &[0.5; 16]),
+        ],
+        &["y"],
+        vec![a_ints("kernel_shape", &[2, 2])],
+        22,
+    );
+    // Reorder the inputs to X, W, offset, B, mask.
+    let mut m = <ladder::frontend::onnx::proto::ModelProto as prost::Message>::decode(bytes.as_slice()).unwrap();
+    m.graph.as_mut().unwrap().node[0].input = ["x", "w", "off", "b", "m"].iter().map(|s| s.to_string()).collect();
+    let g = imp(&prost::Message::encode_to_vec(&m));
+    let x = t(&[1, 1, 3, 3], &[0., 1., 2., 3., 4., 5., 6., 7., 8.]);
+    // Zero offsets: a plain 2x2 sum (halved by the mask) plus the bias.
+    let zero = t(&[1, 8, 2, 2], &[0.; 32]);
+    close(&run(&g, &[x.clone(), zero])[0], &[1, 1, 2, 2], &[5., 7., 11., 13.]);
+    // Every tap moved one column right: the last column reads zeros.
+    let mut off = vec![0f32; 32];
+    for k in 0..4 {
+        for p in 0..4 {
+            off[(k * 2 + 1) * 4 + p] = 1.;
+        }
+    }
+    close(&run(&g, &[x, t(&[1, 8, 2, 2], &off)])[0], &[1, 1, 2, 2], &[7., 4.5, 13., 7.5]);
+}

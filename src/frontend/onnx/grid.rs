@@ -1,4 +1,4 @@
-//! Sampling ONNX ops: `GridSample`, `AffineGrid` and `RoiAlign`.
+//! Sampling ONNX ops: `GridSample`, `AffineGrid`, `RoiAlign` and `DeformConv`.
 //!
 //! Mapping choices:
 //! - `GridSample` (1 to 3 spatial dims; cubic on 2) computes its sample positions at run time
@@ -12,10 +12,13 @@
 //! - `RoiAlign` (a fixed `sampling_ratio`) builds each region's sample rows and columns the
 //!   same way (bilinear, the reference's edge rules), gathers the planes of each region's
 //!   batch index, then the samples, and averages or maxes them per bin.
+//! - `DeformConv` (2-d) samples every kernel tap bilinearly at its offset position the same
+//!   way (zero outside), scales by the mask, and contracts the sampled columns with the
+//!   weights in one grouped `matmul`.
 //! - `AffineGrid` is a `matmul` of a constant homogeneous base grid `[1, H*W.., D+1]` with
 //!   `theta` transposed; `size` must be known at import.
 
-use super::import::{a_float, a_int, a_str, Importer, NResult};
+use super::import::{a_float, a_int, a_ints, a_str, Importer, NResult};
 use super::proto::NodeProto;
 use super::spatial::{
     bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, ints, invalid, one, reshape,
@@ -516,5 +519,157 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         let m = imp.emit(OpKind::Amax, &[prod], &[("axes", ints(&[4, 7])), ("keepdim", AttrValue::Bool(false))])?;
         imp.emit(OpKind::Amax, &[m], &[("axes", ints(&[3, 5])), ("keepdim", AttrValue::Bool(false))])?
     };
+    one(convert(imp, y, dt)?)
+}
+
+/// One axis of `DeformConv`'s bilinear taps at pixel coordinates `v [N, G, K, P]`: the two
+/// rows (or columns) `floor(v)`, `floor(v) + 1` clamped into the input, their weights, and
+/// whether each is inside (outside taps read 0).
+fn deform_axis(imp: &mut Importer, v: Value, len: u64) -> NResult<(Value, Value, Value)> {
+    let dt = dtype_of(imp, v);
+    let l = len as f64;
+    let v0 = un(imp, OpKind::Floor, v)?;
+    let f = bin(imp, OpKind::Sub, v, v0)?;
+    let one_s = imp.scalar(dt, 1.0)?;
+    let g = bin(imp, OpKind::Sub, one_s, f)?;
+    let v1 = bin_s(imp, OpKind::Add, v0, 1.0)?;
+    let mut d = dims_of(imp, v);
+    d.insert(2, Dim::new(1));
+    let (v0, v1, f, g) = (reshape(imp, v0, &d)?, reshape(imp, v1, &d)?, reshape(imp, f, &d)?, reshape(imp, g, &d)?);
+    let pos = imp.emit(OpKind::Cat, &[v0, v1], &[("axis", int(2))])?;
+    let w = imp.emit(OpKind::Cat, &[g, f], &[("axis", int(2))])?;
+    let ge = bin_s(imp, OpKind::Ge, pos, 0.0)?;
+    let le = bin_s(imp, OpKind::Le, pos, l - 1.0)?;
+    let valid = bin(imp, OpKind::And, ge, le)?;
+    let pos = clamp(imp, pos, 0.0, (l - 1.0).max(0.0))?;
+    Ok((convert(imp, pos, DType::I64)?, w, valid))
+}
+
+/// `DeformConv` (2-d): every kernel tap samples the input bilinearly (zero outside) at its
+/// position moved by the run-time offsets, times the optional mask; the sampled columns are
+/// then a grouped `matmul` with the weights, plus the bias.
+pub(super) fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let wt = imp.input(node, 1)?;
+    let off = imp.input(node, 2)?;
+    let bias = imp.opt_input(node, 3)?;
+    let mask = imp.opt_input(node, 4)?;
+    let xs = dims_of(imp, x);
+    if xs.len() != 4 {
+        return unsupported(format!("DeformConv on {} spatial dims (2 only)", xs.len().saturating_sub(2)));
+    }
+    let st = |v: Value, what: &str, imp: &Importer| -> NResult<Vec<u64>> {
+        dims_of(imp, v).iter().map(|d| static_dim(d, what)).collect()
+    };
+    let xd = st(x, "DeformConv", imp)?;
+    let wd = st(wt, "DeformConv weights", imp)?;
+    let od = st(off, "DeformConv offsets", imp)?;
+    if wd.len() != 4 || od.len() != 4 {
+        return invalid("DeformConv needs W [O, C/group, kH, kW] and offset [N, 2*G*kH*kW, oH, oW]");
+    }
+    let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
+    let kernel = a_ints(node, "kernel_shape").unwrap_or_else(|| vec![wd[2] as i64, wd[3] as i64]);
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1, 1]);
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1, 1]);
+    let pads = a_ints(node, "pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 4]);
+    let group = a_int(node, "group", 1);
+    let og = a_int(node, "offset_group", 1);
+    let bounded = |v: &i64| (1..=1 << 20).contains(v);
+    if kernel.len() != 2 || strides.len() != 2 || dil.len() != 2 || pads.len() != 4 {
+        return invalid("kernel_shape, strides, dilations and pads need one entry per spatial dim");
+    }
+    if !kernel.iter().chain(&strides).chain(&dil).chain([&group, &og]).all(bounded)
+        || !pads.iter().all(|p| (0..=1 << 20).contains(p))
+    {
+        return invalid(format!(
+            "DeformConv kernel {kernel:?}, strides {strides:?}, dilations {dil:?}, pads {pads:?}, group {group}, offset_group {og}"
+        ));
+    }
+    let (kh, kw, group, og) = (kernel[0] as u64, kernel[1] as u64, group as u64, og as u64);
+    let o = wd[0];
+    if wd[2] != kh || wd[3] != kw || wd[1] * group != c || o % group != 0 || c % og != 0 {
+        return invalid(format!("W {wd:?} does not fit X {xd:?} with group {group}, offset_group {og}"));
+    }
+    let k = kh * kw;
+    let (oh, ow) = (od[2], od[3]);
+    let expect = |i: usize, len: u64, kk: u64| -> i64 {
+        (len as i64 + pads[i] + pads[i + 2] - ((kk as i64 - 1) * dil[i] + 1)) / strides[i] + 1
+    };
+    if od[0] != n || od[1] != 2 * og * k || oh as i64 != expect(0, h, kh) || ow as i64 != expect(1, w, kw) {
+        return invalid(format!("offset {od:?} does not fit X {xd:?} and the kernel {kernel:?}"));
+    }
+    let p = oh * ow;
+    check_table(imp, k.saturating_mul(p), 16, "the DeformConv tap positions")?;
+    let dt = dtype_of(imp, x);
+    if !dt.is_float() {
+        return invalid(format!("DeformConv of {dt}"));
+    }
+    let work = if dt == DType::F64 { dt } else { DType::F32 };
+    let dm = |v: &[u64]| -> Vec<Dim> { v.iter().map(|&d| Dim::new(d)).collect() };
+    // Sample coordinates [N, G, K, P].
+    let offv = convert(imp, off, work)?;
+    let offv = reshape(imp, offv, &dm(&[n, og, k, 2, p]))?;
+    let mut base_y = Vec::with_capacity((k * p) as usize);
+    let mut base_x = Vec::with_capacity((k * p) as usize);
+    for i in 0..kh as i64 {
+        for j in 0..kw as i64 {
+            for a in 0..oh as i64 {
+                for b in 0..ow as i64 {
+                    base_y.push((a * strides[0] - pads[0] + i * dil[0]) as f64);
+                    base_x.push((b * strides[1] - pads[1] + j * dil[1]) as f64);
+                }
+            }
+        }
+    }
+    let axis = |imp: &mut Importer, comp: i64, base: Vec<f64>, len: u64| -> NResult<(Value, Value, Value)> {
+        let o = slice(imp, offv, 3, comp, comp + 1, 1)?;
+        let o = reshape(imp, o, &dm(&[n, og, k, p]))?;
+        let b = const_float(imp, "deform_base", &[1, 1, k as usize, p as usize], base, work)?;
+        let v = bin(imp, OpKind::Add, o, b)?;
+        deform_axis(imp, v, len)
+    };
+    let (iy, wy, vy) = axis(imp, 0, base_y, h)?;
+    let (ix, wx, vx) = axis(imp, 1, base_x, w)?;
+    // Taps [N, G, 2, 2, K, P].
+    let ysh = dm(&[n, og, 2, 1, k, p]);
+    let xsh = dm(&[n, og, 1, 2, k, p]);
+    let iy = reshape(imp, iy, &ysh)?;
+    let iy = bin_s(imp, OpKind::Mul, iy, w as f64)?;
+    let ix = reshape(imp, ix, &xsh)?;
+    let flat = bin(imp, OpKind::Add, iy, ix)?;
+    let (wy, wx) = (reshape(imp, wy, &ysh)?, reshape(imp, wx, &xsh)?);
+    let wgt = bin(imp, OpKind::Mul, wy, wx)?;
+    let (vy, vx) = (reshape(imp, vy, &ysh)?, reshape(imp, vx, &xsh)?);
+    let valid = bin(imp, OpKind::And, vy, vx)?;
+    let cg = c / og;
+    let t = 4 * k * p;
+    let flat = reshape(imp, flat, &dm(&[n, og, 1, t]))?;
+    let flat = imp.emit(OpKind::Expand, &[flat], &[("shape", dims_attr(&dm(&[n, og, cg, t])))])?;
+    let xv = convert(imp, x, work)?;
+    let xv = reshape(imp, xv, &dm(&[n, og, cg, h * w]))?;
+    let got = imp.emit(OpKind::Gather, &[xv, flat], &[("axis", int(3))])?;
+    let got = reshape(imp, got, &dm(&[n, og, cg, 4, k, p]))?;
+    let valid = reshape(imp, valid, &dm(&[n, og, 1, 4, k, p]))?;
+    let zero = imp.scalar(work, 0.0)?;
+    let got = where_(imp, valid, got, zero)?;
+    let wgt = reshape(imp, wgt, &dm(&[n, og, 1, 4, k, p]))?;
+    let got = bin(imp, OpKind::Mul, got, wgt)?;
+    let mut cols = sum_axes(imp, got, &[3], false)?; // [N, G, Cg, K, P]
+    if let Some(m) = mask {
+        let m = convert(imp, m, work)?;
+        let m = reshape(imp, m, &dm(&[n, og, 1, k, p]))?;
+        cols = bin(imp, OpKind::Mul, cols, m)?;
+    }
+    // Grouped product with the weights: [1, g, O/g, C/g*K] @ [N, g, C/g*K, P].
+    let cols = reshape(imp, cols, &dm(&[n, group, (c / group) * k, p]))?;
+    let wv = convert(imp, wt, work)?;
+    let wv = reshape(imp, wv, &dm(&[1, group, o / group, (c / group) * k]))?;
+    let y = imp.emit(OpKind::Matmul, &[wv, cols], &[])?;
+    let mut y = reshape(imp, y, &dm(&[n, o, oh, ow]))?;
+    if let Some(b) = bias {
+        let b = convert(imp, b, work)?;
+        let b = reshape(imp, b, &dm(&[o, 1, 1]))?;
+        y = bin(imp, OpKind::Add, y, b)?;
+    }
     one(convert(imp, y, dt)?)
 }

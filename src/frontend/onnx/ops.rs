@@ -26,7 +26,7 @@
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
 //!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`, `STFT`, the
 //!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`,
-//!   `RoiAlign`: see `grid.rs`.
+//!   `RoiAlign`, `DeformConv`: see `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 
@@ -63,6 +63,7 @@ pub const SUPPORTED: &[&str] = &[
     "ConvTranspose",
     "Cos",
     "Cosh",
+    "DeformConv",
     "DepthToSpace",
     "DFT",
     "Div",
@@ -1027,6 +1028,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "GridSample" => super::grid::grid_sample(imp, node),
         "AffineGrid" => super::grid::affine_grid(imp, node),
         "RoiAlign" => super::grid::roi_align(imp, node),
+        "DeformConv" => super::grid::deform_conv(imp, node),
 
         // --- Reductions ---
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
