@@ -24,9 +24,9 @@
 //! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
-//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`, `STFT`, the
-//!   window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`, `AffineGrid`,
-//!   `RoiAlign`, `DeformConv`: see `grid.rs`.
+//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`,
+//!   `STFT`, the window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`,
+//!   `AffineGrid`, `RoiAlign`, `DeformConv`: see `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 
