@@ -148,29 +148,31 @@ fn needs_constant(e: &ImportError) -> bool {
     }
 }
 
-/// The model with the integer inputs given in `inputs` turned into initializers.
-fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)]) -> super::proto::ModelProto {
+/// The model with the integer inputs given in `inputs` turned into initializers; with
+/// `floats`, also the small float vectors and scalars (scales, roi, window bounds).
+fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)], floats: bool) -> super::proto::ModelProto {
     use crate::tensor::TensorData;
     let mut m = model.clone();
     if let Some(g) = m.graph.as_mut() {
         for (name, t) in inputs {
-            let (int32_data, int64_data) = match t.data() {
-                TensorData::I64(v) => (vec![], v.clone()),
-                TensorData::I32(v) => (v.clone(), vec![]),
-                _ => continue,
+            let mut p = super::proto::TensorProto {
+                name: name.clone(),
+                dims: t.shape().iter().map(|&d| d as i64).collect(),
+                data_type: super::elem_type_of(t.dtype()),
+                ..Default::default()
             };
+            match t.data() {
+                TensorData::I64(v) => p.int64_data = v.clone(),
+                TensorData::I32(v) => p.int32_data = v.clone(),
+                TensorData::F32(v) if floats && t.shape().len() <= 1 => p.float_data = v.clone(),
+                TensorData::F64(v) if floats && t.shape().len() <= 1 => p.double_data = v.clone(),
+                _ => continue,
+            }
             if t.numel() > 64 {
                 continue;
             }
             g.input.retain(|i| i.name != *name);
-            g.initializer.push(super::proto::TensorProto {
-                name: name.clone(),
-                dims: t.shape().iter().map(|&d| d as i64).collect(),
-                data_type: super::elem_type_of(t.dtype()),
-                int32_data,
-                int64_data,
-                ..Default::default()
-            });
+            g.initializer.push(p);
         }
     }
     m
@@ -225,7 +227,8 @@ fn read_set(set: &Path, options: &ImportOptions) -> Result<DataSet, (Verdict, St
 
 /// Runs one case on `backend`. When the importer needs a shape-like input (axes, pads, a
 /// shape) as a constant and the model takes it as a graph input, each data set's integer
-/// inputs are frozen into initializers and the case is imported per data set (`frozen`).
+/// inputs are frozen into initializers and the case is imported per data set (`frozen`);
+/// when that is not enough, small float vectors and scalars (Resize scales and roi) too.
 pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let result =
@@ -263,8 +266,13 @@ pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseR
         let outcome = match &g {
             Some(g) => run_set(g, inputs, &outputs, backend),
             None => {
-                let m = freeze(&model, &inputs);
-                match super::import_model(&m, options, Some(case)) {
+                let mut m = freeze(&model, &inputs, false);
+                let mut imported = super::import_model(&m, options, Some(case));
+                if matches!(&imported, Err(e) if needs_constant(e)) {
+                    m = freeze(&model, &inputs, true);
+                    imported = super::import_model(&m, options, Some(case));
+                }
+                match imported {
                     Ok(g) => {
                         let rest: Vec<(String, Tensor)> = inputs
                             .into_iter()

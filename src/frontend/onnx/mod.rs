@@ -39,10 +39,13 @@ pub mod proto;
 
 mod attention;
 pub mod conformance;
+mod grid;
 mod import;
 mod index;
 mod ops;
 mod quant;
+mod signal;
+mod spatial;
 mod tensor;
 mod wire;
 

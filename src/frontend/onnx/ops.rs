@@ -15,14 +15,19 @@
 //! - Pools: 1-D and 2-D (`max_pool2d`/`avg_pool2d`, 1-D through an inserted axis; integer
 //!   `MaxPool` of up to 32 bits through f64);
 //!   asymmetric or large pads become an explicit `pad` (-inf for max, 0 for average with
-//!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims.
+//!   `count_include_pad`); `auto_pad` SAME_* needs static spatial dims. Other pools (3-D,
+//!   dilated averages, asymmetric averages without `count_include_pad`, `MaxPool` with
+//!   indices) are `spatial.rs`'s.
 //! - `ConvTranspose` is a `conv` of the stride-dilated, padded input (`pad` with interior
 //!   padding) with the flipped, regrouped kernel.
 //! - `Softmax`/`LogSoftmax`/`Hardmax` before opset 13 flatten to 2-D at `axis` first.
 //! - `Reduce*` of integers sum in i64 (ladder's `sum`/`prod`) and convert back.
 //! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
 //!   over the contracted labels.
-//! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
+//! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
+//!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`,
+//!   `STFT`, the window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`,
+//!   `AffineGrid`, `RoiAlign`, `DeformConv`: see `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 //! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
@@ -36,7 +41,7 @@
 //!   integer products (`MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`),
 //!   `BitShift` and the `Bitwise*` ops are in `quant.rs`.
 
-use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
+use super::import::{a_float, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
 use super::tensor::{dtype_name, dtype_of};
 use super::NodeError;
@@ -50,14 +55,15 @@ pub const SUPPORTED: &[&str] = &[
     "Acos",
     "Acosh",
     "Add",
+    "AffineGrid",
     "And",
     "ArgMax",
     "ArgMin",
-    "Attention",
     "Asin",
     "Asinh",
     "Atan",
     "Atanh",
+    "Attention",
     "AveragePool",
     "BatchNormalization",
     "BitShift",
@@ -65,12 +71,15 @@ pub const SUPPORTED: &[&str] = &[
     "BitwiseNot",
     "BitwiseOr",
     "BitwiseXor",
+    "BlackmanWindow",
     "Cast",
-    "CausalConvWithState",
     "CastLike",
+    "CausalConvWithState",
     "Ceil",
     "Celu",
+    "CenterCropPad",
     "Clip",
+    "Col2Im",
     "Compress",
     "Concat",
     "Constant",
@@ -82,9 +91,11 @@ pub const SUPPORTED: &[&str] = &[
     "Cosh",
     "CumProd",
     "CumSum",
+    "DFT",
+    "DeformConv",
     "DepthToSpace",
-    "Det",
     "DequantizeLinear",
+    "Det",
     "Div",
     "Dropout",
     "DynamicQuantizeLinear",
@@ -106,7 +117,10 @@ pub const SUPPORTED: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GridSample",
     "GroupNormalization",
+    "HammingWindow",
+    "HannWindow",
     "HardSigmoid",
     "HardSwish",
     "Hardmax",
@@ -115,6 +129,7 @@ pub const SUPPORTED: &[&str] = &[
     "InstanceNormalization",
     "IsInf",
     "IsNaN",
+    "LRN",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
@@ -123,17 +138,21 @@ pub const SUPPORTED: &[&str] = &[
     "Log",
     "LogSoftmax",
     "LpNormalization",
+    "LpPool",
     "MatMul",
     "MatMulInteger",
     "Max",
     "MaxPool",
+    "MaxUnpool",
     "Mean",
     "MeanVarianceNormalization",
+    "MelWeightMatrix",
     "Min",
     "Mish",
     "Mod",
     "Mul",
     "Neg",
+    "NegativeLogLikelihoodLoss",
     "Not",
     "OneHot",
     "Or",
@@ -143,6 +162,7 @@ pub const SUPPORTED: &[&str] = &[
     "QLinearConv",
     "QLinearMatMul",
     "QuantizeLinear",
+    "RMSNormalization",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -156,17 +176,16 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceSum",
     "ReduceSumSquare",
     "Relu",
-    "RMSNormalization",
-    "NegativeLogLikelihoodLoss",
+    "Reshape",
+    "Resize",
     "ReverseSequence",
+    "RoiAlign",
+    "RotaryEmbedding",
+    "Round",
+    "STFT",
     "Scatter",
     "ScatterElements",
     "ScatterND",
-    "SoftmaxCrossEntropyLoss",
-    "Reshape",
-    "Resize",
-    "RotaryEmbedding",
-    "Round",
     "Selu",
     "Shape",
     "Shrink",
@@ -177,6 +196,7 @@ pub const SUPPORTED: &[&str] = &[
     "Size",
     "Slice",
     "Softmax",
+    "SoftmaxCrossEntropyLoss",
     "Softplus",
     "Softsign",
     "SpaceToDepth",
@@ -1039,7 +1059,20 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             one(imp.reshape(p, &fin)?)
         }
         "OneHot" => one_hot(imp, node),
-        "Resize" | "Upsample" => resize(imp, node),
+        "Resize" | "Upsample" => super::spatial::resize(imp, node),
+        "LpPool" => super::spatial::pool_nd(imp, node),
+        "LRN" => super::spatial::lrn(imp, node),
+        "MaxUnpool" => super::spatial::max_unpool(imp, node),
+        "CenterCropPad" => super::spatial::center_crop_pad(imp, node),
+        "Col2Im" => super::spatial::col2im(imp, node),
+        "DFT" => super::signal::dft(imp, node),
+        "STFT" => super::signal::stft(imp, node),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => super::signal::window(imp, node),
+        "MelWeightMatrix" => super::signal::mel_weight_matrix(imp, node),
+        "GridSample" => super::grid::grid_sample(imp, node),
+        "AffineGrid" => super::grid::affine_grid(imp, node),
+        "RoiAlign" => super::grid::roi_align(imp, node),
+        "DeformConv" => super::grid::deform_conv(imp, node),
 
         // --- Reductions ---
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
@@ -1677,7 +1710,7 @@ fn reduce(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 }
 
 /// Explicit (begin.., end..) pads for `auto_pad`, from static input dims.
-fn auto_pads(
+pub(super) fn auto_pads(
     mode: &str,
     spatial: &[Dim],
     kernel: &[i64],
@@ -1859,7 +1892,7 @@ fn conv_transpose(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let is_max = node.op_type == "MaxPool";
     if is_max && node.output.get(1).is_some_and(|s| !s.is_empty()) {
-        return unsupported("MaxPool's Indices output");
+        return super::spatial::pool_nd(imp, node);
     }
     let x = imp.input(node, 0)?;
     // Integer max pooling runs in f64, exact for integers of up to 32 bits, and converts back.
@@ -1872,7 +1905,7 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let xs = imp.shape_of(x);
     let n = xs.len().saturating_sub(2);
     if !(1..=2).contains(&n) {
-        return unsupported(format!("{}-d pooling (ladder pools 1-d and 2-d)", n));
+        return super::spatial::pool_nd(imp, node);
     }
     let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
     let strides = a_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
@@ -1884,7 +1917,7 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let ceil = a_int(node, "ceil_mode", 0) != 0;
     let include_pad = a_int(node, "count_include_pad", 0) != 0;
     if !is_max && dil.iter().any(|&d| d != 1) {
-        return unsupported("AveragePool with dilations");
+        return super::spatial::pool_nd(imp, node);
     }
     // To 2-d.
     let (mut k2, mut s2, mut d2, mut b2, mut e2) =
@@ -1903,7 +1936,7 @@ fn pool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         b2.clone()
     } else {
         if !is_max && !include_pad {
-            return unsupported("AveragePool with asymmetric pads and count_include_pad = 0");
+            return super::spatial::pool_nd(imp, node);
         }
         let mut low = vec![0, 0];
         low.extend(&b2);
@@ -2057,81 +2090,6 @@ fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let on = imp.scalar(dt, vv[1])?;
     let off = imp.scalar(dt, vv[0])?;
     one(imp.emit(K::Where, &[eq, on, off], &[])?)
-}
-
-fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
-    let x = imp.input(node, 0)?;
-    let xs = imp.shape_of(x);
-    let mode = a_str(node, "mode", "nearest");
-    if mode != "nearest" {
-        return unsupported(format!("Resize mode `{mode}` (only nearest with integer scales)"));
-    }
-    let coord = a_str(node, "coordinate_transformation_mode", "half_pixel");
-    let nearest = a_str(node, "nearest_mode", "round_prefer_floor");
-    if node.op_type == "Resize"
-        && (coord == "align_corners"
-            || coord == "tf_crop_and_resize"
-            || nearest == "ceil"
-            || nearest == "round_prefer_ceil")
-    {
-        return unsupported(format!("Resize with {coord} / {nearest}"));
-    }
-    // Scales: Upsample input 1 (or attr), Resize input 2; or Resize sizes (input 3).
-    let scales: Option<Vec<f64>> = if node.op_type == "Upsample" {
-        match a_floats(node, "scales") {
-            Some(s) => Some(s.iter().map(|&f| f64::from(f)).collect()),
-            None => imp.opt_input(node, 1)?.and_then(|v| imp.const_of(v)).map(|t| t.to_f64_vec()),
-        }
-    } else {
-        imp.opt_input(node, 2)?.and_then(|v| imp.const_of(v)).map(|t| t.to_f64_vec()).filter(|s| !s.is_empty())
-    };
-    let factors: Vec<u64> = match scales {
-        Some(s) => {
-            if s.len() != xs.len() {
-                return invalid("one scale per dim");
-            }
-            s.iter()
-                .map(|&f| {
-                    if f >= 1.0 && f.fract() == 0.0 {
-                        Ok(f as u64)
-                    } else {
-                        Err(NodeError::Unsupported(format!("Resize by a non-integer scale {f}")))
-                    }
-                })
-                .collect::<NResult<_>>()?
-        }
-        None => {
-            let sizes = imp
-                .ints_input(node, 3, "sizes")?
-                .ok_or_else(|| NodeError::Unsupported("Resize needs constant scales or sizes".into()))?;
-            if sizes.len() != xs.len() || attr(node, "axes").is_some() {
-                return unsupported("Resize sizes with axes");
-            }
-            xs.iter()
-                .zip(&sizes)
-                .map(|(d, &s)| match d.as_const() {
-                    Some(d) if d > 0 && s >= 0 && (s as u64).is_multiple_of(d) => Ok(s as u64 / d),
-                    _ => Err(NodeError::Unsupported("Resize to sizes that are not integer multiples".into())),
-                })
-                .collect::<NResult<_>>()?
-        }
-    };
-    if factors.iter().all(|&f| f == 1) {
-        return one(x);
-    }
-    let mut inter = Vec::new();
-    let mut big = Vec::new();
-    let mut fin = Vec::new();
-    for (d, &f) in xs.iter().zip(&factors) {
-        inter.push(d.clone());
-        inter.push(Dim::new(1));
-        big.push(d.clone());
-        big.push(Dim::new(f));
-        fin.push(d.mul(&Dim::new(f)).map_err(dim_err)?);
-    }
-    let a = imp.reshape(x, &inter)?;
-    let b = imp.emit(OpKind::Expand, &[a], &[("shape", dims_attr(&big))])?;
-    one(imp.reshape(b, &fin)?)
 }
 
 fn einsum(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {

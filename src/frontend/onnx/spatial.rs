@@ -1,0 +1,1276 @@
+//! Spatial ONNX ops: `Resize`/`Upsample`, pooling that the 2-d pool ops do not cover (3-d,
+//! dilated or asymmetric averages, indices, `LpPool`), `LRN`, `MaxUnpool`, `Col2Im` and
+//! `CenterCropPad`.
+//!
+//! Mapping choices:
+//! - `Resize` is separable: per resized axis the importer builds, from the static input size
+//!   and the constant scales/sizes, a table of source indices and weights (ONNX's reference
+//!   rule for every coordinate transformation, `nearest_mode`, `cubic_coeff_a`,
+//!   `exclude_outside` and `antialias`), then emits one `gather` of the taps along that axis,
+//!   a multiply by the weights and a `sum` over the taps. Nearest mode is a single `gather`
+//!   (a `reshape`/`expand` repeat for integer factors), so it is exact for every dtype.
+//!   `tf_crop_and_resize` positions outside the input get `extrapolation_value`.
+//! - Pooling (`MaxPool`/`AveragePool` beyond the 2-d ops, `LpPool`) is separable too: per
+//!   spatial axis, pad (`-inf` for max, `0` for sums) and combine `kernel` strided slices with
+//!   `max` or `add`. Averages divide by a per-position count built from per-axis counts
+//!   (inside the padded extent with `count_include_pad`, inside the input without). Max
+//!   pooling propagates NaN like `max_pool2d`.
+//! - `LRN` is a windowed sum of squares over channels (zero-padded), `x / (bias + alpha/size *
+//!   sum)^beta`.
+//! - `Col2Im` is one `scatter_add` of the columns with a constant index table.
+//! - `MaxUnpool` scatters the values to their flat indices (over the whole inferred output)
+//!   with `scatter_add` and divides by the number of values that landed on each position, so
+//!   a repeated index holding equal values (overlapping pool windows) gives that value;
+//!   a larger `output_shape` pads with zeros at the end of each axis, as the reference does.
+
+use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot};
+use super::proto::NodeProto;
+use super::{ImportError, NodeError};
+use crate::ir::{AttrValue, DType, Dim, Value};
+use crate::ops::OpKind;
+use crate::tensor::{Tensor, TensorData};
+
+pub(super) type Outs = Vec<Option<Slot>>;
+
+pub(super) fn one(v: Value) -> NResult<Outs> {
+    Ok(vec![Some(Slot::Val(v))])
+}
+
+pub(super) fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Invalid(msg.into()))
+}
+
+pub(super) fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Unsupported(msg.into()))
+}
+
+pub(super) fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+pub(super) fn int(v: i64) -> AttrValue {
+    AttrValue::Int(v)
+}
+
+pub(super) fn dims_attr(d: &[Dim]) -> AttrValue {
+    AttrValue::Dims(d.iter().cloned().map(Some).collect())
+}
+
+pub(super) fn dims_of(imp: &Importer, v: Value) -> Vec<Dim> {
+    imp.ty(v).shape.dims().to_vec()
+}
+
+pub(super) fn dtype_of(imp: &Importer, v: Value) -> DType {
+    imp.ty(v).dtype
+}
+
+/// A dim that must be known at import.
+pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
+    d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} on the symbolic dim {d}")))
+}
+
+pub(super) fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        return invalid(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(a as usize)
+}
+
+/// Checks that a constant table of `n` elements of `elem_bytes` fits the importer's limit
+/// before it is built.
+pub(super) fn check_table(imp: &Importer, n: u64, elem_bytes: u64, what: &str) -> NResult<()> {
+    let size = n.saturating_mul(elem_bytes);
+    if size > imp.opts.max_tensor_bytes {
+        return Err(NodeError::Tensor(Box::new(ImportError::Limit {
+            what: what.to_string(),
+            size,
+            limit: imp.opts.max_tensor_bytes,
+        })));
+    }
+    Ok(())
+}
+
+pub(super) fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
+    if dims_of(imp, v) == dims {
+        return Ok(v);
+    }
+    imp.emit(OpKind::Reshape, &[v], &[("shape", dims_attr(dims))])
+}
+
+pub(super) fn convert(imp: &mut Importer, v: Value, dtype: DType) -> NResult<Value> {
+    if dtype_of(imp, v) == dtype {
+        return Ok(v);
+    }
+    imp.emit(OpKind::ConvertElementType, &[v], &[("dtype", AttrValue::DType(dtype))])
+}
+
+pub(super) fn un(imp: &mut Importer, op: OpKind, v: Value) -> NResult<Value> {
+    imp.emit(op, &[v], &[])
+}
+
+pub(super) fn bin(imp: &mut Importer, op: OpKind, a: Value, b: Value) -> NResult<Value> {
+    imp.emit(op, &[a, b], &[])
+}
+
+/// `v op c` with `c` a scalar of `v`'s dtype.
+pub(super) fn bin_s(imp: &mut Importer, op: OpKind, v: Value, c: f64) -> NResult<Value> {
+    let s = imp.scalar(dtype_of(imp, v), c)?;
+    bin(imp, op, v, s)
+}
+
+pub(super) fn slice(imp: &mut Importer, v: Value, axis: usize, start: i64, end: i64, step: i64) -> NResult<Value> {
+    imp.emit(
+        OpKind::Slice,
+        &[v],
+        &[("axis", int(axis as i64)), ("start", int(start)), ("end", int(end)), ("step", int(step))],
+    )
+}
+
+pub(super) fn permute(imp: &mut Importer, v: Value, perm: &[i64]) -> NResult<Value> {
+    if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+        return Ok(v);
+    }
+    imp.emit(OpKind::Permute, &[v], &[("perm", ints(perm))])
+}
+
+pub(super) fn sum_axes(imp: &mut Importer, v: Value, axes: &[i64], keep: bool) -> NResult<Value> {
+    imp.emit(OpKind::Sum, &[v], &[("axes", ints(axes)), ("keepdim", AttrValue::Bool(keep))])
+}
+
+/// A float constant of `dtype` (f32 or f64 data; other float types convert from f32).
+pub(super) fn const_float(
+    imp: &mut Importer,
+    hint: &str,
+    shape: &[usize],
+    vals: Vec<f64>,
+    dtype: DType,
+) -> NResult<Value> {
+    let data = if dtype == DType::F64 {
+        TensorData::F64(vals)
+    } else {
+        TensorData::F32(vals.into_iter().map(|v| v as f32).collect())
+    };
+    let t = Tensor::new(shape.to_vec(), data).map_err(|e| NodeError::Invalid(e.to_string()))?;
+    let c = imp.constant(hint, t);
+    convert(imp, c, dtype)
+}
+
+pub(super) fn const_i64(imp: &mut Importer, hint: &str, shape: &[usize], vals: Vec<i64>) -> NResult<Value> {
+    let t = Tensor::from_i64(shape, vals).map_err(|e| NodeError::Invalid(e.to_string()))?;
+    Ok(imp.constant(hint, t))
+}
+
+pub(super) fn const_bool(imp: &mut Importer, hint: &str, shape: &[usize], vals: Vec<bool>) -> NResult<Value> {
+    let t = Tensor::from_bool(shape, vals).map_err(|e| NodeError::Invalid(e.to_string()))?;
+    Ok(imp.constant(hint, t))
+}
+
+/// `[1, .., n, .., 1]` of rank `rank` with `n` at `axis`.
+fn along(rank: usize, axis: usize, n: usize) -> Vec<usize> {
+    let mut s = vec![1; rank];
+    s[axis] = n;
+    s
+}
+
+/// `x` indexed along `axis` by the constant indices `idx` (each in range): NumPy `take`.
+pub(super) fn take(imp: &mut Importer, x: Value, axis: usize, idx: Vec<i64>) -> NResult<Value> {
+    let xs = dims_of(imp, x);
+    let n = idx.len();
+    let i = const_i64(imp, "take_index", &along(xs.len(), axis, n), idx)?;
+    let mut full = xs.clone();
+    full[axis] = Dim::new(n as u64);
+    let i = imp.emit(OpKind::Expand, &[i], &[("shape", dims_attr(&full))])?;
+    imp.emit(OpKind::Gather, &[x, i], &[("axis", int(axis as i64))])
+}
+
+/// A float scalar or 1-element input known at import; `None` when absent.
+fn const_floats(imp: &mut Importer, node: &NodeProto, i: usize, what: &str) -> NResult<Option<Vec<f64>>> {
+    match imp.opt_input(node, i)? {
+        None => Ok(None),
+        Some(v) => match imp.const_of(v) {
+            Some(t) => Ok(Some(t.to_f64_vec())),
+            None => unsupported(format!("{what} (input {i}) must be a constant")),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resize
+
+#[derive(Clone, Copy, PartialEq)]
+enum Interp {
+    Nearest(NearestMode),
+    Linear,
+    Cubic(f64),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum NearestMode {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Coord {
+    HalfPixel,
+    HalfPixelSymmetric,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+    TfHalfPixelForNn,
+    TfCropAndResize,
+}
+
+/// One axis of a resize: `taps` source indices (clamped into the input) and weights per
+/// output position, row-major `[out, taps]`, and the positions that take the extrapolation
+/// value.
+struct AxisTable {
+    out: usize,
+    taps: usize,
+    idx: Vec<i64>,
+    coef: Vec<f64>,
+    extrapolated: Option<Vec<bool>>,
+}
+
+/// Most taps per output position (antialiased downscaling by a tiny factor needs many).
+const MAX_TAPS: usize = 1024;
+
+fn is_close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+fn cubic_coeffs(r: f64, a: f64) -> Vec<f64> {
+    vec![
+        ((a * (r + 1.0) - 5.0 * a) * (r + 1.0) + 8.0 * a) * (r + 1.0) - 4.0 * a,
+        ((a + 2.0) * r - (a + 3.0)) * r * r + 1.0,
+        ((a + 2.0) * (1.0 - r) - (a + 3.0)) * (1.0 - r) * (1.0 - r) + 1.0,
+        ((a * ((1.0 - r) + 1.0) - 5.0 * a) * ((1.0 - r) + 1.0) + 8.0 * a) * ((1.0 - r) + 1.0) - 4.0 * a,
+    ]
+}
+
+/// The number of taps of an antialiased filter (`support` 1 for linear, 2 for cubic).
+fn antialias_taps(scale: f64, support: f64) -> NResult<usize> {
+    let s = scale.min(1.0);
+    let start = (-support / s).floor() + 1.0;
+    let n = 2.0 - 2.0 * start;
+    if !n.is_finite() || n < 1.0 || n > MAX_TAPS as f64 {
+        return unsupported(format!("Resize antialiasing by the scale {scale} ({n} taps, at most {MAX_TAPS})"));
+    }
+    Ok(n as usize)
+}
+
+fn coeffs(interp: Interp, antialias: bool, ratio: f64, scale: f64) -> Vec<f64> {
+    match (interp, antialias) {
+        (Interp::Nearest(m), _) => {
+            if ratio == 1.0 {
+                return vec![0.0, 1.0];
+            }
+            let hi = match m {
+                NearestMode::RoundPreferFloor => ratio > 0.5,
+                NearestMode::RoundPreferCeil => ratio >= 0.5,
+                NearestMode::Floor => false,
+                NearestMode::Ceil => true,
+            };
+            if hi {
+                vec![0.0, 1.0]
+            } else {
+                vec![1.0, 0.0]
+            }
+        }
+        (Interp::Linear, false) => vec![1.0 - ratio, ratio],
+        (Interp::Cubic(a), false) => cubic_coeffs(ratio, a),
+        (Interp::Linear, true) => {
+            let s = scale.min(1.0);
+            let start = (-1.0 / s).floor() + 1.0;
+            let n = (2.0 - 2.0 * start) as usize;
+            let c: Vec<f64> = (0..n).map(|i| (1.0 - ((start + i as f64 - ratio) * s).abs()).clamp(0.0, 1.0)).collect();
+            let total: f64 = c.iter().sum();
+            c.into_iter().map(|v| v / total).collect()
+        }
+        (Interp::Cubic(a), true) => {
+            let s = scale.min(1.0);
+            let i_start = (-2.0 / s).floor() + 1.0;
+            let n = (2.0 - 2.0 * i_start) as usize;
+            let f = |x: f64| {
+                let x = x.abs();
+                let (x2, x3) = (x * x, x * x * x);
+                if x <= 1.0 {
+                    (a + 2.0) * x3 - (a + 3.0) * x2 + 1.0
+                } else if x < 2.0 {
+                    a * x3 - 5.0 * a * x2 + 8.0 * a * x - 4.0 * a
+                } else {
+                    0.0
+                }
+            };
+            let c: Vec<f64> = (0..n).map(|i| f(s * (i_start + i as f64 - ratio))).collect();
+            let total: f64 = c.iter().sum();
+            c.into_iter().map(|v| v / total).collect()
+        }
+    }
+}
+
+struct AxisSpec {
+    in_w: u64,
+    out_w: u64,
+    scale: f64,
+    roi: Option<(f64, f64)>,
+}
+
+/// The source coordinate of output position `y` (ONNX's reference rule).
+fn source_coord(coord: Coord, y: f64, s: &AxisSpec) -> f64 {
+    let (in_w, out_int) = (s.in_w as f64, s.out_w as f64);
+    let out_w = s.scale * in_w;
+    match coord {
+        Coord::AlignCorners => {
+            if out_w == 1.0 {
+                0.0
+            } else {
+                y * (in_w - 1.0) / (out_w - 1.0)
+            }
+        }
+        Coord::Asymmetric => y / s.scale,
+        Coord::TfHalfPixelForNn => (y + 0.5) / s.scale,
+        Coord::TfCropAndResize => {
+            let (r0, r1) = s.roi.unwrap_or((0.0, 1.0));
+            let x = if out_w == 1.0 {
+                (r1 - r0) * (in_w - 1.0) / 2.0
+            } else {
+                y * (r1 - r0) * (in_w - 1.0) / (out_w - 1.0)
+            };
+            x + r0 * (in_w - 1.0)
+        }
+        Coord::PytorchHalfPixel => {
+            if out_w == 1.0 {
+                -0.5
+            } else {
+                (y + 0.5) / s.scale - 0.5
+            }
+        }
+        Coord::HalfPixel => (y + 0.5) / s.scale - 0.5,
+        Coord::HalfPixelSymmetric => {
+            let adjustment = out_int / out_w;
+            let offset = in_w / 2.0 * (1.0 - adjustment);
+            offset + (y + 0.5) / s.scale - 0.5
+        }
+    }
+}
+
+fn axis_table(
+    imp: &Importer,
+    s: &AxisSpec,
+    coord: Coord,
+    interp: Interp,
+    antialias: bool,
+    exclude_outside: bool,
+) -> NResult<AxisTable> {
+    let taps = match (interp, antialias) {
+        (Interp::Nearest(_) | Interp::Linear, false) => 2,
+        (Interp::Cubic(_), false) => 4,
+        (Interp::Linear, true) => antialias_taps(s.scale, 1.0)?,
+        (Interp::Cubic(_), true) => antialias_taps(s.scale, 2.0)?,
+        (Interp::Nearest(_), true) => return unsupported("Resize antialias in nearest mode"),
+    };
+    if s.in_w == 0 && s.out_w > 0 {
+        return invalid("Resize of an empty axis to a non-empty one");
+    }
+    // Indices and weights: 16 bytes per entry.
+    let n_entries = s.out_w.saturating_mul(taps as u64);
+    check_table(imp, n_entries, 16, "a Resize index table")?;
+    let out = s.out_w as usize;
+    let mut idx = Vec::with_capacity(out * taps);
+    let mut coef = Vec::with_capacity(out * taps);
+    let mut extrapolated = (coord == Coord::TfCropAndResize).then(|| Vec::with_capacity(out));
+    let in_w = s.in_w as f64;
+    let pad = taps.div_ceil(2) as f64;
+    let half = (taps / 2) as f64;
+    for y in 0..out {
+        let x = source_coord(coord, y as f64, s);
+        if !x.is_finite() {
+            return invalid(format!("Resize maps output position {y} to the source coordinate {x}"));
+        }
+        if let Some(e) = extrapolated.as_mut() {
+            e.push(x < 0.0 || x > in_w - 1.0);
+        }
+        let fl = x.floor();
+        let ratio = if x == fl { 1.0 } else { x - fl };
+        let mut c = coeffs(interp, antialias, ratio, s.scale);
+        let xp = x + pad;
+        let p = xp.floor();
+        let frac = xp - p;
+        let offset = if taps % 2 == 0 {
+            if frac == 0.0 {
+                -half
+            } else {
+                -half + 1.0
+            }
+        } else {
+            let base = -(((taps - 1) / 2) as f64);
+            if frac <= 0.5 {
+                base
+            } else {
+                base + 1.0
+            }
+        };
+        let start = p + offset;
+        let nb: Vec<f64> = (0..taps).map(|j| start + j as f64 - pad).collect();
+        if exclude_outside {
+            for (cj, &i) in c.iter_mut().zip(&nb) {
+                if i < 0.0 || i >= in_w {
+                    *cj = 0.0;
+                }
+            }
+            let total: f64 = c.iter().sum();
+            let total = if total == 0.0 { 1.0 } else { total };
+            for cj in &mut c {
+                *cj /= total;
+            }
+        }
+        for (&i, &cj) in nb.iter().zip(&c) {
+            idx.push(i.clamp(0.0, in_w - 1.0) as i64);
+            coef.push(cj);
+        }
+    }
+    Ok(AxisTable { out, taps, idx, coef, extrapolated })
+}
+
+/// Applies one axis table to `x` (float `x` unless nearest).
+fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: bool, ext: f64) -> NResult<Value> {
+    let xs = dims_of(imp, x);
+    let r = xs.len();
+    let in_w = static_dim(&xs[axis], "Resize")?;
+    let mut y = if nearest {
+        let picked: Vec<i64> = (0..t.out)
+            .map(|o| {
+                let row = o * t.taps..(o + 1) * t.taps;
+                let j = t.coef[row.clone()].iter().position(|&c| c != 0.0).unwrap_or(0);
+                t.idx[row.start + j]
+            })
+            .collect();
+        // An integer factor picking each source `f` times in order is a repeat.
+        let f = (t.out as u64).checked_div(in_w).unwrap_or(0);
+        let repeat =
+            f >= 1 && f * in_w == t.out as u64 && picked.iter().enumerate().all(|(o, &i)| i == (o as u64 / f) as i64);
+        if repeat {
+            let mut inter = xs.clone();
+            inter.insert(axis + 1, Dim::new(1));
+            let mut big = xs.clone();
+            big.insert(axis + 1, Dim::new(f));
+            let mut fin = xs.clone();
+            fin[axis] = Dim::new(t.out as u64);
+            let a = reshape(imp, x, &inter)?;
+            let b = imp.emit(OpKind::Expand, &[a], &[("shape", dims_attr(&big))])?;
+            reshape(imp, b, &fin)?
+        } else {
+            take(imp, x, axis, picked)?
+        }
+    } else {
+        let dt = dtype_of(imp, x);
+        let g = take(imp, x, axis, t.idx)?;
+        let mut split = xs.clone();
+        split[axis] = Dim::new(t.out as u64);
+        split.insert(axis + 1, Dim::new(t.taps as u64));
+        let g = reshape(imp, g, &split)?;
+        let mut wshape = vec![1; r + 1];
+        wshape[axis] = t.out;
+        wshape[axis + 1] = t.taps;
+        let w = const_float(imp, "resize_weights", &wshape, t.coef, dt)?;
+        let m = bin(imp, OpKind::Mul, g, w)?;
+        let s = sum_axes(imp, m, &[axis as i64 + 1], false)?;
+        convert(imp, s, dt)?
+    };
+    if let Some(mask) = t.extrapolated {
+        if mask.iter().any(|&m| m) {
+            let m = const_bool(imp, "resize_outside", &along(r, axis, t.out), mask)?;
+            let e = imp.scalar(dtype_of(imp, y), ext)?;
+            y = imp.emit(OpKind::Where, &[m, e, y], &[])?;
+        }
+    }
+    Ok(y)
+}
+
+pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    let r = xs.len();
+    let legacy = node.op_type == "Upsample" || imp.opset < 11;
+    let mode = a_str(node, "mode", "nearest");
+    let interp = match mode.as_str() {
+        "nearest" => {
+            let nm = if legacy { "floor".to_string() } else { a_str(node, "nearest_mode", "round_prefer_floor") };
+            Interp::Nearest(match nm.as_str() {
+                "round_prefer_floor" => NearestMode::RoundPreferFloor,
+                "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+                "floor" => NearestMode::Floor,
+                "ceil" => NearestMode::Ceil,
+                m => return invalid(format!("unknown nearest_mode `{m}`")),
+            })
+        }
+        "linear" | "bilinear" | "trilinear" => Interp::Linear,
+        "cubic" | "bicubic" => Interp::Cubic(a_float(node, "cubic_coeff_a", -0.75)),
+        m => return invalid(format!("unknown Resize mode `{m}`")),
+    };
+    let coord = if legacy {
+        Coord::Asymmetric
+    } else {
+        match a_str(node, "coordinate_transformation_mode", "half_pixel").as_str() {
+            "half_pixel" => Coord::HalfPixel,
+            "half_pixel_symmetric" => Coord::HalfPixelSymmetric,
+            "pytorch_half_pixel" => Coord::PytorchHalfPixel,
+            "align_corners" => Coord::AlignCorners,
+            "asymmetric" => Coord::Asymmetric,
+            "tf_half_pixel_for_nn" => Coord::TfHalfPixelForNn,
+            "tf_crop_and_resize" => Coord::TfCropAndResize,
+            m => return invalid(format!("unknown coordinate_transformation_mode `{m}`")),
+        }
+    };
+    let antialias = !legacy && a_int(node, "antialias", 0) != 0;
+    let exclude_outside = !legacy && a_int(node, "exclude_outside", 0) != 0;
+    let ext = a_float(node, "extrapolation_value", 0.0);
+    let axes: Vec<usize> = match a_ints(node, "axes") {
+        Some(a) if !legacy => {
+            let v: Vec<usize> = a.iter().map(|&ax| norm_axis(ax, r)).collect::<NResult<_>>()?;
+            let mut s = v.clone();
+            s.sort_unstable();
+            if s.windows(2).any(|w| w[0] == w[1]) {
+                return invalid(format!("repeated axis in {a:?}"));
+            }
+            v
+        }
+        _ => (0..r).collect(),
+    };
+    // Scales: Upsample's attribute (opset 7) or input 1, Resize-10's input 1, Resize's input 2.
+    let scales: Option<Vec<f64>> = if node.op_type == "Upsample" && attr(node, "scales").is_some() {
+        a_floats(node, "scales").map(|s| s.iter().map(|&f| f64::from(f)).collect())
+    } else {
+        let i = if legacy { 1 } else { 2 };
+        const_floats(imp, node, i, "scales")?.filter(|s| !s.is_empty())
+    };
+    let sizes = if legacy { None } else { imp.ints_input(node, 3, "sizes")?.filter(|s| !s.is_empty()) };
+    let roi = if coord == Coord::TfCropAndResize {
+        let roi = const_floats(imp, node, 1, "roi")?.unwrap_or_default();
+        if roi.len() != 2 * axes.len() {
+            return invalid(format!("roi has {} values for {} axes", roi.len(), axes.len()));
+        }
+        Some(roi)
+    } else {
+        None
+    };
+    // Per resized axis: input size, output size, scale.
+    let mut specs: Vec<(usize, AxisSpec)> = Vec::with_capacity(axes.len());
+    let in_sizes: Vec<u64> = axes.iter().map(|&a| static_dim(&xs[a], "Resize")).collect::<NResult<_>>()?;
+    match (scales, sizes) {
+        (Some(s), None) => {
+            if s.len() != axes.len() {
+                return invalid(format!("{} scales for {} axes", s.len(), axes.len()));
+            }
+            for (k, (&a, &sc)) in axes.iter().zip(&s).enumerate() {
+                if !(sc.is_finite() && sc > 0.0) {
+                    return invalid(format!("scale {sc}"));
+                }
+                let out = (sc * in_sizes[k] as f64).floor();
+                if out > u32::MAX as f64 {
+                    return unsupported(format!("Resize to {out} elements along an axis"));
+                }
+                specs.push((a, AxisSpec { in_w: in_sizes[k], out_w: out as u64, scale: sc, roi: None }));
+            }
+        }
+        (None, Some(sz)) => {
+            if sz.len() != axes.len() {
+                return invalid(format!("{} sizes for {} axes", sz.len(), axes.len()));
+            }
+            if sz.iter().any(|&v| !(0..=u32::MAX as i64).contains(&v)) {
+                return invalid(format!("sizes {sz:?}"));
+            }
+            if in_sizes.contains(&0) {
+                return unsupported("Resize of an empty axis to sizes");
+            }
+            let mut sc: Vec<f64> = sz.iter().zip(&in_sizes).map(|(&o, &i)| o as f64 / i as f64).collect();
+            let mut out: Vec<u64> = sz.iter().map(|&o| o as u64).collect();
+            let policy =
+                if legacy { "stretch".to_string() } else { a_str(node, "keep_aspect_ratio_policy", "stretch") };
+            match policy.as_str() {
+                "stretch" => {}
+                p @ ("not_larger" | "not_smaller") => {
+                    let pick = if p == "not_larger" { f64::min } else { f64::max };
+                    let s = sc.iter().copied().reduce(pick).unwrap_or(1.0);
+                    for k in 0..sc.len() {
+                        sc[k] = s;
+                        out[k] = (s * in_sizes[k] as f64 + 0.5) as u64;
+                    }
+                }
+                p => return invalid(format!("unknown keep_aspect_ratio_policy `{p}`")),
+            }
+            for (k, &a) in axes.iter().enumerate() {
+                specs.push((a, AxisSpec { in_w: in_sizes[k], out_w: out[k], scale: sc[k], roi: None }));
+            }
+        }
+        (Some(_), Some(_)) => return invalid("Resize takes scales or sizes, not both"),
+        (None, None) => return invalid("Resize needs scales or sizes"),
+    }
+    if let Some(roi) = &roi {
+        let n = axes.len();
+        for (k, (_, s)) in specs.iter_mut().enumerate() {
+            s.roi = Some((roi[k], roi[n + k]));
+        }
+    }
+    // Apply axis by axis, in the order the reference does (ascending axes).
+    specs.sort_by_key(|(a, _)| *a);
+    let nearest = matches!(interp, Interp::Nearest(_));
+    let dt = dtype_of(imp, x);
+    let work = if nearest || dt == DType::F64 || dt == DType::F32 {
+        dt
+    } else if dt.is_float() {
+        DType::F32
+    } else {
+        return unsupported(format!("Resize mode `{mode}` on {dt}"));
+    };
+    let mut y = convert(imp, x, work)?;
+    for (a, s) in specs {
+        let identity =
+            is_close(s.scale, 1.0) && s.out_w == s.in_w && s.roi.is_none_or(|(r0, r1)| r0 == 0.0 && is_close(r1, 1.0));
+        if identity {
+            continue;
+        }
+        let t = axis_table(imp, &s, coord, interp, antialias, exclude_outside)?;
+        y = apply_axis(imp, y, a, t, nearest, ext)?;
+    }
+    one(convert(imp, y, dt)?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pooling
+
+#[derive(Clone, Copy, PartialEq)]
+enum Reduce {
+    Max,
+    Sum,
+}
+
+/// Most slices one pooling may emit (the sum of its kernel sizes).
+const MAX_WINDOW: i64 = 4096;
+
+/// One spatial axis of a pooling window.
+struct Window {
+    k: i64,
+    s: i64,
+    d: i64,
+    begin: i64,
+    end: i64,
+}
+
+impl Window {
+    fn span(&self) -> i64 {
+        (self.k - 1) * self.d + 1
+    }
+}
+
+/// The output size of `w` over an input of `n` (ONNX's reference rule, with `ceil_mode`).
+fn window_out(n: i64, w: &Window, ceil: bool) -> i64 {
+    let num = n + w.begin + w.end - w.span();
+    if num < 0 {
+        return 0;
+    }
+    if ceil {
+        let mut o = num.div_euclid(w.s) + i64::from(num.rem_euclid(w.s) != 0) + 1;
+        if (o - 1) * w.s >= n + w.begin {
+            o -= 1;
+        }
+        o
+    } else {
+        num / w.s + 1
+    }
+}
+
+/// Reduces `x` over a 1-d window along `axis`: pads (`value`), then combines `k` strided
+/// slices. The result has `out` positions along `axis`.
+fn window_reduce(
+    imp: &mut Importer,
+    x: Value,
+    axis: usize,
+    n: i64,
+    w: &Window,
+    out: i64,
+    op: Reduce,
+) -> NResult<Value> {
+    let r = dims_of(imp, x).len();
+    if out == 0 {
+        return slice(imp, x, axis, 0, 0, 1);
+    }
+    let need = (out - 1) * w.s + w.span();
+    let high = need - n - w.begin;
+    let mut low_v = vec![0i64; r];
+    let mut high_v = vec![0i64; r];
+    low_v[axis] = w.begin;
+    high_v[axis] = high;
+    let value = match op {
+        Reduce::Max => f64::NEG_INFINITY,
+        Reduce::Sum => 0.0,
+    };
+    let p = if w.begin == 0 && high == 0 {
+        x
+    } else {
+        imp.emit(
+            OpKind::Pad,
+            &[x],
+            &[("low", ints(&low_v)), ("high", ints(&high_v)), ("value", AttrValue::Float(value))],
+        )?
+    };
+    let mut acc: Option<Value> = None;
+    for j in 0..w.k {
+        let start = j * w.d;
+        let s = slice(imp, p, axis, start, start + (out - 1) * w.s + 1, w.s)?;
+        acc = Some(match acc {
+            None => s,
+            Some(a) => bin(imp, if op == Reduce::Max { OpKind::Max } else { OpKind::Add }, a, s)?,
+        });
+    }
+    acc.ok_or_else(|| NodeError::Invalid("an empty kernel".into()))
+}
+
+/// Per output position, how many window positions `o*s - begin + j*d` (`j < k`) fall in
+/// `[lo, hi)`.
+fn window_counts(w: &Window, out: i64, lo: i64, hi: i64) -> Vec<f64> {
+    (0..out)
+        .map(|o| {
+            let p0 = o * w.s - w.begin;
+            let first = (lo - p0).max(0);
+            let j_min = (first + w.d - 1) / w.d;
+            let j_max = if hi - 1 - p0 < 0 { -1 } else { ((hi - 1 - p0) / w.d).min(w.k - 1) };
+            (j_max - j_min + 1).max(0) as f64
+        })
+        .collect()
+}
+
+/// Bound on pads, strides and dilations, keeping the window arithmetic far from overflow.
+const MAX_EXTENT: i64 = 1 << 32;
+
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum PoolKind {
+    Max,
+    Avg { include_pad: bool },
+    Lp { p: i64 },
+}
+
+/// N-d pooling as separable 1-d window reductions.
+pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let kind = match node.op_type.as_str() {
+        "MaxPool" => {
+            if node.output.get(1).is_some_and(|s| !s.is_empty()) {
+                return max_pool_with_indices(imp, node);
+            }
+            PoolKind::Max
+        }
+        "AveragePool" => PoolKind::Avg { include_pad: a_int(node, "count_include_pad", 0) != 0 },
+        _ => PoolKind::Lp { p: a_int(node, "p", 2) },
+    };
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() < 3 {
+        return invalid("pooling needs an input of rank >= 3");
+    }
+    let n = xs.len() - 2;
+    let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    if kernel.len() != n || strides.len() != n || dil.len() != n {
+        return invalid("kernel_shape, strides and dilations need one entry per spatial dim");
+    }
+    if kernel.iter().chain(&strides).chain(&dil).any(|&v| v < 1) {
+        return invalid("kernel_shape, strides and dilations must be positive");
+    }
+    if strides.iter().chain(&dil).any(|&v| v > MAX_EXTENT) {
+        return unsupported(format!("strides {strides:?} or dilations {dil:?} above {MAX_EXTENT}"));
+    }
+    if kernel.iter().fold(0i64, |a, &k| a.saturating_add(k)) > MAX_WINDOW {
+        return unsupported(format!("a pooling window of {kernel:?} (at most {MAX_WINDOW} taps over all axes)"));
+    }
+    let pads = super::ops::auto_pads(
+        &a_str(node, "auto_pad", "NOTSET"),
+        &xs[2..],
+        &kernel,
+        &strides,
+        &dil,
+        a_ints(node, "pads").filter(|p| !p.is_empty()),
+    )?;
+    if pads.iter().any(|&p| p < 0) {
+        return invalid(format!("negative pads {pads:?}"));
+    }
+    if pads.iter().any(|&p| p > MAX_EXTENT) {
+        return unsupported(format!("pads {pads:?} above {MAX_EXTENT}"));
+    }
+    let ceil = a_int(node, "ceil_mode", 0) != 0;
+    let dt = dtype_of(imp, x);
+    if !matches!(kind, PoolKind::Max) && !dt.is_float() {
+        return unsupported(format!("{} on {dt}", node.op_type));
+    }
+    let mut y = match kind {
+        PoolKind::Lp { p } => match p {
+            1 => un(imp, OpKind::Abs, x)?,
+            2 => bin(imp, OpKind::Mul, x, x)?,
+            p if p > 0 => {
+                let a = un(imp, OpKind::Abs, x)?;
+                bin_s(imp, OpKind::Pow, a, p as f64)?
+            }
+            p => return invalid(format!("LpPool p = {p}")),
+        },
+        _ => x,
+    };
+    let op = if kind == PoolKind::Max { Reduce::Max } else { Reduce::Sum };
+    let mut counts: Vec<Vec<f64>> = Vec::with_capacity(n);
+    let mut outs = Vec::with_capacity(n);
+    for i in 0..n {
+        let len = static_dim(&xs[2 + i], &node.op_type)? as i64;
+        let w = Window { k: kernel[i], s: strides[i], d: dil[i], begin: pads[i], end: pads[n + i] };
+        let out = window_out(len, &w, ceil);
+        check_table(imp, out as u64, 8, "a pooling count table")?;
+        y = window_reduce(imp, y, 2 + i, len, &w, out, op)?;
+        if let PoolKind::Avg { include_pad } = kind {
+            let (lo, hi) = if include_pad { (-w.begin, len + w.end) } else { (0, len) };
+            counts.push(window_counts(&w, out, lo, hi));
+        }
+        outs.push(out as usize);
+    }
+    match kind {
+        PoolKind::Avg { .. } => {
+            let r = xs.len();
+            let mut den: Option<Value> = None;
+            for (i, c) in counts.into_iter().enumerate() {
+                let cv = const_float(imp, "pool_count", &along(r, 2 + i, outs[i]), c, dt)?;
+                den = Some(match den {
+                    None => cv,
+                    Some(d) => bin(imp, OpKind::Mul, d, cv)?,
+                });
+            }
+            if let Some(d) = den {
+                y = bin(imp, OpKind::Div, y, d)?;
+            }
+        }
+        PoolKind::Lp { p } => {
+            y = match p {
+                1 => y,
+                2 => un(imp, OpKind::Sqrt, y)?,
+                p => bin_s(imp, OpKind::Pow, y, 1.0 / p as f64)?,
+            };
+        }
+        PoolKind::Max => {}
+    }
+    one(y)
+}
+
+/// Most window positions `MaxPool` with indices visits (the product of its kernel sizes).
+const MAX_WINDOW_POSITIONS: i64 = 1024;
+
+/// `MaxPool` with its `Indices` output: every window position in row-major order, keeping
+/// the first valid one strictly greater than the best so far (the reference rule, so a NaN
+/// is picked only when it comes first). Indices are flat over the whole input, row-major
+/// (`storage_order` 0) or with the spatial dims reversed (1). A window wholly in the padding
+/// gives 0 and index -1.
+fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() < 3 {
+        return invalid("pooling needs an input of rank >= 3");
+    }
+    let n = xs.len() - 2;
+    let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    if kernel.len() != n || strides.len() != n || dil.len() != n {
+        return invalid("kernel_shape, strides and dilations need one entry per spatial dim");
+    }
+    if kernel.iter().chain(&strides).chain(&dil).any(|&v| v < 1) {
+        return invalid("kernel_shape, strides and dilations must be positive");
+    }
+    if strides.iter().chain(&dil).any(|&v| v > MAX_EXTENT) {
+        return unsupported(format!("strides {strides:?} or dilations {dil:?} above {MAX_EXTENT}"));
+    }
+    let positions = kernel.iter().try_fold(1i64, |a, &k| a.checked_mul(k)).unwrap_or(i64::MAX);
+    if positions > MAX_WINDOW_POSITIONS {
+        return unsupported(format!(
+            "MaxPool indices over a window of {kernel:?} (at most {MAX_WINDOW_POSITIONS} positions)"
+        ));
+    }
+    let pads = super::ops::auto_pads(
+        &a_str(node, "auto_pad", "NOTSET"),
+        &xs[2..],
+        &kernel,
+        &strides,
+        &dil,
+        a_ints(node, "pads").filter(|p| !p.is_empty()),
+    )?;
+    if pads.iter().any(|&p| !(0..=MAX_EXTENT).contains(&p)) {
+        return invalid(format!("pads {pads:?}"));
+    }
+    let ceil = a_int(node, "ceil_mode", 0) != 0;
+    let column_major = a_int(node, "storage_order", 0) != 0;
+    let sizes: Vec<i64> = xs[2..].iter().map(|d| static_dim(d, "MaxPool").map(|v| v as i64)).collect::<NResult<_>>()?;
+    let wins: Vec<Window> =
+        (0..n).map(|i| Window { k: kernel[i], s: strides[i], d: dil[i], begin: pads[i], end: pads[n + i] }).collect();
+    let outs: Vec<i64> = (0..n).map(|i| window_out(sizes[i], &wins[i], ceil)).collect();
+    let n_out = outs.iter().try_fold(1u64, |a, &o| a.checked_mul(o as u64)).unwrap_or(u64::MAX);
+    check_table(imp, n_out.saturating_mul(positions as u64), 9, "a MaxPool index table")?;
+    let n_out = n_out as usize;
+    let dt = dtype_of(imp, x);
+    if n_out == 0 || sizes.contains(&0) {
+        let mut shape = vec![xs[0].clone(), xs[1].clone()];
+        shape.extend(outs.iter().map(|&o| Dim::new(o as u64)));
+        let full = |imp: &mut Importer, value: f64, dtype: DType| {
+            imp.emit(
+                OpKind::Full,
+                &[],
+                &[("shape", dims_attr(&shape)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dtype))],
+            )
+        };
+        let y = full(imp, 0.0, dt)?;
+        let i = full(imp, -1.0, DType::I64)?;
+        return Ok(vec![Some(Slot::Val(y)), Some(Slot::Val(i))]);
+    }
+    // Element strides of the spatial dims in the flat index.
+    let mut elem_stride = vec![1i64; n];
+    if column_major {
+        for i in 1..n {
+            elem_stride[i] = elem_stride[i - 1] * sizes[i - 1];
+        }
+    } else {
+        for i in (0..n.saturating_sub(1)).rev() {
+            elem_stride[i] = elem_stride[i + 1] * sizes[i + 1];
+        }
+    }
+    let x_step: i64 = sizes.iter().product();
+    // Pad once (the value is never picked: padded positions are invalid).
+    let r = xs.len();
+    let mut low = vec![0i64; r];
+    let mut high = vec![0i64; r];
+    for i in 0..n {
+        low[2 + i] = wins[i].begin;
+        high[2 + i] =
+            if outs[i] == 0 { 0 } else { (outs[i] - 1) * wins[i].s + wins[i].span() - sizes[i] - wins[i].begin };
+    }
+    let xp =
+        imp.emit(OpKind::Pad, &[x], &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(0.0))])?;
+    // Flat offset of each (n, c) plane.
+    let mut nc_shape = vec![xs[0].clone(), xs[1].clone()];
+    nc_shape.extend(std::iter::repeat_n(Dim::new(1), n));
+    let iota = |imp: &mut Importer, axis: i64| {
+        imp.emit(
+            OpKind::Iota,
+            &[],
+            &[("shape", dims_attr(&nc_shape)), ("axis", int(axis)), ("dtype", AttrValue::DType(DType::I64))],
+        )
+    };
+    let i0 = iota(imp, 0)?;
+    let i1 = iota(imp, 1)?;
+    let c = static_dim(&xs[1], "MaxPool")? as f64;
+    let plane = bin_s(imp, OpKind::Mul, i0, c)?;
+    let plane = bin(imp, OpKind::Add, plane, i1)?;
+    let plane = bin_s(imp, OpKind::Mul, plane, x_step as f64)?;
+    let mut out_shape = vec![1usize, 1];
+    out_shape.extend(outs.iter().map(|&o| o as usize));
+    let mut best: Option<(Value, Value, Value)> = None; // (value, index, any valid)
+    let mut j = vec![0i64; n];
+    for _ in 0..positions {
+        let mut v = xp;
+        for i in 0..n {
+            let start = j[i] * wins[i].d;
+            v = slice(imp, v, 2 + i, start, start + (outs[i] - 1) * wins[i].s + 1, wins[i].s)?;
+        }
+        // Validity and flat spatial index of this window position at each output.
+        let mut valid = Vec::with_capacity(n_out);
+        let mut flat = Vec::with_capacity(n_out);
+        let mut o = vec![0i64; n];
+        for _ in 0..n_out {
+            let mut ok = true;
+            let mut f = 0i64;
+            for i in 0..n {
+                let p = o[i] * wins[i].s - wins[i].begin + j[i] * wins[i].d;
+                ok &= p >= 0 && p < sizes[i];
+                if ok {
+                    f += p * elem_stride[i];
+                }
+            }
+            valid.push(ok);
+            flat.push(if ok { f } else { 0 });
+            for i in (0..n).rev() {
+                o[i] += 1;
+                if o[i] < outs[i] {
+                    break;
+                }
+                o[i] = 0;
+            }
+        }
+        let valid = const_bool(imp, "pool_valid", &out_shape, valid)?;
+        let flat = const_i64(imp, "pool_index", &out_shape, flat)?;
+        let idx = bin(imp, OpKind::Add, plane, flat)?;
+        best = Some(match best {
+            None => (v, idx, valid),
+            Some((bv, bi, any)) => {
+                let gt = bin(imp, OpKind::Gt, v, bv)?;
+                let none = un(imp, OpKind::LogicalNot, any)?;
+                let take = bin(imp, OpKind::Or, gt, none)?;
+                let take = bin(imp, OpKind::And, take, valid)?;
+                let nv = imp.emit(OpKind::Where, &[take, v, bv], &[])?;
+                let ni = imp.emit(OpKind::Where, &[take, idx, bi], &[])?;
+                let na = bin(imp, OpKind::Or, any, valid)?;
+                (nv, ni, na)
+            }
+        });
+        for i in (0..n).rev() {
+            j[i] += 1;
+            if j[i] < kernel[i] {
+                break;
+            }
+            j[i] = 0;
+        }
+    }
+    let (bv, bi, any) = best.ok_or_else(|| NodeError::Invalid("an empty kernel".into()))?;
+    let zero = imp.scalar(dt, 0.0)?;
+    let y = imp.emit(OpKind::Where, &[any, bv, zero], &[])?;
+    let neg = imp.scalar(DType::I64, -1.0)?;
+    let i = imp.emit(OpKind::Where, &[any, bi, neg], &[])?;
+    Ok(vec![Some(Slot::Val(y)), Some(Slot::Val(i))])
+}
+
+// ---------------------------------------------------------------------------------------------
+// LRN, MaxUnpool, CenterCropPad
+
+pub(super) fn lrn(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() < 3 {
+        return invalid("LRN needs an input [N, C, d...]");
+    }
+    let dt = dtype_of(imp, x);
+    if !dt.is_float() {
+        return invalid(format!("LRN on {dt}"));
+    }
+    let size = a_int(node, "size", 0);
+    if !(1..=MAX_WINDOW).contains(&size) {
+        return invalid(format!("LRN size {size} (1 to {MAX_WINDOW})"));
+    }
+    let (alpha, beta, bias) = (a_float(node, "alpha", 1e-4), a_float(node, "beta", 0.75), a_float(node, "bias", 1.0));
+    let c = static_dim(&xs[1], "LRN")? as i64;
+    let w = Window { k: size, s: 1, d: 1, begin: (size - 1) / 2, end: (size - 1) - (size - 1) / 2 };
+    let sq = bin(imp, OpKind::Mul, x, x)?;
+    let s = window_reduce(imp, sq, 1, c, &w, c, Reduce::Sum)?;
+    let s = bin_s(imp, OpKind::Mul, s, alpha / size as f64)?;
+    let s = bin_s(imp, OpKind::Add, s, bias)?;
+    let d = bin_s(imp, OpKind::Pow, s, beta)?;
+    one(bin(imp, OpKind::Div, x, d)?)
+}
+
+pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let i = imp.input(node, 1)?;
+    let xs = dims_of(imp, x);
+    if xs.len() < 3 {
+        return invalid("MaxUnpool needs an input [N, C, d...]");
+    }
+    if dims_of(imp, i) != xs {
+        return invalid("MaxUnpool's indices must have the input's shape");
+    }
+    let n = xs.len() - 2;
+    let kernel = a_ints(node, "kernel_shape").ok_or_else(|| NodeError::Invalid("kernel_shape is required".into()))?;
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let pads = a_ints(node, "pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * n]);
+    if kernel.len() != n || strides.len() != n || pads.len() != 2 * n {
+        return invalid("kernel_shape, strides and pads need one entry per spatial dim");
+    }
+    let sd: Vec<i64> = xs.iter().map(|d| static_dim(d, "MaxUnpool").map(|v| v as i64)).collect::<NResult<_>>()?;
+    let mut inferred: Vec<i64> = sd[..2].to_vec();
+    for k in 0..n {
+        let o = (sd[2 + k] - 1)
+            .checked_mul(strides[k])
+            .and_then(|v| v.checked_sub(pads[k].checked_add(pads[n + k])?))
+            .and_then(|v| v.checked_add(kernel[k]))
+            .filter(|&v| v >= 0)
+            .ok_or_else(|| NodeError::Invalid("MaxUnpool's output size is negative or too large".into()))?;
+        inferred.push(o);
+    }
+    let total = inferred.iter().try_fold(1i64, |a, &d| a.checked_mul(d)).filter(|&t| t <= u32::MAX as i64 * 16);
+    let Some(total) = total else { return unsupported("MaxUnpool to an output this large") };
+    let dt = dtype_of(imp, x);
+    if !dt.is_float() {
+        return unsupported(format!("MaxUnpool on {dt}"));
+    }
+    let numel: u64 = sd.iter().map(|&d| d as u64).product();
+    let flat = [Dim::new(numel)];
+    let xf = reshape(imp, x, &flat)?;
+    let ifl = reshape(imp, i, &flat)?;
+    let ifl = convert(imp, ifl, DType::I64)?;
+    let zeros = |imp: &mut Importer| {
+        imp.emit(
+            OpKind::Full,
+            &[],
+            &[
+                ("shape", dims_attr(&[Dim::new(total as u64)])),
+                ("value", AttrValue::Float(0.0)),
+                ("dtype", AttrValue::DType(dt)),
+            ],
+        )
+    };
+    let z = zeros(imp)?;
+    let sum = imp.emit(OpKind::ScatterAdd, &[z, ifl, xf], &[("axis", int(0))])?;
+    let ones = imp.emit(
+        OpKind::Full,
+        &[],
+        &[("shape", dims_attr(&flat)), ("value", AttrValue::Float(1.0)), ("dtype", AttrValue::DType(dt))],
+    )?;
+    let z = zeros(imp)?;
+    let cnt = imp.emit(OpKind::ScatterAdd, &[z, ifl, ones], &[("axis", int(0))])?;
+    let one_s = imp.scalar(dt, 1.0)?;
+    let cnt = bin(imp, OpKind::Max, cnt, one_s)?;
+    let y = bin(imp, OpKind::Div, sum, cnt)?;
+    let shape: Vec<Dim> = inferred.iter().map(|&d| Dim::new(d as u64)).collect();
+    let mut y = reshape(imp, y, &shape)?;
+    if let Some(out) = imp.ints_input(node, 2, "output_shape")? {
+        if out.len() != inferred.len() {
+            return invalid(format!("output_shape {out:?} does not have rank {}", inferred.len()));
+        }
+        if out.iter().zip(&inferred).any(|(&o, &f)| o < f) {
+            return unsupported(format!("MaxUnpool to output_shape {out:?}, smaller than the inferred {inferred:?}"));
+        }
+        let high: Vec<i64> = out.iter().zip(&inferred).map(|(&o, &f)| o - f).collect();
+        if high.iter().any(|&h| h != 0) {
+            let low = vec![0i64; high.len()];
+            y = imp.emit(OpKind::Pad, &[y], &[("low", ints(&low)), ("high", ints(&high))])?;
+        }
+    }
+    one(y)
+}
+
+/// `Col2Im`: column `l` of block row `c*K + k` adds into the image position of block `l`'s
+/// window offset `k`, one `scatter_add` with a constant index table (positions in the padding
+/// go to a dropped extra slot).
+pub(super) fn col2im(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    if xs.len() != 3 {
+        return invalid("Col2Im needs an input [N, C * prod(block_shape), L]");
+    }
+    let image =
+        imp.ints_input(node, 1, "image_shape")?.ok_or_else(|| NodeError::Invalid("image_shape is required".into()))?;
+    let block =
+        imp.ints_input(node, 2, "block_shape")?.ok_or_else(|| NodeError::Invalid("block_shape is required".into()))?;
+    let n = image.len();
+    let dil = a_ints(node, "dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let strides = a_ints(node, "strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; n]);
+    let pads = a_ints(node, "pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * n]);
+    if n == 0 || block.len() != n || dil.len() != n || strides.len() != n || pads.len() != 2 * n {
+        return invalid("image_shape, block_shape, dilations, strides and pads need one entry per image dim");
+    }
+    if block.iter().chain(&dil).chain(&strides).any(|&v| !(1..=MAX_EXTENT).contains(&v))
+        || image.iter().chain(&pads).any(|&v| !(0..=MAX_EXTENT).contains(&v))
+    {
+        return invalid(format!(
+            "Col2Im sizes: image {image:?}, block {block:?}, dilations {dil:?}, strides {strides:?}, pads {pads:?}"
+        ));
+    }
+    let ck = static_dim(&xs[1], "Col2Im")?;
+    let l = static_dim(&xs[2], "Col2Im")?;
+    let k = block.iter().try_fold(1u64, |a, &b| a.checked_mul(b as u64)).unwrap_or(u64::MAX);
+    if k == 0 || !ck.is_multiple_of(k) {
+        return invalid(format!("input dim 1 ({ck}) is not a multiple of the block size {k}"));
+    }
+    let wins: Vec<Window> =
+        (0..n).map(|i| Window { k: block[i], s: strides[i], d: dil[i], begin: pads[i], end: pads[n + i] }).collect();
+    let outs: Vec<i64> = (0..n).map(|i| window_out(image[i], &wins[i], false)).collect();
+    let blocks = outs.iter().try_fold(1u64, |a, &o| a.checked_mul(o as u64)).unwrap_or(u64::MAX);
+    if blocks != l {
+        return invalid(format!("input dim 2 is {l} but the image holds {blocks} blocks ({outs:?})"));
+    }
+    let s = image.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).unwrap_or(u64::MAX);
+    check_table(imp, k.saturating_mul(l), 8, "a Col2Im index table")?;
+    check_table(imp, s, 1, "the Col2Im image")?;
+    let mut idx = Vec::with_capacity((k * l) as usize);
+    let mut off = vec![0i64; n];
+    for _ in 0..k {
+        let mut o = vec![0i64; n];
+        for _ in 0..l {
+            let mut flat = 0i64;
+            let mut inside = true;
+            for i in 0..n {
+                let p = o[i] * wins[i].s - wins[i].begin + off[i] * wins[i].d;
+                inside &= p >= 0 && p < image[i];
+                flat = flat * image[i] + p;
+            }
+            idx.push(if inside { flat } else { s as i64 });
+            for i in (0..n).rev() {
+                o[i] += 1;
+                if o[i] < outs[i] {
+                    break;
+                }
+                o[i] = 0;
+            }
+        }
+        for i in (0..n).rev() {
+            off[i] += 1;
+            if off[i] < block[i] {
+                break;
+            }
+            off[i] = 0;
+        }
+    }
+    let c = Dim::new(ck / k);
+    let kl = Dim::new(k * l);
+    let x3 = reshape(imp, x, &[xs[0].clone(), c.clone(), kl.clone()])?;
+    let i = const_i64(imp, "col2im_index", &[1, 1, (k * l) as usize], idx)?;
+    let i = imp.emit(OpKind::Expand, &[i], &[("shape", dims_attr(&[xs[0].clone(), c.clone(), kl]))])?;
+    let dt = dtype_of(imp, x);
+    let z = imp.emit(
+        OpKind::Full,
+        &[],
+        &[
+            ("shape", dims_attr(&[xs[0].clone(), c.clone(), Dim::new(s + 1)])),
+            ("value", AttrValue::Float(0.0)),
+            ("dtype", AttrValue::DType(dt)),
+        ],
+    )?;
+    let y = imp.emit(OpKind::ScatterAdd, &[z, i, x3], &[("axis", int(2))])?;
+    let y = slice(imp, y, 2, 0, s as i64, 1)?;
+    let mut out = vec![xs[0].clone(), c];
+    out.extend(image.iter().map(|&d| Dim::new(d as u64)));
+    one(reshape(imp, y, &out)?)
+}
+
+pub(super) fn center_crop_pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let xs = dims_of(imp, x);
+    let r = xs.len();
+    let shape = imp.ints_input(node, 1, "shape")?.ok_or_else(|| NodeError::Invalid("shape is required".into()))?;
+    let axes: Vec<usize> = match a_ints(node, "axes") {
+        Some(a) => a.iter().map(|&v| norm_axis(v, r)).collect::<NResult<_>>()?,
+        None => (0..r).collect(),
+    };
+    if shape.len() != axes.len() {
+        return invalid(format!("{} sizes for {} axes", shape.len(), axes.len()));
+    }
+    let mut y = x;
+    let mut low = vec![0i64; r];
+    let mut high = vec![0i64; r];
+    let mut seen = vec![false; r];
+    for (&a, &want) in axes.iter().zip(&shape) {
+        if std::mem::replace(&mut seen[a], true) {
+            return invalid(format!("axis {a} is listed twice"));
+        }
+        if want < 0 {
+            return invalid(format!("size {want}"));
+        }
+        let dim = static_dim(&xs[a], "CenterCropPad")? as i64;
+        if want < dim {
+            let start = (dim - want) / 2;
+            y = slice(imp, y, a, start, start + want, 1)?;
+        } else if want > dim {
+            let d = want - dim;
+            low[a] = d / 2;
+            high[a] = d - d / 2;
+        }
+    }
+    if low.iter().chain(&high).any(|&p| p != 0) {
+        y = imp.emit(OpKind::Pad, &[y], &[("low", ints(&low)), ("high", ints(&high))])?;
+    }
+    one(y)
+}
