@@ -19,6 +19,7 @@ pub mod models;
 pub mod numerics;
 pub mod ops;
 pub mod passes;
+pub mod recover;
 pub mod runtime;
 pub mod sched;
 pub mod tensor;

@@ -70,7 +70,7 @@ fn measurements_and_json() {
     for name in ["W9_call_overhead_add16", "W2_softmax_64x128"] {
         let w = bench::workload(name).unwrap();
         for threads in [1, 2] {
-            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors).unwrap();
+            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors, false).unwrap();
             assert_eq!(m.timing.runs, 3);
             assert!(m.timing.median_us > 0.0 && m.timing.min_us <= m.timing.median_us);
             assert!(m.floor_us > 0.0 && m.floor_ratio > 0.0 && m.compile_ms >= 0.0);
@@ -84,7 +84,7 @@ fn measurements_and_json() {
     }
     // The CPU backend compiles and times the same workloads.
     let w = bench::workload("W9_call_overhead_add16").unwrap();
-    let cpu = bench::run(&w, Backend::Cpu, 1, Some(3), &mut floors).expect("the cpu backend runs W9");
+    let cpu = bench::run(&w, Backend::Cpu, 1, Some(3), &mut floors, true).expect("the cpu backend runs W9");
     assert!(format!("{cpu:?}").contains("median"), "{cpu:?}");
 }
 

@@ -121,12 +121,18 @@ impl Runnable for crate::runtime::Plan {
 
 /// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times): the
 /// interpreter, or a plan compiled for the CPU backend in native mode.
-pub fn prepare(graph: &Graph, backend: Backend, threads: usize) -> Result<Box<dyn Runnable>, BenchError> {
+pub fn prepare(
+    graph: &Graph,
+    backend: Backend,
+    threads: usize,
+    recover: bool,
+) -> Result<Box<dyn Runnable>, BenchError> {
     match backend {
         Backend::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
         Backend::Cpu => {
-            let options = crate::runtime::CompileOptions::native_cpu(threads)
+            let mut options = crate::runtime::CompileOptions::native_cpu(threads)
                 .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
+            options.recover = recover;
             let plan = crate::runtime::compile(graph, &options)
                 .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))?;
             Ok(Box::new(plan))
@@ -355,7 +361,7 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static str>, BenchError> {
 /// graph's constants and the outputs; FLOPs are counted over statically shaped matmul-family,
 /// conv and attention nodes.
 pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<Workload, BenchError> {
-    let outputs = prepare(&graph, Backend::Interp, 1)?.run(&inputs).map_err(BenchError::Run)?;
+    let outputs = prepare(&graph, Backend::Interp, 1, false)?.run(&inputs).map_err(BenchError::Run)?;
     let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
     let mut io_bytes: usize = inputs.iter().map(bytes).sum::<usize>() + outputs.iter().map(bytes).sum::<usize>();
     io_bytes += graph.blobs().map(|(_, b)| bytes(&b.tensor)).sum::<usize>();
@@ -642,6 +648,7 @@ pub fn run(
     threads: usize,
     runs: Option<usize>,
     floors: &mut Floors,
+    recover: bool,
 ) -> Result<Measurement, BenchError> {
     let threads = threads.max(1);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -650,7 +657,7 @@ pub fn run(
         .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))?;
     pool.install(|| {
         let t = Instant::now();
-        let runnable = prepare(&w.graph, backend, threads)?;
+        let runnable = prepare(&w.graph, backend, threads, recover)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut out = Vec::new();
         let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;

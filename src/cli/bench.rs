@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Size of a symbolic input dim of the model (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
+    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
+    /// recovering them into library kernels (to compare the two).
+    #[arg(long)]
+    pub no_recover: bool,
 }
 
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -60,6 +64,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 seed: args.seed,
                 dims: args.dims.clone(),
                 precise: false,
+                no_recover: args.no_recover,
             };
             let inputs = prepare_inputs(&g, &run_args)?;
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
@@ -81,7 +86,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     let mut results: Vec<Measurement> = Vec::new();
     for w in &work {
         for &threads in &args.threads {
-            let m = bench::run(w, backend, threads, args.runs, &mut floors).map_err(usage)?;
+            let m = bench::run(w, backend, threads, args.runs, &mut floors, !args.no_recover).map_err(usage)?;
             if !args.json {
                 if results.is_empty() {
                     writeln!(

@@ -37,6 +37,10 @@ pub struct CheckArgs {
     /// Relative tolerance (default: max(1e-5, 16 eps of each output's dtype)).
     #[arg(long, value_name = "X")]
     pub rtol: Option<f64>,
+    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
+    /// recovering them into library kernels (to compare the two).
+    #[arg(long)]
+    pub no_recover: bool,
 }
 
 /// How far one output is from its reference.
@@ -91,13 +95,14 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         seed: args.seed,
         dims: args.dims.clone(),
         precise: false,
+        no_recover: args.no_recover,
     };
     let inputs = prepare_inputs(&g, &run_args)?;
     let reference = interp::run(&g, &inputs, &Options { precise: true, ..Options::default() })?.outputs;
     let got = match which {
         Backend::Interp => interp::run(&g, &inputs, &Options::default())?.outputs,
         Backend::Cpu => {
-            let plan = compile_cpu(&g, &inputs)?;
+            let plan = compile_cpu(&g, &inputs, !args.no_recover)?;
             plan.run(&inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))?.outputs
         }
     };

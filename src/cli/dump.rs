@@ -17,8 +17,8 @@ pub struct DumpArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub elide: usize,
     /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
-    /// epilogue as comments), `prims` (decomposed), `simplified`, or `kernels` (the scheduled
-    /// kernel program).
+    /// epilogue as comments), `prims` (decomposed), `simplified`, `recovered` (library-kernel
+    /// ops put back by pattern), or `kernels` (the scheduled kernel program).
     #[arg(long, value_name = "NAME", default_value = "parsed")]
     pub stage: String,
     /// Print node counts per op (rows) and per rung (columns) instead of the graph.
@@ -26,6 +26,7 @@ pub struct DumpArgs {
     pub stats: bool,
     /// With `--stage kernels`: also print why the scheduler formed the kernels it did (what
     /// each covers and reads, what is materialised and why, why neighbours are not fused).
+    /// With `--stage recovered`: every op recovery put back and every near-miss, with why.
     #[arg(long)]
     pub explain: bool,
     /// With `--stage kernels`: print each kernel's Cranelift IR as the CPU backend builds it
@@ -70,9 +71,17 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         }
         return out.write_all(text.as_bytes()).map_err(Error::Stdout);
     }
+    if args.explain && args.stage == "recovered" {
+        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `recovered`: {e}"));
+        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
+        let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        let options = PrintOptions { elide_blobs_over: Some(args.elide) };
+        let text = format!("{}{}", ladder::text::print_with(&r.graph, &options), r.explain(&lowered.simplified));
+        return out.write_all(text.as_bytes()).map_err(Error::Stdout);
+    }
     if args.explain {
         if args.stage != "kernels" {
-            return Err(Error::Usage("--explain goes with --stage kernels".into()));
+            return Err(Error::Usage("--explain goes with --stage kernels or --stage recovered".into()));
         }
         let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
         let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;

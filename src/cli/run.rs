@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64).
     #[arg(long)]
     pub precise: bool,
+    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
+    /// recovering them into library kernels (to compare the two).
+    #[arg(long)]
+    pub no_recover: bool,
 }
 
 fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {
@@ -66,8 +70,9 @@ pub fn backend(name: &str) -> Result<Backend, Error> {
 }
 
 /// Compiles `g` for the CPU backend, with a note on the schedule and its memory.
-pub fn compile_cpu(g: &Graph, inputs: &[Tensor]) -> Result<ladder::Plan, Error> {
-    let options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
+pub fn compile_cpu(g: &Graph, inputs: &[Tensor], recover: bool) -> Result<ladder::Plan, Error> {
+    let mut options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
+    options.recover = recover;
     let plan = ladder::compile(g, &options)
         .map_err(|e| Error::Usage(format!("cannot compile the model for the cpu backend: {e}")))?;
     if let (Some(p), Ok(m)) = (plan.program(), plan.memory_report(inputs)) {
@@ -97,7 +102,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
             interp::run(&g, &inputs, &options)?.outputs
         }
         Backend::Cpu => {
-            let plan = compile_cpu(&g, &inputs)?;
+            let plan = compile_cpu(&g, &inputs, !args.no_recover)?;
             let outs = plan.run(&inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))?;
             for (i, _) in &outs.mutated_inputs {
                 note(&format!("input `{}` is mutated in place by the model", g.input_name(*i)));

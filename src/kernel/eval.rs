@@ -1165,6 +1165,15 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                     .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());
             }
+            Step::Library(l) => {
+                let args: Vec<Tensor> =
+                    l.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
+                let refs: Vec<&Tensor> = args.iter().collect();
+                let out = &p.buffers[l.out];
+                let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shapes[l.out.index()])
+                    .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
+                mem.bufs[l.out.index()] = Store::Owned(t.into_data());
+            }
             Step::Interp(call) => {
                 let args: Vec<Tensor> =
                     call.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;

@@ -238,6 +238,17 @@ pub struct ConvCall {
     pub groups: i64,
 }
 
+/// A recovered high-level op (`crate::recover::RECOVERABLE`) through a hand-written library
+/// kernel: `out = op(args...)` with the op's attributes. Its meaning is the op's own (the
+/// interpreter's), which the reference executor runs; a backend runs its kernel for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraryCall {
+    pub op: OpKind,
+    pub attrs: crate::ir::Attrs,
+    pub args: Vec<BufferId>,
+    pub out: BufferId,
+}
+
 /// A graph break: `graph` runs in the reference interpreter, reading `args` (its inputs, in
 /// order) and writing `results` (its outputs, in order).
 #[derive(Clone, Debug, PartialEq)]
@@ -254,6 +265,7 @@ pub enum Step {
     Kernel(Kernel),
     Matmul(MatmulCall),
     Conv(ConvCall),
+    Library(LibraryCall),
     Interp(InterpCall),
 }
 

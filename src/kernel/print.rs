@@ -33,6 +33,11 @@ impl fmt::Display for Program {
                     "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",
                     c.out, c.x, c.w, c.stride, c.padding, c.dilation, c.groups
                 )?,
+                Step::Library(l) => {
+                    let args: Vec<String> = l.args.iter().map(|b| b.to_string()).collect();
+                    let attrs: Vec<String> = l.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    writeln!(f, "library {} = {}({}) {{{}}}", l.out, l.op, args.join(", "), attrs.join(", "))?
+                }
                 Step::Interp(i) => {
                     let args: Vec<String> = i.args.iter().map(|b| b.to_string()).collect();
                     let results: Vec<String> = i.results.iter().map(|b| b.to_string()).collect();

@@ -10,7 +10,7 @@ use crate::ir::verify::{verify, Stage, VerifyErrors};
 use crate::ir::Graph;
 
 /// The rungs that can be printed, top to bottom.
-pub const STAGES: &[&str] = &["parsed", "functional", "prims", "simplified", "kernels"];
+pub const STAGES: &[&str] = &["parsed", "functional", "prims", "simplified", "recovered", "kernels"];
 
 /// Why lowering failed.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,8 @@ pub enum PipelineError {
     Decompose(#[from] DecomposeError),
     #[error("simplify: {0}")]
     Simplify(#[from] SimplifyError),
+    #[error("recover: {0}")]
+    Recover(String),
     #[error("schedule: {0}")]
     Schedule(#[from] crate::sched::ScheduleError),
     #[error("{pass} produced an invalid graph (a bug in the pass): {errors}")]
@@ -74,6 +76,7 @@ pub fn dump(g: &Graph, stage: &str, options: &crate::text::PrintOptions) -> Resu
             Ok(crate::text::print_with(&prims, options))
         }
         "simplified" => Ok(crate::text::print_with(&lower(g)?.simplified, options)),
+        "recovered" => Ok(crate::text::print_with(&crate::recover::recover(&lower(g)?.simplified)?.graph, options)),
         "kernels" => {
             let lowered = lower(g)?;
             let program = crate::sched::schedule(&lowered.simplified)?;

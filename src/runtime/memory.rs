@@ -45,6 +45,7 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
             }
             Step::Matmul(m) => [m.a, m.b, m.out].iter().for_each(|b| touch(b.index(), i)),
             Step::Conv(c) => [c.x, c.w, c.out].iter().for_each(|b| touch(b.index(), i)),
+            Step::Library(l) => l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i)),
             Step::Interp(c) => c.args.iter().chain(&c.results).for_each(|b| touch(b.index(), i)),
         }
     }

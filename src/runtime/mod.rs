@@ -55,13 +55,14 @@ use crate::kernel::eval::{
     bind_inputs, conv_attrs, elem_size, eval_library, get_bytes, get_elem, input_guards, matmul_attrs, run_kernel,
     set_bytes, tensor_from_bytes, ExecError, GuardError, InputGuard, Memory, PreparedKernel, Scratch, Val,
 };
-use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, MatmulCall, Program, Step};
+use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, LibraryCall, MatmulCall, Program, Step};
 use crate::ops::OpKind;
 use crate::passes::functionalize::Epilogue;
 use crate::passes::PipelineError;
 use crate::sched::ScheduleError;
 use crate::tensor::Tensor;
 use memory::{Lifetime, ALIGN};
+use smallvec::SmallVec;
 
 /// Where a plan runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,11 +136,21 @@ pub struct CompileOptions {
     pub kernel_compiler: Option<Arc<dyn KernelCompiler>>,
     /// Largest arena one run may use, in bytes.
     pub max_arena_bytes: u64,
+    /// Recover softmax, layer_norm and gelu from their prims (`crate::recover`) and run them
+    /// through library kernels. Off in the reference mode (which runs the prims exactly as
+    /// lowered), on in native mode; `--no-recover` turns it off there.
+    pub recover: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
-        CompileOptions { backend: Backend::Cpu, threads: 1, kernel_compiler: None, max_arena_bytes: 1 << 34 }
+        CompileOptions {
+            backend: Backend::Cpu,
+            threads: 1,
+            kernel_compiler: None,
+            max_arena_bytes: 1 << 34,
+            recover: false,
+        }
     }
 }
 
@@ -153,6 +164,7 @@ impl CompileOptions {
             backend: Backend::Cpu,
             threads: threads.max(1),
             kernel_compiler: Some(compiler),
+            recover: true,
             ..CompileOptions::default()
         })
     }
@@ -165,6 +177,7 @@ impl std::fmt::Debug for CompileOptions {
             .field("threads", &self.threads)
             .field("kernel_compiler", &self.kernel_compiler.is_some())
             .field("max_arena_bytes", &self.max_arena_bytes)
+            .field("recover", &self.recover)
             .finish()
     }
 }
@@ -324,7 +337,8 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
     }
     let lowered = crate::passes::lower(g)?;
     plan.epilogue = lowered.functional.epilogue.clone();
-    let simplified = &lowered.simplified;
+    let recovered = if options.recover { Some(crate::recover::recover(&lowered.simplified)?) } else { None };
+    let simplified = recovered.as_ref().map_or(&lowered.simplified, |r| &r.graph);
     let scheduled = crate::sched::schedule_explained(simplified)?;
     let p = scheduled.program;
     plan.guards = input_guards(&p, &names);
@@ -364,7 +378,10 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             plan.life[i] = None;
         }
     }
-    plan.explanation = scheduled.explanation;
+    plan.explanation = match &recovered {
+        Some(r) if !r.matches.is_empty() => format!("{}{}", r.explain(&lowered.simplified), scheduled.explanation),
+        _ => scheduled.explanation,
+    };
     plan.program = Some(p);
     Ok(plan)
 }
@@ -646,6 +663,19 @@ impl Plan {
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                     self.write(p, st, c.out, &t).map_err(at)?;
                 }
+                Step::Library(l) if self.native_library && self.all_f32(p, &l.args) && self.all_f32(p, &[l.out]) => {
+                    self.run_rows(p, st, inputs, l).map_err(at)?;
+                }
+                Step::Library(l) => {
+                    let args: Vec<Tensor> =
+                        l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>().map_err(at)?;
+                    let refs: Vec<&Tensor> = args.iter().collect();
+                    let out = &p.buffers[l.out];
+                    let shape = self.shape(p, st, l.out).map_err(at)?;
+                    let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
+                        .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
+                    self.write(p, st, l.out, &t).map_err(at)?;
+                }
                 Step::Interp(call) => {
                     let args: Vec<Tensor> = call
                         .args
@@ -784,6 +814,29 @@ impl Plan {
             Loc::Temp => arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize + st.offsets[b.index()],
             Loc::Output(k) => out_ptr(&mut st.outs[*k]),
         }
+    }
+
+    /// A recovered op through its f32 library kernel (`backend::cpu::rows`), in place in the
+    /// plan's memory.
+    fn run_rows(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
+        let mut shape = std::mem::take(&mut st.shape_a);
+        self.shape_into(p, st, l.args[0], &mut shape)?;
+        let mut ptrs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+        for &b in &l.args {
+            ptrs.push((self.address(st, inputs, b), st.lens[b.index()]));
+        }
+        let (out, out_len) = (self.address(st, inputs, l.out), st.lens[l.out.index()]);
+        // SAFETY: each address is the start of its buffer for this run, holding `len` f32
+        // elements (lengths from `bind`, inputs checked against their shapes). The output is
+        // a temporary or an output slot whose lifetime overlaps the arguments', so the memory
+        // plan gives it bytes disjoint from theirs; nothing else touches them in this step.
+        let args: SmallVec<[&[f32]; 4]> =
+            ptrs.iter().map(|&(a, n)| unsafe { std::slice::from_raw_parts(a as *const f32, n) }).collect();
+        let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, out_len) };
+        let result = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &args, &shape, out, self.threads)
+            .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
+        st.shape_a = shape;
+        result
     }
 
     /// An f32 matmul step through the GEMM library, in place in the plan's memory.

@@ -63,7 +63,9 @@ use cranelift_entity::{EntityRef, PrimaryMap};
 
 use crate::ir::verify::{verify, Stage as VStage, VerifyErrors};
 use crate::ir::{Graph, Shape, Symbol, Value};
-use crate::kernel::{Buffer, BufferId, BufferKind, ConvCall, Instr, InterpCall, Kernel, MatmulCall, Program, Step};
+use crate::kernel::{
+    Buffer, BufferId, BufferKind, ConvCall, Instr, InterpCall, Kernel, LibraryCall, MatmulCall, Program, Step,
+};
 use crate::ops::OpKind;
 use emit::{emit, Ctx, Emitted, Fail};
 
@@ -101,7 +103,7 @@ pub fn explain(g: &Graph) -> Result<String, ScheduleError> {
 
 /// [`schedule`] with its explanation.
 pub fn schedule_explained(g: &Graph) -> Result<Scheduled, ScheduleError> {
-    verify(g, VStage::Prims).map_err(ScheduleError::NotPrims)?;
+    verify(g, VStage::Recovered).map_err(ScheduleError::NotPrims)?;
     let mut s = Sched::new(g);
     s.break_groups();
     s.initial_materialise();
@@ -131,6 +133,7 @@ fn class(op: OpKind) -> Class {
     match op {
         Input | Const => Class::Source,
         Matmul | Conv => Class::Library,
+        op if crate::recover::RECOVERABLE.contains(&op) => Class::Library,
         BroadcastInDim | Permute | Slice | Reshape | Full | Iota => Class::Kernel,
         op if op.is_elementwise() || op.is_reduction() => Class::Kernel,
         _ => Class::Break,
@@ -785,6 +788,22 @@ impl<'g> Sched<'g> {
                     innermost_loop_inside(&mut k);
                     steps.push(Step::Kernel(k));
                 }
+                Unit::Library(v) if crate::recover::RECOVERABLE.contains(&g.node(v).op) => {
+                    let node = g.node(v);
+                    let args = node
+                        .args
+                        .iter()
+                        .map(|&a| {
+                            let s = self
+                                .storage(a)
+                                .ok_or_else(|| ScheduleError::Failed(format!("{v}: operand has no buffer")))?;
+                            get(&mut buffers, s)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let out = get(&mut buffers, v)?;
+                    names.insert(u, format!("{} {}", node.op, self.name(v)));
+                    steps.push(Step::Library(LibraryCall { op: node.op, attrs: node.attrs.clone(), args, out }));
+                }
                 Unit::Library(v) => {
                     let node = g.node(v);
                     let a = self
@@ -860,7 +879,7 @@ impl<'g> Sched<'g> {
             out,
             "; schedule: {}, {}, {}, {}",
             plural(count(|s| matches!(s, Step::Kernel(_))), "kernel"),
-            plural(count(|s| matches!(s, Step::Matmul(_) | Step::Conv(_))), "library call"),
+            plural(count(|s| matches!(s, Step::Matmul(_) | Step::Conv(_) | Step::Library(_))), "library call"),
             plural(count(|s| matches!(s, Step::Interp(_))), "graph break"),
             plural(p.buffers.values().filter(|b| b.kind == BufferKind::Temp).count(), "temporary buffer")
         );

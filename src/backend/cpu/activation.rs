@@ -244,7 +244,7 @@ fn pow2i(k: i32) -> f32 {
 /// a degree-7 Taylor polynomial on |r| <= ln2/2, and a two-step scale so that subnormal
 /// results round once. Below -104 the result is 0, above 89 it is inf.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // 355/512
     const LN2_LO: f32 = -2.121_944_4e-4;

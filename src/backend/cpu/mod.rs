@@ -35,6 +35,7 @@ pub mod conv;
 mod emit;
 pub mod gemm;
 pub mod math;
+pub mod rows;
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,459 @@
+//! Recovery: finding, in a simplified prims graph, the clusters that were a high-level op a
+//! library kernel runs better than the scheduler's generated loops, and putting the op back.
+//!
+//! Decomposition exposes structure (fusion, simplification and the backends only see prims);
+//! recovery is the other direction, for the structures a hand-written kernel already solves
+//! (a softmax row, a layer norm, gelu). It runs after `simplify`, on the `Recovered` rung:
+//! prims plus the ops in [`RECOVERABLE`], which the scheduler turns into library calls.
+//!
+//! ## How a rule matches
+//!
+//! A [`Rule`] names the op it recovers and a *form*: the op applied to arguments of given
+//! types, lowered by the pipeline itself (functionalize, decompose, simplify) into a small
+//! prims graph. A match is a node whose cone in the model is that prims graph, node for
+//! node: same ops, same attributes, same types, same constants, with the form's inputs bound
+//! consistently to values of the model (the op's arguments, found by the comparison). So a
+//! rule says exactly what it recovers, cannot drift from the decomposition it inverts, and a
+//! new decomposition of an op changes its rule with it. A float attribute the form cannot
+//! know in advance (layer_norm's `eps`) is built as a sentinel, read off the model where the
+//! sentinel sits, and the match is then checked again with the value found.
+//!
+//! Each rule has an *anchor*: a cheap test of a node (its op, and the path to the main
+//! argument `x`) that proposes where to compare. Candidates that pass the anchor and fail the
+//! comparison or a side condition are *near-misses*, reported with the reason
+//! (`ladder dump MODEL --stage recovered --explain`).
+//!
+//! Side conditions: the library kernels take f32 rows over the last axis, so a form is built
+//! for `axis = -1` and f32 only. A matched cluster whose inner values (other than cheap
+//! sources and layout ops) are also used outside it is a near-miss: recovering it would
+//! compute those values twice.
+//!
+//! Matching is deterministic (nodes in order, rules in order) and bounded: each comparison
+//! visits each (form node, model node) pair at most once, forms are built once per rule,
+//! variant and argument type, and at most [`MAX_CANDIDATES`] candidates are compared.
+
+mod activation;
+mod norm;
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::ir::verify::{verify, Stage};
+use cranelift_entity::EntityRef;
+
+use crate::ir::{AttrValue, Attrs, DType, Graph, TensorType, Value};
+use crate::ops::OpKind;
+use crate::passes::rewrite::Rewriter;
+use crate::passes::PipelineError;
+
+/// The high-level ops recovery puts back (each has a CPU library kernel for f32 rows).
+pub const RECOVERABLE: &[OpKind] = &[OpKind::Softmax, OpKind::LayerNorm, OpKind::Gelu];
+
+/// The most candidates one graph's recovery compares.
+pub const MAX_CANDIDATES: usize = 10_000;
+
+/// One way a rule's op can appear: the types of its arguments after `x` (derived from x's
+/// type) and its attributes.
+pub struct Variant {
+    pub extra_args: Vec<TensorType>,
+    pub attrs: Vec<(&'static str, AttrValue)>,
+    /// A float attribute read off the model (built with [`SENTINEL`] first).
+    pub infer: Option<&'static str>,
+}
+
+/// A recovery rule.
+pub struct Rule {
+    pub name: &'static str,
+    pub op: OpKind,
+    /// The structure it recovers, for reports.
+    pub structure: &'static str,
+    /// The main argument `x` of a match rooted at this node, if the node can be a root.
+    pub anchor: fn(&Graph, Value) -> Option<Value>,
+    /// The forms to compare for an `x` of this type, or why none applies (a near-miss).
+    pub variants: fn(&TensorType) -> Result<Vec<Variant>, String>,
+}
+
+/// The value a form is built with for an attribute [`Variant::infer`] reads off the model.
+pub const SENTINEL: f64 = 0.012_345_678_9;
+
+/// Every rule, in the order they are tried at a node.
+pub fn rules() -> Vec<Rule> {
+    let mut r = norm::rules();
+    r.extend(activation::rules());
+    r
+}
+
+/// A recovered cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Match {
+    pub rule: &'static str,
+    pub op: OpKind,
+    /// The model value the cluster computed (now the recovered op's result).
+    pub root: Value,
+    pub args: Vec<Value>,
+    pub attrs: Vec<(String, AttrValue)>,
+    /// Prims nodes the cluster had.
+    pub nodes: usize,
+}
+
+/// A candidate that did not match, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NearMiss {
+    pub rule: &'static str,
+    pub root: Value,
+    pub reason: String,
+}
+
+/// The result of [`recover`].
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    /// The graph with every match replaced by its op (verifies at the `Recovered` rung).
+    pub graph: Graph,
+    pub matches: Vec<Match>,
+    pub near_misses: Vec<NearMiss>,
+}
+
+impl Recovered {
+    /// The `--explain` text: every match and near-miss, with values named as in the input.
+    pub fn explain(&self, g: &Graph) -> String {
+        let name = |v: Value| g.name_of(v).map_or_else(|| v.to_string(), |n| format!("%{n}"));
+        let mut out = String::new();
+        let _ = writeln!(out, "; recovery: {} match(es), {} near-miss(es)", self.matches.len(), self.near_misses.len());
+        for m in &self.matches {
+            let args: Vec<String> = m.args.iter().map(|&a| name(a)).collect();
+            let attrs: Vec<String> = m.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(
+                out,
+                ";   {} = {}({}) {{{}}}: rule `{}`, {} prims",
+                name(m.root),
+                m.op,
+                args.join(", "),
+                attrs.join(", "),
+                m.rule,
+                m.nodes
+            );
+        }
+        for n in &self.near_misses {
+            let _ = writeln!(out, ";   near-miss at {}: rule `{}`: {}", name(n.root), n.rule, n.reason);
+        }
+        out
+    }
+}
+
+/// Recovers every rule's op in `g` (a simplified prims graph).
+pub fn recover(g: &Graph) -> Result<Recovered, PipelineError> {
+    let rules = rules();
+    let users = users(g);
+    let mut forms: HashMap<String, Option<Graph>> = HashMap::new();
+    let mut matches = Vec::new();
+    let mut near_misses = Vec::new();
+    let mut taken = vec![false; g.len()];
+    let mut candidates = 0usize;
+    // Later nodes first: a cluster's root comes after its inner nodes, and a match marks its
+    // nodes taken so that no two matches overlap.
+    let values: Vec<Value> = g.nodes().map(|(v, _)| v).collect();
+    for &root in values.iter().rev() {
+        if taken[root.index()] {
+            continue;
+        }
+        for rule in &rules {
+            let Some(x) = (rule.anchor)(g, root) else { continue };
+            candidates += 1;
+            if candidates > MAX_CANDIDATES {
+                break;
+            }
+            match try_rule(g, &users, rule, root, x, &mut forms) {
+                Ok(m) => {
+                    for &v in &m.cone {
+                        taken[v.index()] = true;
+                    }
+                    matches.push(m.found);
+                    break;
+                }
+                Err(reason) => near_misses.push(NearMiss { rule: rule.name, root, reason }),
+            }
+        }
+    }
+    matches.reverse();
+    near_misses.reverse();
+    let graph = rewrite(g, &matches)?;
+    verify(&graph, Stage::Recovered).map_err(|errors| PipelineError::Invalid { pass: "recover", errors })?;
+    Ok(Recovered { graph, matches, near_misses })
+}
+
+struct Found {
+    found: Match,
+    cone: Vec<Value>,
+}
+
+fn users(g: &Graph) -> Vec<Vec<Value>> {
+    let mut u = vec![Vec::new(); g.len()];
+    for (v, node) in g.nodes() {
+        for &a in &node.args {
+            if !u[a.index()].contains(&v) {
+                u[a.index()].push(v);
+            }
+        }
+    }
+    u
+}
+
+/// The form of `op` on arguments of these types, in simplified prims (cached).
+fn form<'f>(
+    cache: &'f mut HashMap<String, Option<Graph>>,
+    op: OpKind,
+    types: &[TensorType],
+    attrs: &[(&'static str, AttrValue)],
+) -> Option<&'f Graph> {
+    let key = format!("{op}|{types:?}|{attrs:?}");
+    cache
+        .entry(key)
+        .or_insert_with(|| {
+            let mut t = Graph::new("form");
+            let args: Vec<Value> = types
+                .iter()
+                .enumerate()
+                .map(|(i, ty)| t.add_input(&format!("a{i}"), ty.clone()).ok())
+                .collect::<Option<_>>()?;
+            let given = attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+            let attrs = Attrs::resolve(op.spec().attrs, given).ok()?;
+            let y = t.add_node(op, &args, attrs).ok()?;
+            t.add_output("y", y).ok()?;
+            crate::passes::lower(&t).ok().map(|l| l.simplified)
+        })
+        .as_ref()
+}
+
+fn try_rule(
+    g: &Graph,
+    users: &[Vec<Value>],
+    rule: &Rule,
+    root: Value,
+    x: Value,
+    cache: &mut HashMap<String, Option<Graph>>,
+) -> Result<Found, String> {
+    let xty = g.ty(x).clone();
+    let variants = (rule.variants)(&xty)?;
+    let mut first_reason = None;
+    for variant in &variants {
+        let mut types = vec![xty.clone()];
+        types.extend(variant.extra_args.iter().cloned());
+        let mut attrs = variant.attrs.clone();
+        if let Some(name) = variant.infer {
+            attrs.push((name, AttrValue::Float(SENTINEL)));
+        }
+        let Some(t) = form(cache, rule.op, &types, &attrs) else {
+            first_reason.get_or_insert_with(|| format!("the {} form does not lower for {xty}", rule.op));
+            continue;
+        };
+        let mut cmp = Compare::new(t, g, variant.infer.is_some());
+        let t_root = t.outputs()[0].value;
+        if !cmp.eq(t_root, root) {
+            first_reason.get_or_insert(cmp.why.unwrap_or_else(|| "the structure differs".into()));
+            continue;
+        }
+        // An inferred attribute: compare again with the value the model holds.
+        if let Some(name) = variant.infer {
+            let Some(value) = cmp.found else {
+                first_reason.get_or_insert_with(|| format!("`{name}` was not found in the cluster"));
+                continue;
+            };
+            attrs.pop();
+            attrs.push((name, AttrValue::Float(value)));
+            let Some(t) = form(cache, rule.op, &types, &attrs) else { continue };
+            let mut again = Compare::new(t, g, false);
+            if !again.eq(t.outputs()[0].value, root) {
+                first_reason.get_or_insert(again.why.unwrap_or_else(|| "the structure differs".into()));
+                continue;
+            }
+            cmp = again;
+        }
+        let args: Option<Vec<Value>> = cmp.bind.iter().copied().collect();
+        let Some(args) = args else {
+            first_reason.get_or_insert_with(|| "an argument of the form is unused".into());
+            continue;
+        };
+        // Exclusive: inner values (other than cheap ones) are used only inside the cluster.
+        let inside: std::collections::HashSet<Value> = cmp.cone.iter().copied().collect();
+        for &v in &cmp.cone {
+            if v == root || cheap(g.node(v).op) {
+                continue;
+            }
+            if g.outputs().iter().any(|o| o.value == v) {
+                return Err(format!("{v} inside the cluster is a graph output"));
+            }
+            if let Some(u) = users[v.index()].iter().find(|u| !inside.contains(u)) {
+                return Err(format!("{v} inside the cluster is also used by {u} (recovering would compute it twice)"));
+            }
+        }
+        let nodes = cmp.cone.iter().filter(|&&v| !matches!(g.node(v).op, OpKind::Full | OpKind::Const)).count();
+        let found = Match {
+            rule: rule.name,
+            op: rule.op,
+            root,
+            args,
+            attrs: attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
+            nodes,
+        };
+        return Ok(Found { found, cone: cmp.cone });
+    }
+    Err(first_reason.unwrap_or_else(|| "no form applies".into()))
+}
+
+/// Sources and layout ops: sharing them with the rest of the graph costs nothing.
+fn cheap(op: OpKind) -> bool {
+    matches!(op, OpKind::Full | OpKind::Const | OpKind::Iota | OpKind::BroadcastInDim | OpKind::Reshape)
+}
+
+/// Structural comparison of a form's cone with a model's.
+struct Compare<'a> {
+    t: &'a Graph,
+    g: &'a Graph,
+    bind: Vec<Option<Value>>,
+    memo: HashMap<(Value, Value), bool>,
+    infer: bool,
+    found: Option<f64>,
+    why: Option<String>,
+    cone: Vec<Value>,
+}
+
+impl<'a> Compare<'a> {
+    fn new(t: &'a Graph, g: &'a Graph, infer: bool) -> Compare<'a> {
+        Compare {
+            t,
+            g,
+            bind: vec![None; t.inputs().len()],
+            memo: HashMap::new(),
+            infer,
+            found: None,
+            why: None,
+            cone: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, b: Value, msg: String) -> bool {
+        if self.why.is_none() {
+            self.why = Some(format!("at {b}: {msg}"));
+        }
+        false
+    }
+
+    fn eq(&mut self, a: Value, b: Value) -> bool {
+        if let Some(&r) = self.memo.get(&(a, b)) {
+            return r;
+        }
+        let r = self.eq_uncached(a, b);
+        self.memo.insert((a, b), r);
+        r
+    }
+
+    fn eq_uncached(&mut self, a: Value, b: Value) -> bool {
+        let (t, g) = (self.t, self.g);
+        let (na, nb) = (t.node(a), g.node(b));
+        if na.op == OpKind::Input {
+            let Some(k) = t.inputs().iter().position(|&i| i == a) else { return false };
+            if t.ty(a) != g.ty(b) {
+                return self.fail(b, format!("argument {k} would be {b}: {}, the form takes {}", g.ty(b), t.ty(a)));
+            }
+            return match self.bind[k] {
+                None => {
+                    self.bind[k] = Some(b);
+                    true
+                }
+                Some(prev) if prev == b => true,
+                Some(prev) => self.fail(b, format!("argument {k} is {prev} in one place and {b} in another")),
+            };
+        }
+        if t.ty(a) != g.ty(b) {
+            return self.fail(b, format!("{} has type {}, the form's {} has {}", nb.op, g.ty(b), na.op, t.ty(a)));
+        }
+        if na.op != nb.op {
+            return self.fail(b, format!("{} where the form has {}", nb.op, na.op));
+        }
+        match na.op {
+            OpKind::Const => {
+                let same = match (t.const_blob(a), g.const_blob(b)) {
+                    (Some(x), Some(y)) => t.blob(x).tensor.bit_eq(&g.blob(y).tensor),
+                    _ => false,
+                };
+                if !same {
+                    return self.fail(b, "a different constant".into());
+                }
+            }
+            OpKind::Full if self.infer && na.attrs.get("value") == Some(&AttrValue::Float(SENTINEL)) => {
+                let Some(AttrValue::Float(v)) = nb.attrs.get("value") else {
+                    return self.fail(b, "full without a float value".into());
+                };
+                let (v, same_rest) = (
+                    *v,
+                    na.attrs.get("shape") == nb.attrs.get("shape") && na.attrs.get("dtype") == nb.attrs.get("dtype"),
+                );
+                if !same_rest {
+                    return self.fail(b, "full of another shape or dtype".into());
+                }
+                if self.found.is_some_and(|f| f.to_bits() != v.to_bits()) {
+                    return self.fail(b, "the inferred attribute has two values".into());
+                }
+                self.found = Some(v);
+            }
+            _ => {
+                if na.attrs != nb.attrs {
+                    let text = |a: &Attrs| a.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
+                    return self.fail(
+                        b,
+                        format!("{} {{{}}} where the form has {{{}}}", nb.op, text(&nb.attrs), text(&na.attrs)),
+                    );
+                }
+            }
+        }
+        if na.args.len() != nb.args.len() {
+            return self.fail(b, format!("{} with {} arguments", nb.op, nb.args.len()));
+        }
+        for i in 0..na.args.len() {
+            if !self.eq(na.args[i], nb.args[i]) {
+                return false;
+            }
+        }
+        if !self.cone.contains(&b) {
+            self.cone.push(b);
+        }
+        true
+    }
+}
+
+/// `g` with each match's root computed by its op; the cluster's other nodes become dead and
+/// are removed.
+fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, PipelineError> {
+    let invalid = |e: crate::ir::GraphError| PipelineError::Recover(e.to_string());
+    let mut rw = Rewriter::new(g);
+    let by_root: HashMap<Value, &Match> = matches.iter().map(|m| (m.root, m)).collect();
+    for (v, _) in g.nodes() {
+        if g.node(v).op == OpKind::Input {
+            continue;
+        }
+        match by_root.get(&v) {
+            Some(m) => {
+                let args: Vec<Value> = m.args.iter().map(|&a| rw.get(a)).collect();
+                let attrs: Vec<(&str, AttrValue)> = m.attrs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+                let new = rw.emit_with(m.op, &args, &attrs).map_err(invalid)?;
+                rw.set(v, new);
+            }
+            None => {
+                rw.copy(v).map_err(invalid)?;
+            }
+        }
+    }
+    let out = rw.finish().map_err(invalid)?;
+    crate::passes::dce::eliminate_dead_code(&out).map_err(PipelineError::from)
+}
+
+/// f32 only: the library kernels' element type.
+fn f32_rows(ty: &TensorType) -> Result<(), String> {
+    if ty.dtype != DType::F32 {
+        return Err(format!("{} elements (the library kernel takes f32)", ty.dtype));
+    }
+    if ty.shape.rank() == 0 {
+        return Err("a scalar (the library kernel takes rows)".into());
+    }
+    Ok(())
+}
