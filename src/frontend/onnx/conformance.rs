@@ -45,7 +45,7 @@ pub struct CaseResult {
     /// Why it did not pass.
     pub reason: String,
     pub panicked: bool,
-    /// Integer graph inputs were frozen to each data set's values (see [`run_case`]).
+    /// Integer and bool graph inputs were frozen to each data set's values (see [`run_case`]).
     pub frozen: bool,
 }
 
@@ -148,7 +148,8 @@ fn needs_constant(e: &ImportError) -> bool {
     }
 }
 
-/// The model with the integer inputs given in `inputs` turned into initializers.
+/// The model with the integer and bool inputs given in `inputs` (shape-like values, trip
+/// counts and conditions) turned into initializers.
 fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)]) -> super::proto::ModelProto {
     use crate::tensor::TensorData;
     let mut m = model.clone();
@@ -157,6 +158,7 @@ fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)]) -> supe
             let (int32_data, int64_data) = match t.data() {
                 TensorData::I64(v) => (vec![], v.clone()),
                 TensorData::I32(v) => (v.clone(), vec![]),
+                TensorData::Bool(v) => (v.iter().map(|&b| i32::from(b)).collect(), vec![]),
                 _ => continue,
             };
             if t.numel() > 64 {
@@ -224,8 +226,9 @@ fn read_set(set: &Path, options: &ImportOptions) -> Result<DataSet, (Verdict, St
 }
 
 /// Runs one case on `backend`. When the importer needs a shape-like input (axes, pads, a
-/// shape) as a constant and the model takes it as a graph input, each data set's integer
-/// inputs are frozen into initializers and the case is imported per data set (`frozen`).
+/// shape, a trip count or a branch condition) as a constant and the model takes it as a graph
+/// input, each data set's integer and bool inputs are frozen into initializers and the case is
+/// imported per data set (`frozen`).
 pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let result =

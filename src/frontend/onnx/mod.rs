@@ -42,6 +42,7 @@ pub mod conformance;
 mod import;
 mod index;
 mod ops;
+mod recur;
 mod tensor;
 mod wire;
 

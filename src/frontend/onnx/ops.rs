@@ -23,6 +23,10 @@
 //!   over the contracted labels.
 //! - `Resize`/`Upsample`: nearest mode with integer scale factors (a repeat) only.
 //! - `If` with a condition known at import inlines the taken branch.
+//! - `RNN`/`GRU`/`LSTM` unroll over their static length; `Scan` and `Loop` inline their body
+//!   once per iteration; `ai.onnx.preview::FlexAttention` is attention with its modifier
+//!   subgraphs inlined; `OptionalHasElement`/`OptionalGetElement` act on plain tensors (all in
+//!   `recur.rs`).
 //! - `Dropout` is the identity (inference); its mask output is all true.
 //! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
 //!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
@@ -91,6 +95,7 @@ pub const SUPPORTED: &[&str] = &[
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
+    "GRU",
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
@@ -107,6 +112,8 @@ pub const SUPPORTED: &[&str] = &[
     "LeakyRelu",
     "Less",
     "LessOrEqual",
+    "Loop",
+    "LSTM",
     "LinearAttention",
     "Log",
     "LogSoftmax",
@@ -123,6 +130,8 @@ pub const SUPPORTED: &[&str] = &[
     "Neg",
     "Not",
     "OneHot",
+    "OptionalGetElement",
+    "OptionalHasElement",
     "Or",
     "PRelu",
     "Pad",
@@ -143,6 +152,8 @@ pub const SUPPORTED: &[&str] = &[
     "RMSNormalization",
     "NegativeLogLikelihoodLoss",
     "ReverseSequence",
+    "RNN",
+    "Scan",
     "Scatter",
     "ScatterElements",
     "ScatterND",
@@ -1220,6 +1231,13 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
         "Einsum" => einsum(imp, node),
         "If" => if_node(imp, node, depth),
+        "RNN" => super::recur::recurrent(imp, node, super::recur::Cell::Rnn),
+        "GRU" => super::recur::recurrent(imp, node, super::recur::Cell::Gru),
+        "LSTM" => super::recur::recurrent(imp, node, super::recur::Cell::Lstm),
+        "Scan" => super::recur::scan(imp, node, depth),
+        "Loop" => super::recur::loop_node(imp, node, depth),
+        "FlexAttention" if node.domain == "ai.onnx.preview" => super::recur::flex_attention(imp, node, depth),
+        "OptionalHasElement" | "OptionalGetElement" => super::recur::optional(imp, node),
         "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND"
         | "ReverseSequence" | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
             super::index::convert(imp, node)
