@@ -43,6 +43,7 @@ mod import;
 mod index;
 mod ops;
 mod recur;
+mod spatial;
 mod tensor;
 mod wire;
 

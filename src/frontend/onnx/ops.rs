@@ -27,6 +27,8 @@
 //!   once per iteration; `ai.onnx.preview::FlexAttention` is attention with its modifier
 //!   subgraphs inlined; `OptionalHasElement`/`OptionalGetElement` act on plain tensors (all in
 //!   `recur.rs`).
+//! - `Col2Im` (a `scatter_add` at a constant index table), `RoiAlign` and `DeformConv`
+//!   (bilinear samples read with `gather`) are in `spatial.rs`.
 //! - `Dropout` is the identity (inference); its mask output is all true.
 //! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
 //!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
@@ -66,6 +68,7 @@ pub const SUPPORTED: &[&str] = &[
     "Ceil",
     "Celu",
     "Clip",
+    "Col2Im",
     "Compress",
     "Concat",
     "Constant",
@@ -76,6 +79,7 @@ pub const SUPPORTED: &[&str] = &[
     "Cosh",
     "CumProd",
     "CumSum",
+    "DeformConv",
     "DepthToSpace",
     "Det",
     "Div",
@@ -159,6 +163,7 @@ pub const SUPPORTED: &[&str] = &[
     "ScatterND",
     "SoftmaxCrossEntropyLoss",
     "Reshape",
+    "RoiAlign",
     "Resize",
     "RotaryEmbedding",
     "Round",
@@ -1238,6 +1243,9 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Loop" => super::recur::loop_node(imp, node, depth),
         "FlexAttention" if node.domain == "ai.onnx.preview" => super::recur::flex_attention(imp, node, depth),
         "OptionalHasElement" | "OptionalGetElement" => super::recur::optional(imp, node),
+        "Col2Im" => super::spatial::col2im(imp, node),
+        "RoiAlign" => super::spatial::roi_align(imp, node),
+        "DeformConv" => super::spatial::deform_conv(imp, node),
         "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND"
         | "ReverseSequence" | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
             super::index::convert(imp, node)

@@ -48,75 +48,75 @@ pub fn is_supported_in(domain: &str, op_type: &str) -> bool {
     domain == "ai.onnx.preview" && op_type == "FlexAttention"
 }
 
-fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
+pub(super) fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
     Err(NodeError::Invalid(msg.into()))
 }
 
-fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
+pub(super) fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
     Err(NodeError::Unsupported(msg.into()))
 }
 
-fn int(v: i64) -> AttrValue {
+pub(super) fn int(v: i64) -> AttrValue {
     AttrValue::Int(v)
 }
 
-fn dims_attr(d: &[Dim]) -> AttrValue {
+pub(super) fn dims_attr(d: &[Dim]) -> AttrValue {
     AttrValue::Dims(d.iter().cloned().map(Some).collect())
 }
 
-fn shape(imp: &Importer, v: Value) -> Vec<Dim> {
+pub(super) fn shape(imp: &Importer, v: Value) -> Vec<Dim> {
     imp.ty(v).shape.dims().to_vec()
 }
 
-fn dtype(imp: &Importer, v: Value) -> DType {
+pub(super) fn dtype(imp: &Importer, v: Value) -> DType {
     imp.ty(v).dtype
 }
 
-fn bin(imp: &mut Importer, op: K, a: Value, b: Value) -> NResult<Value> {
+pub(super) fn bin(imp: &mut Importer, op: K, a: Value, b: Value) -> NResult<Value> {
     imp.emit(op, &[a, b], &[])
 }
 
-fn bin_scalar(imp: &mut Importer, op: K, v: Value, c: f64) -> NResult<Value> {
+pub(super) fn bin_scalar(imp: &mut Importer, op: K, v: Value, c: f64) -> NResult<Value> {
     let s = imp.scalar(dtype(imp, v), c)?;
     bin(imp, op, v, s)
 }
 
-fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
+pub(super) fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
     if shape(imp, v) == dims {
         return Ok(v);
     }
     imp.emit(K::Reshape, &[v], &[("shape", dims_attr(dims))])
 }
 
-fn permute(imp: &mut Importer, v: Value, perm: &[i64]) -> NResult<Value> {
+pub(super) fn permute(imp: &mut Importer, v: Value, perm: &[i64]) -> NResult<Value> {
     imp.emit(K::Permute, &[v], &[("perm", AttrValue::Ints(perm.to_vec()))])
 }
 
-fn convert(imp: &mut Importer, v: Value, to: DType) -> NResult<Value> {
+pub(super) fn convert(imp: &mut Importer, v: Value, to: DType) -> NResult<Value> {
     if dtype(imp, v) == to {
         return Ok(v);
     }
     imp.emit(K::ConvertElementType, &[v], &[("dtype", AttrValue::DType(to))])
 }
 
-fn select(imp: &mut Importer, v: Value, axis: usize, index: u64) -> NResult<Value> {
+pub(super) fn select(imp: &mut Importer, v: Value, axis: usize, index: u64) -> NResult<Value> {
     imp.emit(K::Select, &[v], &[("axis", int(axis as i64)), ("index", int(index as i64))])
 }
 
 /// `v[start..end]` along `axis`.
-fn slice(imp: &mut Importer, v: Value, axis: usize, start: u64, end: u64) -> NResult<Value> {
+pub(super) fn slice(imp: &mut Importer, v: Value, axis: usize, start: u64, end: u64) -> NResult<Value> {
     imp.emit(K::Slice, &[v], &[("axis", int(axis as i64)), ("start", int(start as i64)), ("end", int(end as i64))])
 }
 
-fn stack(imp: &mut Importer, vs: &[Value], axis: usize) -> NResult<Value> {
+pub(super) fn stack(imp: &mut Importer, vs: &[Value], axis: usize) -> NResult<Value> {
     imp.emit(K::Stack, vs, &[("axis", int(axis as i64))])
 }
 
-fn matmul_bt(imp: &mut Importer, a: Value, b: Value) -> NResult<Value> {
+pub(super) fn matmul_bt(imp: &mut Importer, a: Value, b: Value) -> NResult<Value> {
     imp.emit(K::Matmul, &[a, b], &[("transpose_b", AttrValue::Bool(true))])
 }
 
-fn full(imp: &mut Importer, d: &[Dim], value: f64, dt: DType) -> NResult<Value> {
+pub(super) fn full(imp: &mut Importer, d: &[Dim], value: f64, dt: DType) -> NResult<Value> {
     imp.emit(
         K::Full,
         &[],
@@ -124,11 +124,11 @@ fn full(imp: &mut Importer, d: &[Dim], value: f64, dt: DType) -> NResult<Value> 
     )
 }
 
-fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
+pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
     d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} is the symbolic size `{d}`; it must be static")))
 }
 
-fn wants(node: &NodeProto, i: usize) -> bool {
+pub(super) fn wants(node: &NodeProto, i: usize) -> bool {
     node.output.get(i).is_some_and(|s| !s.is_empty())
 }
 
@@ -630,7 +630,7 @@ fn lstm_step(
 // ---------------------------------------------------------------------------------------------
 // Scan
 
-fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
+pub(super) fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
     if a < 0 || a >= r {
