@@ -142,6 +142,28 @@ fn check_steps(steps: u64, what: &str) -> NResult<()> {
 // ---------------------------------------------------------------------------------------------
 // Inlined subgraphs
 
+/// Nodes in `g`, nested subgraphs included.
+fn body_nodes(g: &GraphProto) -> u64 {
+    g.node
+        .iter()
+        .map(|n| 1 + n.attribute.iter().flat_map(|a| a.g.iter().chain(a.graphs.iter())).map(body_nodes).sum::<u64>())
+        .sum()
+}
+
+/// Checks an unrolling of `body` over `iterations` against [`MAX_STEPS`] and the importer's
+/// node limit, before any of it is built.
+fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, what: &str) -> NResult<()> {
+    check_steps(iterations, what)?;
+    let total = iterations.saturating_mul(body_nodes(body).max(1));
+    if total > imp.opts.max_nodes {
+        return unsupported(format!(
+            "{what} unrolls its body to {total} nodes, above the limit of {}",
+            imp.opts.max_nodes
+        ));
+    }
+    Ok(())
+}
+
 /// The subgraph attribute `name` of `node`.
 fn graph_attr<'m>(node: &'m NodeProto, name: &str) -> Option<&'m GraphProto> {
     attr(node, name).and_then(|a| a.g.as_ref())
@@ -682,7 +704,7 @@ fn scan_core<'m>(
         axes.push(a);
     }
     let len = len.ok_or_else(|| NodeError::Invalid("Scan needs at least one scan input".into()))?;
-    check_steps(len, "Scan")?;
+    check_unroll(imp, len, body, "Scan")?;
     let n_out = body.output.len().checked_sub(n_state).ok_or_else(|| {
         NodeError::Invalid(format!("the body has {} outputs for {n_state} states", body.output.len()))
     })?;
@@ -764,7 +786,8 @@ pub fn scan<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NRes
             return unsupported("Scan-8 with sequence_lens shorter than the sequence");
         }
     }
-    check_steps(batch, "Scan's batch")?;
+    let len = shape(imp, args[n_state]).get(1).and_then(Dim::as_const).unwrap_or(0);
+    check_unroll(imp, batch.saturating_mul(len).max(batch), body, "Scan over its batch")?;
     let mut per_batch: Vec<Vec<Value>> = Vec::new();
     for bi in 0..batch {
         let states = args[..n_state].iter().map(|&a| select(imp, a, 0, bi)).collect::<NResult<Vec<_>>>()?;
@@ -825,7 +848,7 @@ pub fn loop_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) ->
     let mut scans: Vec<Vec<Value>> = vec![Vec::new(); n_scan];
     let mut i: u64 = 0;
     while i < limit && cond {
-        check_steps(i + 1, "Loop")?;
+        check_unroll(imp, i + 1, body, "Loop")?;
         let iter = imp.constant(
             "loop_iter",
             Tensor::from_i64(&[], vec![i as i64]).map_err(|e| NodeError::Invalid(e.to_string()))?,
