@@ -411,6 +411,10 @@ pub fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     {
         return invalid("bad kernel_shape, dilations, strides, group or offset_group");
     }
+    const BOUND: i64 = 1 << 31;
+    if dil.iter().chain(&strides).chain(&pads).any(|v| v.abs() > BOUND) {
+        return invalid(format!("dilations, strides and pads must be within ±{BOUND}"));
+    }
     let (group, og) = (group as u64, og as u64);
     if c % group != 0 || oc % group != 0 || ws[1] * group != c || c % og != 0 {
         return invalid(format!("channels {c} / output channels {oc} do not fit group {group} and offset_group {og}"));
@@ -422,9 +426,10 @@ pub fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return invalid(format!("offset has shape {os:?}, expected [{n}, {}, oH, oW]", og * k * 2));
     }
     for (i, (size, out)) in [(h, oh), (w, ow)].into_iter().enumerate() {
-        let span = (kernel[i] - 1) * dil[i] + 1;
-        let want = (size as i64 + pads[i] + pads[i + 2] - span).div_euclid(strides[i]) + 1;
-        if want != out as i64 {
+        let span = (i128::from(kernel[i]) - 1) * i128::from(dil[i]) + 1;
+        let padded = i128::from(size) + i128::from(pads[i]) + i128::from(pads[i + 2]);
+        let want = (padded - span).div_euclid(i128::from(strides[i])) + 1;
+        if want != i128::from(out) {
             return invalid(format!("offset's spatial size {out} does not match the convolution's {want}"));
         }
     }
