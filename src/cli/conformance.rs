@@ -120,7 +120,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
         pct(passed, passed + failed)
     ))?;
     if frozen > 0 {
-        note(&format!("{frozen} passing case(s) had integer inputs (axes, pads, shapes) frozen to their test data"));
+        note(&format!("{frozen} passing case(s) had integer or bool inputs (axes, pads, shapes, loop conditions) frozen to their test data"));
     }
     if panics > 0 {
         note(&format!("{panics} case(s) panicked"));

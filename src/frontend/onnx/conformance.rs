@@ -45,7 +45,7 @@ pub struct CaseResult {
     /// Why it did not pass.
     pub reason: String,
     pub panicked: bool,
-    /// Integer graph inputs were frozen to each data set's values (see [`run_case`]).
+    /// Integer and bool graph inputs were frozen to each data set's values (see [`run_case`]).
     pub frozen: bool,
 }
 
@@ -148,8 +148,9 @@ fn needs_constant(e: &ImportError) -> bool {
     }
 }
 
-/// The model with the integer inputs given in `inputs` turned into initializers; with
-/// `floats`, also the small float vectors and scalars (scales, roi, window bounds).
+/// The model with the integer and bool inputs given in `inputs` (shape-like values, trip
+/// counts, conditions) turned into initializers; with `floats`, also the small float vectors
+/// and scalars (scales, roi, window bounds).
 fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)], floats: bool) -> super::proto::ModelProto {
     use crate::tensor::TensorData;
     let mut m = model.clone();
@@ -164,6 +165,7 @@ fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)], floats:
             match t.data() {
                 TensorData::I64(v) => p.int64_data = v.clone(),
                 TensorData::I32(v) => p.int32_data = v.clone(),
+                TensorData::Bool(v) => p.int32_data = v.iter().map(|&b| i32::from(b)).collect(),
                 TensorData::F32(v) if floats && t.shape().len() <= 1 => p.float_data = v.clone(),
                 TensorData::F64(v) if floats && t.shape().len() <= 1 => p.double_data = v.clone(),
                 _ => continue,
@@ -226,8 +228,9 @@ fn read_set(set: &Path, options: &ImportOptions) -> Result<DataSet, (Verdict, St
 }
 
 /// Runs one case on `backend`. When the importer needs a shape-like input (axes, pads, a
-/// shape) as a constant and the model takes it as a graph input, each data set's integer
-/// inputs are frozen into initializers and the case is imported per data set (`frozen`);
+/// shape, a trip count or a branch condition) as a constant and the model takes it as a graph
+/// input, each data set's integer and bool inputs are frozen into initializers and the case
+/// is imported per data set (`frozen`);
 /// when that is not enough, small float vectors and scalars (Resize scales and roi) too.
 pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

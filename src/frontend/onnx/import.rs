@@ -97,6 +97,16 @@ fn is_default_domain(d: &str) -> bool {
     d.is_empty() || d == "ai.onnx"
 }
 
+/// Whether the importer converts `op_type` of `domain`: the default domain's table, and the
+/// few ops of other domains that `recur.rs` imports (`ai.onnx.preview::FlexAttention`).
+fn op_supported(domain: &str, op_type: &str, opset: i64) -> bool {
+    if is_default_domain(domain) {
+        super::ops::is_supported(op_type, opset)
+    } else {
+        super::recur::is_supported_in(domain, op_type)
+    }
+}
+
 /// A symbol name from a `dim_param`: letters, digits and `_` (others become `_`), not
 /// starting with a digit.
 fn symbol_name(param: &str) -> String {
@@ -120,8 +130,7 @@ fn census(model: &ModelProto, graph: &GraphProto, opset: i64) -> Vec<Unsupported
             if n.op_type.is_empty() {
                 continue;
             }
-            let ok = is_default_domain(&n.domain) && super::ops::is_supported(&n.op_type, opset);
-            if !ok {
+            if !op_supported(&n.domain, &n.op_type, opset) {
                 *counts.entry((n.domain.clone(), n.op_type.clone())).or_default() += 1;
             }
         }
@@ -319,6 +328,26 @@ impl<'m> Importer<'m> {
         }
         self.value_names.insert(name.to_string());
         self.g.names[v] = Some(name.into());
+    }
+
+    /// What `name` is bound to now (not converting an initializer).
+    pub fn binding(&self, name: &str) -> Option<Slot> {
+        self.env.get(name).cloned()
+    }
+
+    /// Binds `name` (an inlined subgraph's input) to `slot`, or removes its binding.
+    pub fn set_binding(&mut self, name: &str, slot: Option<Slot>) {
+        match slot {
+            Some(slot) => {
+                if let Slot::Val(v) = &slot {
+                    self.name_value(*v, name);
+                }
+                self.env.insert(name.to_string(), slot);
+            }
+            None => {
+                self.env.remove(name);
+            }
+        }
     }
 
     /// Makes an inlined subgraph's initializers visible.
@@ -637,7 +666,7 @@ pub fn summarize(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>) -
     let ops = counts
         .into_iter()
         .map(|((domain, op_type), count)| {
-            let supported = is_default_domain(&domain) && super::ops::is_supported(&op_type, opset);
+            let supported = op_supported(&domain, &op_type, opset);
             OpCount { domain, op_type, count, supported }
         })
         .collect();

@@ -1,7 +1,8 @@
 //! The ONNX importer: a `.onnx` file (a protobuf `ModelProto`) to a high-level ladder graph.
 //!
 //! ## What it reads
-//! The default domain (`""` / `ai.onnx`) at opsets 7–27 (tested on 11–27). Graph inputs become `input`
+//! The default domain (`""` / `ai.onnx`) at opsets 7–27 (tested on 11–27), and
+//! `ai.onnx.preview::FlexAttention`. Graph inputs become `input`
 //! nodes (a `dim_param` becomes a size symbol of that name, an absent dim a fresh symbol
 //! `unkN`), initializers become blobs read by `const` nodes (keeping their names), and each
 //! ONNX node becomes one or a few ladder ops: see `ops.rs` for the table and each op's mapping.
@@ -44,6 +45,7 @@ mod import;
 mod index;
 mod ops;
 mod quant;
+mod recur;
 mod signal;
 mod spatial;
 mod tensor;

@@ -22,13 +22,18 @@
 //!   padding) with the flipped, regrouped kernel.
 //! - `Softmax`/`LogSoftmax`/`Hardmax` before opset 13 flatten to 2-D at `axis` first.
 //! - `Reduce*` of integers sum in i64 (ladder's `sum`/`prod`) and convert back.
-//! - `Einsum` (no ellipsis, no repeated label in one operand) is a broadcast product summed
-//!   over the contracted labels.
+//! - `Einsum` is a broadcast product summed over the contracted labels; an ellipsis becomes
+//!   fresh labels (right-aligned), a label repeated in one operand takes that diagonal first
+//!   (the two axes merged and sliced with step n+1).
 //! - `Resize`/`Upsample`, pooling beyond the 2-d ops (3-d, dilated or asymmetric averages),
 //!   `LpPool`, `LRN`, `MaxUnpool`, `CenterCropPad`, `Col2Im`: see `spatial.rs`; `DFT`,
 //!   `STFT`, the window ops and `MelWeightMatrix`: see `signal.rs`; `GridSample`,
 //!   `AffineGrid`, `RoiAlign`, `DeformConv`: see `grid.rs`.
 //! - `If` with a condition known at import inlines the taken branch.
+//! - `RNN`/`GRU`/`LSTM` unroll over their static length; `Scan` and `Loop` inline their body
+//!   once per iteration; `ai.onnx.preview::FlexAttention` is attention with its modifier
+//!   subgraphs inlined; `OptionalHasElement`/`OptionalGetElement` act on plain tensors (all in
+//!   `recur.rs`).
 //! - `Dropout` is the identity (inference); its mask output is all true.
 //! - `Attention` is `scaled_dot_product_attention` where its semantics fit, else the function
 //!   body's matmul/softmax composition; `RotaryEmbedding` is slices and elementwise math;
@@ -108,6 +113,7 @@ pub const SUPPORTED: &[&str] = &[
     "EyeLike",
     "Flatten",
     "Floor",
+    "GRU",
     "Gather",
     "GatherElements",
     "GatherND",
@@ -130,6 +136,7 @@ pub const SUPPORTED: &[&str] = &[
     "IsInf",
     "IsNaN",
     "LRN",
+    "LSTM",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
@@ -137,6 +144,7 @@ pub const SUPPORTED: &[&str] = &[
     "LinearAttention",
     "Log",
     "LogSoftmax",
+    "Loop",
     "LpNormalization",
     "LpPool",
     "MatMul",
@@ -155,6 +163,8 @@ pub const SUPPORTED: &[&str] = &[
     "NegativeLogLikelihoodLoss",
     "Not",
     "OneHot",
+    "OptionalGetElement",
+    "OptionalHasElement",
     "Or",
     "PRelu",
     "Pad",
@@ -163,6 +173,7 @@ pub const SUPPORTED: &[&str] = &[
     "QLinearMatMul",
     "QuantizeLinear",
     "RMSNormalization",
+    "RNN",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -183,6 +194,7 @@ pub const SUPPORTED: &[&str] = &[
     "RotaryEmbedding",
     "Round",
     "STFT",
+    "Scan",
     "Scatter",
     "ScatterElements",
     "ScatterND",
@@ -1278,6 +1290,13 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax(imp, node),
         "Einsum" => einsum(imp, node),
         "If" => if_node(imp, node, depth),
+        "RNN" => super::recur::recurrent(imp, node, super::recur::Cell::Rnn),
+        "GRU" => super::recur::recurrent(imp, node, super::recur::Cell::Gru),
+        "LSTM" => super::recur::recurrent(imp, node, super::recur::Cell::Lstm),
+        "Scan" => super::recur::scan(imp, node, depth),
+        "Loop" => super::recur::loop_node(imp, node, depth),
+        "FlexAttention" if node.domain == "ai.onnx.preview" => super::recur::flex_attention(imp, node, depth),
+        "OptionalHasElement" | "OptionalGetElement" => super::recur::optional(imp, node),
         "CumSum" | "CumProd" | "TopK" | "ScatterElements" | "Scatter" | "ScatterND" | "GatherND"
         | "ReverseSequence" | "Compress" | "Det" | "Swish" | "Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh" => {
             super::index::convert(imp, node)
@@ -2095,17 +2114,49 @@ fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn einsum(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     use OpKind as K;
     let eq: String = a_str(node, "equation", "").chars().filter(|c| !c.is_whitespace()).collect();
-    if eq.contains("...") {
-        return unsupported("Einsum with an ellipsis");
-    }
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l.to_string(), Some(r.to_string())),
         None => (eq.clone(), None),
     };
-    let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    let raw: Vec<&str> = lhs.split(',').collect();
     let n_in = node.input.len();
-    if terms.len() != n_in {
-        return invalid(format!("equation `{eq}` has {} operands for {n_in} inputs", terms.len()));
+    if raw.len() != n_in {
+        return invalid(format!("equation `{eq}` has {} operands for {n_in} inputs", raw.len()));
+    }
+    let mut operands = Vec::with_capacity(n_in);
+    for i in 0..n_in {
+        operands.push(imp.input(node, i)?);
+    }
+    // An ellipsis stands for fresh labels (letters the equation does not use), right-aligned
+    // across operands.
+    let unused: Vec<char> = ('A'..='Z').chain('a'..='z').filter(|c| !eq.contains(*c)).collect();
+    let mut ell_rank = 0usize;
+    for (t, &v) in raw.iter().zip(&operands) {
+        if t.contains("...") {
+            let letters = t.replace("...", "").chars().count();
+            let e = imp.rank_of(v).checked_sub(letters).ok_or_else(|| {
+                NodeError::Invalid(format!("operand `{t}` has more labels than its rank {}", imp.rank_of(v)))
+            })?;
+            ell_rank = ell_rank.max(e);
+        }
+    }
+    if ell_rank > unused.len() {
+        return unsupported("Einsum with an ellipsis of too many dims");
+    }
+    let ell: Vec<char> = unused[..ell_rank].to_vec();
+    let expand_ell = |t: &str, e: usize| -> Vec<char> {
+        match t.split_once("...") {
+            Some((a, b)) => a.chars().chain(ell[ell_rank - e..].iter().copied()).chain(b.chars()).collect(),
+            None => t.chars().collect(),
+        }
+    };
+    let mut terms: Vec<Vec<char>> = Vec::with_capacity(n_in);
+    for (t, &v) in raw.iter().zip(&operands) {
+        let e = imp.rank_of(v).saturating_sub(t.replace("...", "").chars().count());
+        if t.matches("...").count() > 1 {
+            return invalid(format!("operand `{t}` has more than one ellipsis"));
+        }
+        terms.push(if t.contains("...") { expand_ell(t, e) } else { t.chars().collect() });
     }
     let mut letters: Vec<char> = Vec::new();
     for t in &terms {
@@ -2117,37 +2168,69 @@ fn einsum(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                 letters.push(c);
             }
         }
-        let mut s = t.clone();
-        s.sort_unstable();
-        if s.windows(2).any(|w| w[0] == w[1]) {
-            return unsupported("Einsum with a repeated label in one operand (a diagonal)");
-        }
     }
     let out: Vec<char> = match rhs {
+        Some(r) if r.contains("...") => expand_ell(&r, ell_rank),
         Some(r) => r.chars().collect(),
         None => {
-            let mut once: Vec<char> =
-                letters.iter().copied().filter(|c| terms.iter().flatten().filter(|x| *x == c).count() == 1).collect();
+            let mut once: Vec<char> = letters
+                .iter()
+                .copied()
+                .filter(|c| !ell.contains(c) && terms.iter().flatten().filter(|x| *x == c).count() == 1)
+                .collect();
             once.sort_unstable();
-            once
+            ell.iter().copied().chain(once).collect()
         }
     };
     if out.iter().any(|c| !letters.contains(c)) {
         return invalid(format!("output label not in the inputs of `{eq}`"));
     }
-    let mut acc: Option<Value> = None;
-    let mut dtype = DType::F32;
-    for (i, t) in terms.iter().enumerate() {
-        let v = imp.input(node, i)?;
-        dtype = imp.dtype_of_v(v);
-        let dims = imp.shape_of(v);
-        if dims.len() != t.len() {
+    // A label repeated in one operand takes the diagonal: the two axes moved last, merged,
+    // and sliced with step n+1.
+    for (t, v) in terms.iter_mut().zip(operands.iter_mut()) {
+        if imp.rank_of(*v) != t.len() {
             return invalid(format!(
-                "operand {i} has rank {} but `{}` labels",
-                dims.len(),
+                "operand has rank {} but `{}` labels",
+                imp.rank_of(*v),
                 t.iter().collect::<String>()
             ));
         }
+        while let Some((p, q)) =
+            (0..t.len()).find_map(|p| t[p + 1..].iter().position(|c| *c == t[p]).map(|j| (p, p + 1 + j)))
+        {
+            let dims = imp.shape_of(*v);
+            let n = dims[p]
+                .as_const()
+                .ok_or_else(|| NodeError::Unsupported("Einsum diagonal over a symbolic dim".into()))?;
+            if dims[q].as_const() != Some(n) {
+                return invalid(format!("label `{}` has sizes {} and {}", t[p], dims[p], dims[q]));
+            }
+            let rest: Vec<usize> = (0..t.len()).filter(|&i| i != p && i != q).collect();
+            let perm: Vec<i64> = rest.iter().chain([&p, &q]).map(|&i| i as i64).collect();
+            let pv = imp.emit(K::Permute, &[*v], &[("perm", ints(&perm))])?;
+            let mut merged: Vec<Dim> = rest.iter().map(|&i| dims[i].clone()).collect();
+            let nn = n.checked_mul(n).ok_or_else(|| NodeError::Invalid("diagonal size overflow".into()))?;
+            merged.push(Dim::new(nn));
+            let r = imp.reshape(pv, &merged)?;
+            *v = imp.emit(
+                K::Slice,
+                &[r],
+                &[
+                    ("axis", int(rest.len() as i64)),
+                    ("start", int(0)),
+                    ("end", int(nn as i64)),
+                    ("step", int(n as i64 + 1)),
+                ],
+            )?;
+            let c = t[p];
+            *t = rest.iter().map(|&i| t[i]).chain([c]).collect();
+        }
+    }
+    let mut acc: Option<Value> = None;
+    let mut dtype = DType::F32;
+    for (t, &v) in terms.iter().zip(&operands) {
+        dtype = imp.dtype_of_v(v);
+        let dims = imp.shape_of(v);
         // Permute to the global letter order, then insert size-1 dims for missing letters.
         let order: Vec<usize> = letters.iter().filter_map(|c| t.iter().position(|x| x == c)).collect();
         let perm: Vec<i64> = order.iter().map(|&p| p as i64).collect();
