@@ -181,3 +181,79 @@ fn the_reference_mode_never_recovers() {
     .unwrap();
     assert!(plan.run(std::slice::from_ref(&x)).unwrap().outputs[0].bit_eq(&want.outputs[0]));
 }
+
+mod onnx_build;
+
+/// ONNX models as exporters write GELU (`Div`/`Erf`/`Add`/`Mul`/`Mul`) and layer norm
+/// (`ReduceMean`/`Sub`/`Pow`/`ReduceMean`/`Add`/`Sqrt`/`Div`/`Mul`/`Add`), imported.
+fn exported(which: &str, eps: f32) -> Graph {
+    use onnx_build::*;
+    let x = vi("x", FLOAT, &["n", "24"]);
+    let y = vi("y", FLOAT, &[]);
+    let (nodes, inits) = match which {
+        "gelu" => (
+            vec![
+                node("Div", &["x", "sqrt2"], &["d"], vec![]),
+                node("Erf", &["d"], &["e"], vec![]),
+                node("Add", &["e", "one"], &["a"], vec![]),
+                node("Mul", &["x", "a"], &["m"], vec![]),
+                node("Mul", &["m", "half"], &["y"], vec![]),
+            ],
+            vec![
+                tensor_f32("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+                tensor_f32("one", &[], &[1.0]),
+                tensor_f32("half", &[], &[0.5]),
+            ],
+        ),
+        _ => (
+            vec![
+                node("ReduceMean", &["x"], &["mu"], vec![a_ints("axes", &[-1]), a_int("keepdims", 1)]),
+                node("Sub", &["x", "mu"], &["d"], vec![]),
+                node("Pow", &["d", "two"], &["p"], vec![]),
+                node("ReduceMean", &["p"], &["v"], vec![a_ints("axes", &[-1]), a_int("keepdims", 1)]),
+                node("Add", &["v", "eps"], &["ve"], vec![]),
+                node("Sqrt", &["ve"], &["s"], vec![]),
+                node("Div", &["d", "s"], &["nrm"], vec![]),
+                node("Mul", &["nrm", "w"], &["nw"], vec![]),
+                node("Add", &["nw", "b"], &["y"], vec![]),
+            ],
+            vec![
+                tensor_f32("two", &[], &[2.0]),
+                tensor_f32("eps", &[], &[eps]),
+                tensor_f32("w", &[24], &(0..24).map(|i| 0.5 + i as f32 * 0.1).collect::<Vec<_>>()),
+                tensor_f32("b", &[24], &(0..24).map(|i| i as f32 * -0.05).collect::<Vec<_>>()),
+            ],
+        ),
+    };
+    let bytes = encode(&model_proto(graph(nodes, vec![x], vec![y], inits), 17));
+    ladder::frontend::onnx::import(&bytes, &Default::default()).unwrap()
+}
+
+#[test]
+fn exporter_forms_of_gelu_and_layer_norm_are_recovered() {
+    for (which, rule, eps) in
+        [("gelu", "gelu_onnx", 0.0), ("ln", "layer_norm_onnx", 1e-5), ("ln", "layer_norm_onnx", 0.03)]
+    {
+        let g = exported(which, eps);
+        let r = recovered(&g);
+        assert_eq!(r.matches.len(), 1, "{which}: {}", r.explain(&g));
+        assert_eq!(r.matches[0].rule, rule);
+        if which == "ln" {
+            let got = r.matches[0].attrs.iter().find(|(k, _)| k == "eps").map(|(_, v)| v.clone());
+            assert_eq!(got, Some(ladder::ir::AttrValue::Float(eps as f64)), "eps read off the model");
+        }
+        // Recovered and unrecovered plans agree, and both stay close to the exact function.
+        let on = CompileOptions::native_cpu(1).unwrap();
+        let off = CompileOptions { recover: false, ..on.clone() };
+        let (with, without) = (compile(&g, &on).unwrap(), compile(&g, &off).unwrap());
+        assert!(with.program().unwrap().steps.iter().any(|s| matches!(s, Step::Library(_))));
+        let x = ladder::models::random_tensor(&mut ladder::models::Rng::new(4), DType::F32, &[5, 24]).unwrap();
+        let x = Tensor::from_f32(&[5, 24], x.as_f32().unwrap().iter().map(|v| v * 4.0).collect()).unwrap();
+        let a = with.run(std::slice::from_ref(&x)).unwrap().outputs[0].to_f64_vec();
+        let b = without.run(std::slice::from_ref(&x)).unwrap().outputs[0].to_f64_vec();
+        let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() <= 1e-5 * scale, "{which}: recovered {p} vs unrecovered {q}");
+        }
+    }
+}

@@ -52,6 +52,9 @@ pub const RECOVERABLE: &[OpKind] = &[OpKind::Softmax, OpKind::LayerNorm, OpKind:
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;
 
+/// Builds a form's text from the argument types and attribute values (see [`Variant`]).
+pub type Template = fn(&[TensorType], &[(&'static str, AttrValue)]) -> String;
+
 /// One way a rule's op can appear: the types of its arguments after `x` (derived from x's
 /// type) and its attributes.
 pub struct Variant {
@@ -59,6 +62,12 @@ pub struct Variant {
     pub attrs: Vec<(&'static str, AttrValue)>,
     /// A float attribute read off the model (built with [`SENTINEL`] first).
     pub infer: Option<&'static str>,
+    /// The form as a graph in the text form instead of the op itself: how an exporter writes
+    /// the op (ONNX's `Div`/`Erf`/`Add`/`Mul` GELU, say), as ladder imports it. It gets the
+    /// argument types and the attribute values (the inferred one as [`SENTINEL`] first) and
+    /// returns the text; its inputs are the op's arguments, in order, and its one output the
+    /// op's result.
+    pub template: Option<Template>,
 }
 
 /// A recovery rule.
@@ -204,7 +213,17 @@ fn form<'f>(
     op: OpKind,
     types: &[TensorType],
     attrs: &[(&'static str, AttrValue)],
+    template: Option<Template>,
 ) -> Option<&'f Graph> {
+    if let Some(text) = template.map(|t| t(types, attrs)) {
+        return cache
+            .entry(format!("template|{text}"))
+            .or_insert_with(|| {
+                let t = crate::text::parse(&text).ok()?;
+                crate::passes::lower(&t).ok().map(|l| l.simplified)
+            })
+            .as_ref();
+    }
     let key = format!("{op}|{types:?}|{attrs:?}");
     cache
         .entry(key)
@@ -242,7 +261,7 @@ fn try_rule(
         if let Some(name) = variant.infer {
             attrs.push((name, AttrValue::Float(SENTINEL)));
         }
-        let Some(t) = form(cache, rule.op, &types, &attrs) else {
+        let Some(t) = form(cache, rule.op, &types, &attrs, variant.template) else {
             first_reason.get_or_insert_with(|| format!("the {} form does not lower for {xty}", rule.op));
             continue;
         };
@@ -260,7 +279,7 @@ fn try_rule(
             };
             attrs.pop();
             attrs.push((name, AttrValue::Float(value)));
-            let Some(t) = form(cache, rule.op, &types, &attrs) else { continue };
+            let Some(t) = form(cache, rule.op, &types, &attrs, variant.template) else { continue };
             let mut again = Compare::new(t, g, false);
             if !again.eq(t.outputs()[0].value, root) {
                 first_reason.get_or_insert(again.why.unwrap_or_else(|| "the structure differs".into()));
@@ -298,6 +317,11 @@ fn try_rule(
         return Ok(Found { found, cone: cmp.cone });
     }
     Err(first_reason.unwrap_or_else(|| "no form applies".into()))
+}
+
+/// A one-element constant holding [`SENTINEL`] (rounded to its dtype).
+fn is_sentinel(t: &crate::tensor::Tensor) -> bool {
+    t.numel() == 1 && t.to_f64_vec()[0] == SENTINEL as f32 as f64
 }
 
 /// Sources and layout ops: sharing them with the rest of the graph costs nothing.
@@ -371,6 +395,16 @@ impl<'a> Compare<'a> {
             return self.fail(b, format!("{} where the form has {}", nb.op, na.op));
         }
         match na.op {
+            OpKind::Const if self.infer && t.const_blob(a).is_some_and(|x| is_sentinel(&t.blob(x).tensor)) => {
+                let value = g.const_blob(b).map(|y| &g.blob(y).tensor).filter(|v| v.numel() == 1);
+                let Some(v) = value.map(|v| v.to_f64_vec()[0]) else {
+                    return self.fail(b, "a constant where the form reads a scalar attribute".into());
+                };
+                if self.found.is_some_and(|f| f.to_bits() != v.to_bits()) {
+                    return self.fail(b, "the inferred attribute has two values".into());
+                }
+                self.found = Some(v);
+            }
             OpKind::Const => {
                 let same = match (t.const_blob(a), g.const_blob(b)) {
                     (Some(x), Some(y)) => t.blob(x).tensor.bit_eq(&g.blob(y).tensor),
