@@ -257,3 +257,65 @@ fn exporter_forms_of_gelu_and_layer_norm_are_recovered() {
         }
     }
 }
+
+#[test]
+fn attention_is_recovered_and_its_kernel_meets_the_tolerance_table() {
+    // (heads, L, S, D, Dv), causal, scale ("nan" is the default 1/sqrt(D)).
+    let cases = [
+        (2, 8, 8, 4, 4, false, "nan"),
+        (2, 8, 8, 4, 4, true, "0.5"),
+        (1, 70, 130, 16, 8, true, "0.25"),
+        (3, 130, 70, 8, 16, false, "nan"),
+        (1, 1, 1, 3, 2, true, "1.0"),
+        (1, 5, 9, 1, 1, false, "2.0"),
+        (2, 65, 65, 32, 32, true, "nan"),
+    ];
+    let native = CompileOptions::native_cpu(2).unwrap();
+    let mut compared = 0;
+    for (ci, &(h, l, s, d, dv, causal, scale)) in cases.iter().enumerate() {
+        let g = parse(&format!(
+            "graph att(%q: f32[{h}, {l}, {d}], %k: f32[{h}, {s}, {d}], %v: f32[{h}, {s}, {dv}]) {{
+  %y = scaled_dot_product_attention(%q, %k, %v) {{causal={causal}, scale={scale}}}
+  return %y
+}}"
+        ));
+        let plan = compile(&g, &native).unwrap();
+        let program = plan.program().unwrap();
+        assert!(
+            program
+                .steps
+                .iter()
+                .any(|st| matches!(st, Step::Library(lib) if lib.op == OpKind::ScaledDotProductAttention)),
+            "case {ci} not recovered:\n{}",
+            plan.explanation()
+        );
+        for seed in 0..30u64 {
+            // Adversarial data (the generator's profiles: huge, tiny, NaN, ±inf), and plain
+            // values in [-1, 1), where the table's bound is tight enough to catch a wrong mask.
+            let inputs = if seed < 20 {
+                let bytes = ladder::gen::seeded_bytes(ci as u64 * 1000 + seed, 64);
+                let mut src = Source::new(&bytes);
+                vec![
+                    random_data(&mut src, DType::F32, &[h, l, d]),
+                    random_data(&mut src, DType::F32, &[h, s, d]),
+                    random_data(&mut src, DType::F32, &[h, s, dv]),
+                ]
+            } else {
+                let mut rng = ladder::models::Rng::new(ci as u64 * 1000 + seed);
+                [[h, l, d], [h, s, d], [h, s, dv]]
+                    .iter()
+                    .map(|sh| ladder::models::random_tensor(&mut rng, DType::F32, sh).unwrap())
+                    .collect()
+            };
+            let precise = ladder::interp::Options { precise: true, ..Default::default() };
+            let want = ladder::interp::run(&g, &inputs, &precise).unwrap().outputs;
+            let got = plan.run(&inputs).unwrap().outputs;
+            let ctx = CompareCtx { graph: &g, node: g.outputs()[0].value, inputs: &inputs, output: "y" };
+            if let Err(m) = compare(OpKind::ScaledDotProductAttention, &want[0], &got[0], &ctx) {
+                panic!("attention case {ci} seed {seed}: {m}");
+            }
+            compared += 1;
+        }
+    }
+    eprintln!("{compared} attention cases compared");
+}

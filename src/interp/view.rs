@@ -115,11 +115,14 @@ fn for_each_offset(shape: &[usize], strides: &[isize], offset: usize, mut f: imp
             }
             axis -= 1;
             idx[axis] += 1;
-            pos += strides[axis];
+            // Wrapping: past the last index of an axis `pos` may leave the isize range (a
+            // slice with a huge step has a huge stride over one element); it is brought back
+            // just below, and every offset actually visited is in range.
+            pos = pos.wrapping_add(strides[axis]);
             if idx[axis] < shape[axis] {
                 break;
             }
-            pos -= strides[axis] * shape[axis] as isize;
+            pos = pos.wrapping_sub(strides[axis].wrapping_mul(shape[axis] as isize));
             idx[axis] = 0;
         }
     }

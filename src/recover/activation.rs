@@ -12,6 +12,7 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "x * Phi(x), erf form (with its accurate tail) or tanh form",
             anchor: gelu_anchor,
             variants: gelu_variants,
+            arg_types: None,
         },
         Rule {
             name: "gelu_onnx",
@@ -19,6 +20,7 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "x * (erf(x / sqrt 2) + 1) * 0.5 as exporters write it (Div or Mul by 1/sqrt 2)",
             anchor: gelu_onnx_anchor,
             variants: gelu_onnx_variants,
+            arg_types: None,
         },
     ]
 }

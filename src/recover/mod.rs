@@ -33,6 +33,7 @@
 //! variant and argument type, and at most [`MAX_CANDIDATES`] candidates are compared.
 
 mod activation;
+mod attention;
 mod norm;
 
 use std::collections::HashMap;
@@ -47,10 +48,14 @@ use crate::passes::rewrite::Rewriter;
 use crate::passes::PipelineError;
 
 /// The high-level ops recovery puts back (each has a CPU library kernel for f32 rows).
-pub const RECOVERABLE: &[OpKind] = &[OpKind::Softmax, OpKind::LayerNorm, OpKind::Gelu];
+pub const RECOVERABLE: &[OpKind] =
+    &[OpKind::Softmax, OpKind::LayerNorm, OpKind::Gelu, OpKind::ScaledDotProductAttention];
 
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;
+
+/// Reads the types of an op's other arguments off the model at a root (see [`Rule`]).
+pub type ArgTypes = fn(&Graph, Value) -> Result<Vec<TensorType>, String>;
 
 /// Builds a form's text from the argument types and attribute values (see [`Variant`]).
 pub type Template = fn(&[TensorType], &[(&'static str, AttrValue)]) -> String;
@@ -80,6 +85,10 @@ pub struct Rule {
     pub anchor: fn(&Graph, Value) -> Option<Value>,
     /// The forms to compare for an `x` of this type, or why none applies (a near-miss).
     pub variants: fn(&TensorType) -> Result<Vec<Variant>, String>,
+    /// The types of the op's arguments after `x`, read from the model at the root, for ops
+    /// whose other arguments' types do not follow from `x`'s (attention's k and v); they
+    /// replace each variant's `extra_args`. An error is a near-miss.
+    pub arg_types: Option<ArgTypes>,
 }
 
 /// The value a form is built with for an attribute [`Variant::infer`] reads off the model.
@@ -89,6 +98,7 @@ pub const SENTINEL: f64 = 0.012_345_678_9;
 pub fn rules() -> Vec<Rule> {
     let mut r = norm::rules();
     r.extend(activation::rules());
+    r.extend(attention::rules());
     r
 }
 
@@ -253,10 +263,14 @@ fn try_rule(
 ) -> Result<Found, String> {
     let xty = g.ty(x).clone();
     let variants = (rule.variants)(&xty)?;
+    let arg_types = match rule.arg_types {
+        Some(f) => Some(f(g, root)?),
+        None => None,
+    };
     let mut first_reason = None;
     for variant in &variants {
         let mut types = vec![xty.clone()];
-        types.extend(variant.extra_args.iter().cloned());
+        types.extend(arg_types.as_ref().unwrap_or(&variant.extra_args).iter().cloned());
         let mut attrs = variant.attrs.clone();
         if let Some(name) = variant.infer {
             attrs.push((name, AttrValue::Float(SENTINEL)));
@@ -414,7 +428,11 @@ impl<'a> Compare<'a> {
                     return self.fail(b, "a different constant".into());
                 }
             }
-            OpKind::Full if self.infer && na.attrs.get("value") == Some(&AttrValue::Float(SENTINEL)) => {
+            OpKind::Full
+                if self.infer
+                    && matches!(na.attrs.get("value"), Some(AttrValue::Float(f))
+                        if *f == SENTINEL || *f == SENTINEL as f32 as f64) =>
+            {
                 let Some(AttrValue::Float(v)) = nb.attrs.get("value") else {
                     return self.fail(b, "full without a float value".into());
                 };

@@ -13,6 +13,7 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "exp(x - max(x)) / sum(exp(x - max(x))) over the last axis",
             anchor: softmax_anchor,
             variants: softmax_variants,
+            arg_types: None,
         },
         Rule {
             name: "layer_norm_onnx",
@@ -20,6 +21,7 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul w, Add b as exporters write it",
             anchor: layer_norm_onnx_anchor,
             variants: layer_norm_onnx_variants,
+            arg_types: None,
         },
         Rule {
             name: "layer_norm",
@@ -27,6 +29,7 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "(x - mean) * rsqrt(var + eps) [* w [+ b]] over the last axis, rows prescaled",
             anchor: layer_norm_anchor,
             variants: layer_norm_variants,
+            arg_types: None,
         },
     ]
 }

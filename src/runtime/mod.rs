@@ -272,6 +272,8 @@ struct RunState {
     /// Operand shapes of a GEMM step (reused).
     shape_a: Vec<usize>,
     shape_b: Vec<usize>,
+    /// Argument shapes of a library step (reused).
+    arg_shapes: Vec<Vec<usize>>,
 }
 
 fn arena_bytes_mut(arena: &mut [Line]) -> &mut [u8] {
@@ -819,8 +821,11 @@ impl Plan {
     /// A recovered op through its f32 library kernel (`backend::cpu::rows`), in place in the
     /// plan's memory.
     fn run_rows(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
-        let mut shape = std::mem::take(&mut st.shape_a);
-        self.shape_into(p, st, l.args[0], &mut shape)?;
+        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        shapes.resize_with(l.args.len(), Vec::new);
+        for (s, &b) in shapes.iter_mut().zip(&l.args) {
+            self.shape_into(p, st, b, s)?;
+        }
         let mut ptrs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
         for &b in &l.args {
             ptrs.push((self.address(st, inputs, b), st.lens[b.index()]));
@@ -833,9 +838,11 @@ impl Plan {
         let args: SmallVec<[&[f32]; 4]> =
             ptrs.iter().map(|&(a, n)| unsafe { std::slice::from_raw_parts(a as *const f32, n) }).collect();
         let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, out_len) };
-        let result = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &args, &shape, out, self.threads)
+        let shape_refs: SmallVec<[&[usize]; 4]> = shapes.iter().map(Vec::as_slice).collect();
+        let result = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
             .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
-        st.shape_a = shape;
+        drop(shape_refs);
+        st.arg_shapes = shapes;
         result
     }
 

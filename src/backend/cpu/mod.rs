@@ -30,6 +30,7 @@
 
 pub mod activation;
 mod analyze;
+pub mod attention;
 mod codegen;
 pub mod conv;
 mod emit;

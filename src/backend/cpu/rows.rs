@@ -31,16 +31,21 @@ use crate::ops::OpKind;
 /// Below this many elements a library call stays on the calling thread.
 pub const PAR_ELEMS: usize = 1 << 16;
 
-/// Runs recovered op `op` on f32 buffers: `args[0]` is `x` of shape `shape`, later args the
-/// op's other operands (layer_norm's weight and bias), `out` the result (x's shape).
+/// Runs recovered op `op` on f32 buffers: `args[0]` is `x`, later args the op's other
+/// operands (layer_norm's weight and bias; attention's k and v), `shapes` theirs in the same
+/// order, `out` the result.
 pub fn run_f32(
     op: OpKind,
     attrs: &Attrs,
     args: &[&[f32]],
-    shape: &[usize],
+    shapes: &[&[usize]],
     out: &mut [f32],
     threads: usize,
 ) -> Result<(), KernelError> {
+    let shape = *shapes.first().ok_or_else(|| KernelError::Shape(format!("{op} without arguments")))?;
+    if op == OpKind::ScaledDotProductAttention {
+        return attention(attrs, args, shapes, out, threads);
+    }
     let len = |what: &'static str, got: usize, want: usize| {
         if got == want {
             Ok(())
@@ -89,6 +94,38 @@ pub fn run_f32(
         _ => return Err(KernelError::Unsupported(format!("no library kernel for {op}"))),
     }
     Ok(())
+}
+
+fn attention(
+    attrs: &Attrs,
+    args: &[&[f32]],
+    shapes: &[&[usize]],
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), KernelError> {
+    let ([q, k, v], [sq, sk, sv]) = (args, shapes) else {
+        return Err(KernelError::Shape("attention takes q, k and v (no mask) here".into()));
+    };
+    let r = sq.len();
+    if r < 2 || sk.len() != r || sv.len() != r || sq[..r - 2] != sk[..r - 2] || sq[..r - 2] != sv[..r - 2] {
+        return Err(KernelError::Shape(format!("attention operands {sq:?}, {sk:?}, {sv:?}")));
+    }
+    let dims = super::attention::Dims {
+        nb: sq[..r - 2].iter().product(),
+        l: sq[r - 2],
+        s: sk[r - 2],
+        d: sq[r - 1],
+        dv: sv[r - 1],
+    };
+    if sk[r - 1] != dims.d || sv[r - 2] != dims.s {
+        return Err(KernelError::Shape(format!("attention operands {sq:?}, {sk:?}, {sv:?}")));
+    }
+    let scale = match attrs.float("scale") {
+        x if x.is_nan() => 1.0 / (dims.d as f64).sqrt(),
+        x => x,
+    } as f32;
+    let (causal, safe) = (attrs.bool("causal"), attrs.bool("safe_softmax"));
+    super::attention::attention_f32(q, k, v, out, &dims, scale, causal, safe, threads)
 }
 
 /// `f(x_row, y_row)` for every row of length `n`, over rayon workers when it pays.
@@ -150,6 +187,11 @@ multiversion!(
     layer_norm_row,
     (x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64)
 );
+
+/// The softmax of one row (`y` gets it), vectorized for the running CPU.
+pub(crate) fn softmax_into(x: &[f32], y: &mut [f32]) {
+    dispatch_softmax(x, y)
+}
 
 const L: usize = 16;
 
