@@ -267,6 +267,21 @@ fn shape_ops() {
         13,
     );
     close(&run(&g, std::slice::from_ref(&x))[0], &[2, 2], &[3., 1., 6., 4.]);
+    // A negative step over an empty axis is empty (found by fuzzing: it used to panic).
+    let g = one(
+        "Slice",
+        &[("x", &["0", "3"])],
+        vec![
+            tensor_i64("st", &[1], &[-1]),
+            tensor_i64("en", &[1], &[-10]),
+            tensor_i64("ax", &[1], &[0]),
+            tensor_i64("sp", &[1], &[-1]),
+        ],
+        &["st", "en", "ax", "sp"],
+        vec![],
+        13,
+    );
+    assert_eq!(run(&g, &[t(&[0, 3], &[])])[0].shape(), &[0, 3]);
     // Gather (NumPy take) along axis 1 with 2-D indices, one negative.
     let g = one(
         "Gather",

@@ -1468,10 +1468,11 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                         ],
                     )?;
                 } else {
-                    s = s.clamp(0, n - 1);
+                    // (An empty axis has no element to start from: the result is empty.)
+                    s = s.clamp(0, (n - 1).max(0));
                     e = e.clamp(-1, n - 1);
                     let st = -(step as i128);
-                    let count = if s > e { (s - e + st - 1) / st } else { 0 };
+                    let count = if n > 0 && s > e { (s - e + st - 1) / st } else { 0 };
                     if count == 0 {
                         y = imp.emit(
                             OpKind::Slice,
