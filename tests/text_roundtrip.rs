@@ -54,3 +54,21 @@ graph "my graph"(%"in put": f32[batch, 2]) {
     let t = &g.blob(g.blob_by_name("w/0").unwrap()).tensor;
     assert_eq!(t.as_f32().unwrap()[3].to_bits(), 0x7fc00001);
 }
+
+#[test]
+fn all_digit_names_print_quoted_and_round_trip() {
+    // ONNX exporters name values "9", "12", ...: such names print as `%"9"` (bare, `%9` is
+    // node number 9) and parse back as names.
+    let mut g = ladder::Graph::new("digits");
+    let ty = ladder::TensorType::new(ladder::DType::F32, ladder::Shape::from_static(&[2]));
+    let x = g.add_input("9", ty).unwrap();
+    let y = g.add_node(ladder::OpKind::Exp, &[x], Default::default()).unwrap();
+    g.set_name(y, "12").unwrap();
+    g.add_output("12", y).unwrap();
+    let text = ladder::text::print(&g);
+    assert!(text.contains("%\"9\": f32[2]") && text.contains("%\"12\" = exp(%\"9\")"), "{text}");
+    let back = ladder::text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(back == g, "{text}");
+    // Bare digits are still node numbers.
+    assert!(ladder::text::parse("graph g(%0: f32[2]) {\n  %1 = exp(%0)\n  return %1\n}\n").is_ok());
+}

@@ -4,8 +4,8 @@ use super::ParseError;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Tok {
-    /// `%name` or `%"quoted"`.
-    Value(String),
+    /// `%name` or `%"quoted"` (the flag: quoted, so never a node index even when all digits).
+    Value(String, bool),
     /// `@name` or `@"quoted"`.
     Blob(String),
     Ident(String),
@@ -21,7 +21,7 @@ pub enum Tok {
 impl Tok {
     pub fn describe(&self) -> String {
         match self {
-            Tok::Value(n) => format!("value `%{n}`"),
+            Tok::Value(n, _) => format!("value `%{n}`"),
             Tok::Blob(n) => format!("blob `@{n}`"),
             Tok::Ident(s) => format!("`{s}`"),
             Tok::Int(n) => format!("integer {n}"),
@@ -70,7 +70,8 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
         }
         if c == '%' || c == '@' {
             advance(1, &mut i, &mut col);
-            let name = if i < chars.len() && chars[i] == '"' {
+            let quoted = i < chars.len() && chars[i] == '"';
+            let name = if quoted {
                 let (s, used) =
                     lex_string(&chars[i..]).ok_or_else(|| err(tl, tc, "unterminated quoted name".into()))?;
                 if s.is_empty() {
@@ -88,7 +89,11 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
                 }
                 chars[start..i].iter().collect()
             };
-            out.push(Token { tok: if c == '%' { Tok::Value(name) } else { Tok::Blob(name) }, line: tl, col: tc });
+            out.push(Token {
+                tok: if c == '%' { Tok::Value(name, quoted) } else { Tok::Blob(name) },
+                line: tl,
+                col: tc,
+            });
             continue;
         }
         if c == '"' {

@@ -38,9 +38,10 @@ pub fn is_ident(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// A name as it appears after `%` or `@`: bare when plain, otherwise quoted.
+/// A name as it appears after `%` or `@`: bare when plain, otherwise quoted. An all-digit
+/// name is quoted too: bare, `%9` means node number 9.
 pub fn quote_name(name: &str) -> String {
-    if is_plain_name(name) {
+    if is_plain_name(name) && !name.bytes().all(|b| b.is_ascii_digit()) {
         name.to_string()
     } else {
         format!("{name:?}")

@@ -391,7 +391,7 @@ impl Parser {
     fn value_name(&mut self, what: &str) -> Result<(String, Token), ParseError> {
         let t = self.peek().clone();
         match &t.tok {
-            Tok::Value(n) => {
+            Tok::Value(n, _) => {
                 let n = n.clone();
                 self.next();
                 Ok((n, t))
@@ -423,7 +423,7 @@ impl Parser {
                 let ty = self.tensor_type()?;
                 self.check_numbered_name(&g, &vname, &at)?;
                 let v = g.add_input(&vname, ty).map_err(|e| self.error_at(&at, e.to_string()))?;
-                if is_index_name(&vname) {
+                if index_token(&at) {
                     g.names[v] = None;
                 }
                 if self.eat_punct(')') {
@@ -438,7 +438,7 @@ impl Parser {
 
     /// A name made of digits is a node index and must be the index the node will get.
     fn check_numbered_name(&self, g: &Graph, name: &str, at: &Token) -> Result<(), ParseError> {
-        if is_index_name(name) {
+        if index_token(at) {
             let next = g.len();
             if name != next.to_string() {
                 return Err(self.error_at(
@@ -451,7 +451,7 @@ impl Parser {
     }
 
     fn lookup(&self, g: &Graph, name: &str, at: &Token) -> Result<Value, ParseError> {
-        let found = if is_index_name(name) {
+        let found = if index_token(at) {
             name.parse::<u32>().ok().map(Value::from_u32).filter(|&v| g.get(v).is_some() && g.name_of(v).is_none())
         } else {
             g.value_by_name(name)
@@ -504,7 +504,7 @@ impl Parser {
     fn node(&mut self, g: &mut Graph) -> Result<(), ParseError> {
         let (vname, at) = self.value_name("a node like `%1 = add(%0, %0)` or `return`")?;
         self.check_numbered_name(g, &vname, &at)?;
-        if !is_index_name(&vname) && g.value_by_name(&vname).is_some() {
+        if !index_token(&at) && g.value_by_name(&vname).is_some() {
             return Err(self.error_at(&at, format!("`%{vname}` is defined twice")));
         }
         self.expect_punct('=')?;
@@ -551,7 +551,7 @@ impl Parser {
                 return Err(self.error_at(&tt, format!("annotated type {ty} but `{op_name}` infers {}", g.ty(v))));
             }
         }
-        if !is_index_name(&vname) {
+        if !index_token(&at) {
             g.set_name(v, &vname).map_err(|e| self.error_at(&at, e.to_string()))?;
         }
         Ok(())
@@ -650,4 +650,9 @@ impl Parser {
 
 fn is_index_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A `%` token naming a node by index: all digits and not quoted (`%"9"` is the name "9").
+fn index_token(at: &Token) -> bool {
+    matches!(&at.tok, Tok::Value(n, false) if is_index_name(n))
 }
