@@ -310,6 +310,18 @@ impl<'m> Importer<'m> {
                     });
                 };
                 if let Slot::Val(v) = &slot {
+                    // Shape attributes hold i64: a larger static dim (a `Tile` of an empty
+                    // tensor by 2^62, say) could not be written back as a graph.
+                    let too_big =
+                        self.g.ty(*v).shape.dims().iter().find_map(|d| d.as_const().filter(|&n| n > i64::MAX as u64));
+                    if let Some(n) = too_big {
+                        return Err(ImportError::Node {
+                            node: node_ref(),
+                            error: NodeError::Invalid(format!(
+                                "output {i} (`{name}`) has a dim of {n}, above 2^63 - 1"
+                            )),
+                        });
+                    }
                     self.name_value(*v, name);
                 }
                 self.env.insert(name.clone(), slot);
