@@ -1754,9 +1754,18 @@ pub(super) fn auto_pads(
             for i in 0..n {
                 let d = spatial[i].as_const().ok_or_else(|| {
                     NodeError::Unsupported(format!("auto_pad {mode} on the symbolic dim {}", spatial[i]))
-                })? as i64;
-                let out = (d + strides[i] - 1) / strides[i];
-                let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - d).max(0);
+                })? as i128;
+                let (s, k, dl) = (strides[i] as i128, kernel[i] as i128, dil[i] as i128);
+                if s < 1 || k < 1 || dl < 1 {
+                    return invalid(format!(
+                        "auto_pad {mode} with stride {s}, kernel {k}, dilation {dl} (each must be >= 1)"
+                    ));
+                }
+                // In i128: every term is below 2^64 squared, so nothing overflows.
+                let out = (d + s - 1) / s;
+                let total = ((out - 1) * s + (k - 1) * dl + 1 - d).max(0);
+                let total = i64::try_from(total)
+                    .map_err(|_| NodeError::Invalid(format!("auto_pad {mode}: padding overflows")))?;
                 let small = total / 2;
                 let (b, e) = if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
                 begin[i] = b;
