@@ -1,7 +1,7 @@
 //! Rules for the norm family: softmax and layer_norm over the last axis, as ladder's own
 //! decompositions write them (a model's `Softmax`/`LayerNormalization`, or ladder's ops).
 
-use super::{f32_rows, Rule, Template, Variant};
+use super::{f32_rows, Rule, Variant};
 use crate::ir::{AttrValue, Graph, Shape, TensorType, Value};
 use crate::ops::OpKind;
 
@@ -125,25 +125,13 @@ fn layer_norm_onnx_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
     f32_rows(x)?;
     let d = x.shape.dims()[x.shape.rank() - 1].clone();
     let param = TensorType::new(x.dtype, std::iter::once(d).collect::<Shape>());
-    let v = |n: usize, template: Template| Variant {
+    let v = |n: usize| Variant {
         extra_args: vec![param.clone(); n],
         attrs: vec![("axis", AttrValue::Int(-1))],
         infer: Some("eps"),
-        template: Some(template),
+        template: Some(ln_onnx_form),
     };
-    Ok(vec![v(2, ln_onnx_wb), v(1, ln_onnx_w), v(0, ln_onnx)])
-}
-
-fn ln_onnx_wb(types: &[TensorType], attrs: &[(&'static str, AttrValue)]) -> String {
-    ln_onnx_form(types, attrs)
-}
-
-fn ln_onnx_w(types: &[TensorType], attrs: &[(&'static str, AttrValue)]) -> String {
-    ln_onnx_form(types, attrs)
-}
-
-fn ln_onnx(types: &[TensorType], attrs: &[(&'static str, AttrValue)]) -> String {
-    ln_onnx_form(types, attrs)
+    Ok(vec![v(2), v(1), v(0)])
 }
 
 /// The exporter's layer norm over the last axis, with as many of weight and bias as `types`

@@ -339,30 +339,27 @@ fn native_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, CodegenError> 
 /// The Cranelift IR text of `kernel`'s function before optimisation (for debugging and
 /// snapshot tests).
 pub fn clif_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Result<String, CodegenError> {
-    let analysis = analyze::analyze(kernel, program, &options)?;
-    let mut func = cranelift_codegen::ir::Function::new();
-    for _ in 0..4 {
-        func.signature.params.push(AbiParam::new(types::I64));
-    }
-    let isa = native_isa()?;
-    let call_conv = isa.default_call_conv();
-    func.signature.call_conv = call_conv;
-    let frontend = isa.frontend_config();
-    let mut fctx = FunctionBuilderContext::new();
-    codegen::build(
-        &mut func,
-        &mut fctx,
-        kernel,
-        program,
-        &analysis,
-        codegen::Target { fma: !options.strict_fp, call_conv, frontend },
-    )?;
-    Ok(func.display().to_string())
+    Ok(standalone_function(kernel, program, options)?.0.display().to_string())
 }
 
 /// The machine code Cranelift generates for `kernel`, as its virtual-code listing (registers
 /// allocated, one line per instruction), for reading what a kernel's loops became.
 pub fn asm_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Result<String, CodegenError> {
+    let (func, isa) = standalone_function(kernel, program, options)?;
+    let mut ctx = Context::for_function(func);
+    ctx.set_disasm(true);
+    let mut ctrl = cranelift_codegen::control::ControlPlane::default();
+    let code = ctx.compile(&*isa, &mut ctrl).map_err(|e| CodegenError::Cranelift(format!("{:?}", e.inner)))?;
+    Ok(code.vcode.clone().unwrap_or_default())
+}
+
+/// `kernel`'s function built outside any JIT module, for the host ISA with the same FMA choice
+/// [`CpuCompiler`] makes.
+fn standalone_function(
+    kernel: &Kernel,
+    program: &Program,
+    options: CpuOptions,
+) -> Result<(cranelift_codegen::ir::Function, cranelift_codegen::isa::OwnedTargetIsa), CodegenError> {
     let analysis = analyze::analyze(kernel, program, &options)?;
     let isa = native_isa()?;
     let has_fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
@@ -376,9 +373,5 @@ pub fn asm_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Resu
     let mut fctx = FunctionBuilderContext::new();
     let fma = has_fma && !options.strict_fp;
     codegen::build(&mut func, &mut fctx, kernel, program, &analysis, codegen::Target { fma, call_conv, frontend })?;
-    let mut ctx = Context::for_function(func);
-    ctx.set_disasm(true);
-    let mut ctrl = cranelift_codegen::control::ControlPlane::default();
-    let code = ctx.compile(&*isa, &mut ctrl).map_err(|e| CodegenError::Cranelift(format!("{:?}", e.inner)))?;
-    Ok(code.vcode.clone().unwrap_or_default())
+    Ok((func, isa))
 }
