@@ -588,6 +588,20 @@ impl PreparedKernel {
     pub fn outer_count(&self, dims: &[i64]) -> i64 {
         self.outer.first().map_or(1, |&s| dims[s])
     }
+
+    /// Instructions one run executes, roughly: per point of the outer loops, each stage's
+    /// body once per point of its inner loops (saturating). A runtime splits a kernel across
+    /// threads only when this pays for the hand-off.
+    pub fn work(&self, dims: &[i64]) -> u64 {
+        let extent = |s: &usize| dims[*s].max(0) as u64;
+        let outer = self.outer.iter().map(extent).fold(1u64, u64::saturating_mul);
+        let per_point = self
+            .stages
+            .iter()
+            .map(|st| st.inner.iter().map(extent).fold(st.body.len().max(1) as u64, u64::saturating_mul))
+            .fold(0u64, u64::saturating_add);
+        outer.saturating_mul(per_point)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,9 +24,11 @@
 //! buffer base addresses (inputs and constants in place, temporaries in the arena: every
 //! buffer is dense, row-major, native-endian, bool as one byte 0/1), checks that every affine
 //! access of the kernel stays inside its buffer (so a compiled kernel can never touch memory
-//! outside its buffers), and calls the entry for `begin..end` of the outermost loop, split over
-//! [`CompileOptions::threads`], taking any error the code recorded (integer division by zero)
-//! through [`NativeKernel::take_error`] on each thread. A kernel the compiler refuses runs on
+//! outside its buffers), and calls the entry for `begin..end` of the outermost loop, split
+//! into at most [`CompileOptions::threads`] ranges on the current rayon pool (the caller's
+//! `ThreadPool::install`, else rayon's global pool) when the kernel has enough work for each
+//! ([`PAR_WORK`]), taking any error the code recorded (integer division by zero) through
+//! [`NativeKernel::take_error`] on each thread. A kernel the compiler refuses runs on
 //! the reference executor; the choice is per kernel, and both read and write the same arena.
 //! [`cranelift::CraneliftCompiler`] adapts the CPU backend's Cranelift code generator
 //! ([`crate::backend::cpu`]); `CompileOptions { kernel_compiler: Some(..), .. }` turns it on.
@@ -937,9 +939,9 @@ impl Plan {
                         Loc::Output(k) => out_ptr(&mut st.outs[*k]),
                     });
                 }
-                let count = k.prepared.outer_count(&st.dims);
+                let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
                 let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() };
-                match run_native(native, args, count, self.threads) {
+                match run_native(native, args, count, self.threads, work) {
                     None => Ok(()),
                     Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
                 }
@@ -973,9 +975,14 @@ fn data_ptr(d: &crate::tensor::TensorData) -> usize {
     }
 }
 
-/// Calls a native kernel for `0..count` of its outermost loop, split over `threads`.
-/// Returns the first error the kernel recorded on any thread.
-fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize) -> Option<String> {
+/// Instructions of kernel work below which a kernel step stays on the calling thread (a
+/// hand-off to the pool's workers costs a few microseconds; this is about as long to run).
+pub const PAR_WORK: u64 = 1 << 15;
+
+/// Calls a native kernel for `0..count` of its outermost loop, split into at most `threads`
+/// contiguous ranges run on the current rayon pool when `work` (its instruction estimate) is
+/// at least [`PAR_WORK`] per range. Returns the first error the kernel recorded.
+fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize, work: u64) -> Option<String> {
     let (entry, take) = (k.entry, k.take_error);
     let call = move |a: NativeArgs, begin: i64, end: i64| -> Option<String> {
         if let Some(t) = take {
@@ -988,24 +995,26 @@ fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize) ->
         unsafe { entry(a.bufs, a.dims, begin, end) };
         take.and_then(|t| t())
     };
-    let threads = (threads as i64).clamp(1, count.max(1));
+    let by_work = (work / PAR_WORK).min(threads as u64) as i64;
+    let threads = by_work.clamp(1, count.max(1));
     if threads <= 1 {
         return call(args, 0, count);
     }
     let chunk = (count + threads - 1) / threads;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (1..threads)
-            .map(|t| (t * chunk, ((t + 1) * chunk).min(count)))
-            .filter(|(begin, end)| begin < end)
-            .map(|(begin, end)| s.spawn(move || call(args, begin, end)))
-            .collect();
-        let mut first = call(args, 0, chunk.min(count));
-        for h in handles {
-            let e = h.join().unwrap_or_else(|_| Some("a kernel thread panicked".into()));
-            first = first.or(e);
-        }
-        first
-    })
+    use rayon::prelude::*;
+    (0..threads as usize)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|t| {
+            let t = t as i64;
+            let (begin, end) = (t * chunk, ((t + 1) * chunk).min(count));
+            if begin < end {
+                call(args, begin, end)
+            } else {
+                None
+            }
+        })
+        .reduce(|| None, |a, b| a.or(b))
 }
 
 /// The symbols of a graph's inputs, in first-use order (for the interpreter backend's guards).
