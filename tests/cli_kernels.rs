@@ -41,10 +41,12 @@ fn dump_prints_the_kernel_program_and_its_explanation() {
 #[test]
 fn run_on_the_cpu_backend_matches_the_interpreter_summary() {
     let (cpu, err) = ok(&["run", "--backend", "cpu", "--dim", "seq=3"]);
-    // Recovery turns the layer norms, attention and gelu into library calls (9 kernels without).
-    assert!(err.contains("cpu: 17 steps (7 kernels, 7 native); arena"), "{err}");
+    // Recovery turns the layer norms, attention and gelu into library calls (9 kernels
+    // without); the bias, residual and layer-norm kernels after three of the matmuls run as
+    // their epilogues.
+    assert!(err.contains("cpu: 14 steps (7 kernels, 3 of them GEMM epilogues, 7 native); arena"), "{err}");
     let (plain, err) = ok(&["run", "--backend", "cpu", "--dim", "seq=3", "--no-recover"]);
-    assert!(err.contains("cpu: 17 steps (9 kernels, 9 native); arena"), "{err}");
+    assert!(err.contains("cpu: 14 steps (9 kernels, 3 of them GEMM epilogues, 9 native); arena"), "{err}");
     let (interp, _) = ok(&["run", "--dim", "seq=3"]);
     // Same summary statistics to the printed precision.
     let stats = |s: &str| s.lines().find(|l| l.trim_start().starts_with("min")).map(str::to_string);

@@ -411,16 +411,18 @@ fn matmul_epilogue_matches_chained_ops() {
                 &mm_attrs(false, false),
                 &[Tensor::from_f32(&a_shape, a.clone()).unwrap(), Tensor::from_f32(&[k, n], w.clone()).unwrap()],
             );
-            for threads in [1, 2] {
+            for (threads, whole_rows) in [(1, false), (2, false), (1, true), (2, true)] {
                 let calls = std::sync::atomic::AtomicUsize::new(0);
                 let seen = std::sync::atomic::AtomicUsize::new(0);
                 let hook = |mut t: Tile<'_, f32>| {
                     calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     seen.fetch_add(t.rows * t.cols, std::sync::atomic::Ordering::Relaxed);
                     assert!(t.row0 + t.rows <= batch * m && t.col0 + t.cols <= n);
+                    assert!(!whole_rows || (t.col0 == 0 && t.cols == n), "a tile of part of a row");
                     let _ = t.row(t.rows - 1);
                 };
-                let epi = Epilogue { bias: Some(&bias), activation, residual: Some(&res), hook: Some(&hook) };
+                let epi =
+                    Epilogue { bias: Some(&bias), activation, residual: Some(&res), hook: Some(&hook), whole_rows };
                 let mut out = vec![f32::NAN; batch * m * n];
                 matmul(&a, &a_shape, &w, &[k, n], false, false, &mut out, threads, &epi).unwrap();
                 assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), out.len(), "hook covers the output once");
@@ -662,7 +664,8 @@ fn conv_epilogue_and_errors() {
     for algo in [ConvAlgo::Direct, ConvAlgo::Im2col] {
         for threads in [1, 2] {
             let mut out = vec![0.0f32; geom.out_len()];
-            let epi = Epilogue { bias: Some(&bias), activation: Activation::Relu, residual: Some(&res), hook: None };
+            let epi =
+                Epilogue { bias: Some(&bias), activation: Activation::Relu, residual: Some(&res), ..Epilogue::none() };
             conv_with(&geom, algo, &x, &w, &mut out, None, threads, &epi).unwrap();
             for i in 0..out.len() {
                 let tol = 2.0 * 54.0 * U32 * 60.0;

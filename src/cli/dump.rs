@@ -55,18 +55,16 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
         let s = ladder::sched::schedule_explained(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
         let mut text = String::new();
-        for step in &s.program.steps {
-            if let ladder::kernel::Step::Kernel(k) = step {
-                let options = ladder::backend::cpu::CpuOptions::default();
-                let code = if args.asm {
-                    ladder::backend::cpu::asm_text(k, &s.program, options)
-                } else {
-                    ladder::backend::cpu::clif_text(k, &s.program, options)
-                };
-                match code {
-                    Ok(clif) => text.push_str(&format!("; kernel {}\n{clif}\n", k.name)),
-                    Err(e) => text.push_str(&format!("; kernel {}: runs on the reference executor: {e}\n\n", k.name)),
-                }
+        for k in s.program.kernels() {
+            let options = ladder::backend::cpu::CpuOptions::default();
+            let code = if args.asm {
+                ladder::backend::cpu::asm_text(k, &s.program, options)
+            } else {
+                ladder::backend::cpu::clif_text(k, &s.program, options)
+            };
+            match code {
+                Ok(clif) => text.push_str(&format!("; kernel {}\n{clif}\n", k.name)),
+                Err(e) => text.push_str(&format!("; kernel {}: runs on the reference executor: {e}\n\n", k.name)),
             }
         }
         return out.write_all(text.as_bytes()).map_err(Error::Stdout);

@@ -76,9 +76,11 @@ pub fn compile_cpu(g: &Graph, inputs: &[Tensor], recover: bool) -> Result<ladder
     let plan = ladder::compile(g, &options)
         .map_err(|e| Error::Usage(format!("cannot compile the model for the cpu backend: {e}")))?;
     if let (Some(p), Ok(m)) = (plan.program(), plan.memory_report(inputs)) {
-        let kernels = p.steps.iter().filter(|s| matches!(s, ladder::kernel::Step::Kernel(_))).count();
+        use ladder::kernel::Step;
+        let fused = p.steps.iter().filter(|s| matches!(s, Step::Matmul(m) if m.epilogue.is_some())).count();
+        let kernels = p.kernels().count();
         note(&format!(
-            "cpu: {} steps ({kernels} kernels, {} native); arena {} bytes for {} temporaries of {} bytes",
+            "cpu: {} steps ({kernels} kernels, {fused} of them GEMM epilogues, {} native); arena {} bytes for {} temporaries of {} bytes",
             p.steps.len(),
             plan.native_kernels(),
             m.arena_bytes,

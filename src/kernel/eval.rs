@@ -1171,6 +1171,12 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 let t = eval_library(OpKind::Matmul, &matmul_attrs(m), &[&a, &b], out.dtype, &shapes[m.out.index()])
                     .map_err(|error| at(ExecError::Library { what: "matmul", error }))?;
                 mem.bufs[m.out.index()] = Store::Owned(t.into_data());
+                if let Some(k) = &m.epilogue {
+                    let prepared = PreparedKernel::new(k, p).map_err(ProgramError::Malformed)?;
+                    prepared.eval_dims(&lookup, &mut dimvals).map_err(at)?;
+                    mem.kernel = k.name.clone();
+                    run_kernel(&prepared, &dimvals, &mut mem, &mut scratch).map_err(at)?;
+                }
             }
             Step::Conv(c) => {
                 let (x, w) = (tensor_of(&mem, c.x).map_err(at)?, tensor_of(&mem, c.w).map_err(at)?);

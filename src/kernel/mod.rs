@@ -224,6 +224,11 @@ pub struct MatmulCall {
     pub out: BufferId,
     pub transpose_a: bool,
     pub transpose_b: bool,
+    /// A kernel that runs after the product and reads `out` row by row: its outermost loop
+    /// runs over the rows of `out` viewed as `[rows, n]`, and iteration `r` reads only row
+    /// `r` of `out` (see `crate::sched::epilogue`). A backend may run it per finished row
+    /// tile of the product; running it after the whole product means the same.
+    pub epilogue: Option<Box<Kernel>>,
 }
 
 /// A convolution through a library kernel, with the `conv` op's attributes.
@@ -278,6 +283,17 @@ pub struct Program {
     pub outputs: Vec<(String, BufferId)>,
     /// The size symbols, in the order their values are passed at run time.
     pub symbols: Vec<Symbol>,
+}
+
+impl Program {
+    /// Every kernel of the program, in step order: kernel steps and matmul epilogues.
+    pub fn kernels(&self) -> impl Iterator<Item = &Kernel> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Matmul(m) => m.epilogue.as_deref(),
+            _ => None,
+        })
+    }
 }
 
 impl Instr {

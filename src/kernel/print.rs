@@ -19,15 +19,21 @@ impl fmt::Display for Program {
         for step in &self.steps {
             match step {
                 Step::Kernel(k) => write!(f, "{k}")?,
-                Step::Matmul(m) => writeln!(
-                    f,
-                    "matmul {} = {}{} @ {}{}",
-                    m.out,
-                    m.a,
-                    if m.transpose_a { "^T" } else { "" },
-                    m.b,
-                    if m.transpose_b { "^T" } else { "" }
-                )?,
+                Step::Matmul(m) => {
+                    writeln!(
+                        f,
+                        "matmul {} = {}{} @ {}{}{}",
+                        m.out,
+                        m.a,
+                        if m.transpose_a { "^T" } else { "" },
+                        m.b,
+                        if m.transpose_b { "^T" } else { "" },
+                        m.epilogue.as_ref().map_or(String::new(), |k| format!(", epilogue {} per row tile:", k.name))
+                    )?;
+                    if let Some(k) = &m.epilogue {
+                        write!(f, "{k}")?;
+                    }
+                }
                 Step::Conv(c) => writeln!(
                     f,
                     "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",

@@ -43,7 +43,19 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
                     }
                 }
             }
-            Step::Matmul(m) => [m.a, m.b, m.out].iter().for_each(|b| touch(b.index(), i)),
+            Step::Matmul(m) => {
+                [m.a, m.b, m.out].iter().for_each(|b| touch(b.index(), i));
+                // The epilogue may run while the product is still being written: everything
+                // it touches lives for the whole step.
+                for instr in m.epilogue.iter().flat_map(|k| &k.stages).flat_map(|s| &s.body) {
+                    if let crate::kernel::Instr::Load { buf, .. }
+                    | crate::kernel::Instr::LoadAt { buf, .. }
+                    | crate::kernel::Instr::Store { buf, .. } = instr
+                    {
+                        touch(buf.index(), i);
+                    }
+                }
+            }
             Step::Conv(c) => [c.x, c.w, c.out].iter().for_each(|b| touch(b.index(), i)),
             Step::Library(l) => l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i)),
             Step::Interp(c) => c.args.iter().chain(&c.results).for_each(|b| touch(b.index(), i)),

@@ -360,8 +360,13 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         });
     }
     for s in &p.steps {
-        plan.kernels.push(match s {
-            Step::Kernel(k) => {
+        let kernel = match s {
+            Step::Kernel(k) => Some(k),
+            Step::Matmul(m) => m.epilogue.as_deref(),
+            _ => None,
+        };
+        plan.kernels.push(match kernel {
+            Some(k) => {
                 let prepared = PreparedKernel::new(k, &p).map_err(CompileError::Malformed)?;
                 let exec = match &options.kernel_compiler {
                     Some(c) => c.compile(k, &p).map(KernelExec::Native).unwrap_or(KernelExec::Reference),
@@ -369,7 +374,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
                 };
                 Some(KernelStep { prepared, exec })
             }
-            _ => None,
+            None => None,
         });
     }
     plan.life = memory::lifetimes(&p);
@@ -647,7 +652,11 @@ impl Plan {
                     self.run_kernel_step(p, st, k, inputs).map_err(at)?;
                 }
                 Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
-                    self.run_gemm(p, st, inputs, m).map_err(at)?;
+                    let epilogue = self.kernels[step].as_ref();
+                    let fused = self.run_gemm(p, st, inputs, m, epilogue).map_err(at)?;
+                    if let (Some(k), false) = (epilogue, fused) {
+                        self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                    }
                 }
                 Step::Matmul(m) => {
                     let a = self.tensor(p, st, inputs, m.a).map_err(at)?;
@@ -657,6 +666,9 @@ impl Plan {
                     let t = eval_library(OpKind::Matmul, &matmul_attrs(m), &[&a, &b], out.dtype, &shape)
                         .map_err(|error| at(ExecError::Library { what: "matmul", error }))?;
                     self.write(p, st, m.out, &t).map_err(at)?;
+                    if let Some(k) = &self.kernels[step] {
+                        self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                    }
                 }
                 Step::Conv(c) => {
                     let x = self.tensor(p, st, inputs, c.x).map_err(at)?;
@@ -848,12 +860,54 @@ impl Plan {
         result
     }
 
-    /// An f32 matmul step through the GEMM library, in place in the plan's memory.
-    fn run_gemm(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], m: &MatmulCall) -> Result<(), ExecError> {
+    /// An f32 matmul step through the GEMM library, in place in the plan's memory. With a
+    /// native epilogue kernel whose rows match the product's, the kernel runs per finished
+    /// row tile inside the GEMM, and the result is `true`; otherwise the caller runs it after.
+    fn run_gemm(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        m: &MatmulCall,
+        epilogue: Option<&KernelStep>,
+    ) -> Result<bool, ExecError> {
         let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
         self.shape_into(p, st, m.a, &mut a_shape)?;
         self.shape_into(p, st, m.b, &mut b_shape)?;
-        let result = self.gemm_with(st, inputs, m, &a_shape, &b_shape);
+        let fused = match epilogue {
+            Some(k) => self.prepare_native(p, st, k, inputs)?.filter(|&(_, count, _)| {
+                let n = p.buffers[m.out].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
+                n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
+            }),
+            None => None,
+        };
+        let result = match (fused, epilogue.map(|k| &k.exec)) {
+            (Some((args, _, _)), Some(KernelExec::Native(native))) => {
+                let failed: Mutex<Option<String>> = Mutex::new(None);
+                let hook = |tile: crate::backend::cpu::gemm::Tile<'_, f32>| {
+                    let (begin, end) = (tile.row0 as i64, (tile.row0 + tile.rows) as i64);
+                    if let Some(e) = call_native(native, args, begin, end) {
+                        let mut slot = failed.lock().unwrap_or_else(|p| p.into_inner());
+                        slot.get_or_insert(e);
+                    }
+                };
+                let epi = crate::backend::cpu::gemm::Epilogue {
+                    hook: Some(&hook),
+                    whole_rows: true,
+                    ..crate::backend::cpu::gemm::Epilogue::none()
+                };
+                self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi).and_then(|()| {
+                    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                        None => Ok(true),
+                        Some(message) => Err(ExecError::Native { kernel: epilogue_name(epilogue), message }),
+                    }
+                })
+            }
+            _ => {
+                let none = crate::backend::cpu::gemm::Epilogue::none();
+                self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none).map(|()| false)
+            }
+        };
         (st.shape_a, st.shape_b) = (a_shape, b_shape);
         result
     }
@@ -865,6 +919,7 @@ impl Plan {
         m: &MatmulCall,
         a_shape: &[usize],
         b_shape: &[usize],
+        epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
     ) -> Result<(), ExecError> {
         let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
         let (a, b, out) =
@@ -882,7 +937,6 @@ impl Plan {
                 std::slice::from_raw_parts_mut(out as *mut f32, out_len),
             )
         };
-        let none = crate::backend::cpu::gemm::Epilogue::none();
         crate::backend::cpu::gemm::matmul_f32(
             a,
             a_shape,
@@ -892,7 +946,7 @@ impl Plan {
             m.transpose_b,
             out,
             self.threads,
-            &none,
+            epilogue,
         )
         .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
     }
@@ -904,13 +958,13 @@ impl Plan {
         k: &KernelStep,
         inputs: &[Tensor],
     ) -> Result<(), ExecError> {
-        let symbols = &st.symbols;
-        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
-        k.prepared.eval_dims(&lookup, &mut st.dims)?;
-        let lens = &st.lens;
-        k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
         match &k.exec {
             KernelExec::Reference => {
+                let symbols = &st.symbols;
+                let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+                k.prepared.eval_dims(&lookup, &mut st.dims)?;
+                let lens = &st.lens;
+                k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
                 let mut mem = RunMemory {
                     locs: &self.locs,
                     dtypes: &self.dtypes,
@@ -924,29 +978,50 @@ impl Plan {
                 run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
             }
             KernelExec::Native(native) => {
-                st.native_dims.clear();
-                for d in &native.dims {
-                    let v = d.eval(&lookup)?;
-                    st.native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
-                }
-                let base = arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize;
-                st.ptrs.clear();
-                for (i, loc) in self.locs.iter().enumerate() {
-                    st.ptrs.push(match loc {
-                        Loc::Input(n) => data_ptr(inputs[*n].data()),
-                        Loc::Const(t) => data_ptr(t.data()),
-                        Loc::Temp => base + st.offsets[i],
-                        Loc::Output(k) => out_ptr(&mut st.outs[*k]),
-                    });
-                }
-                let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
-                let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() };
+                let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else {
+                    return Err(ExecError::Native { kernel: k.prepared.name.clone(), message: "not native".into() });
+                };
                 match run_native(native, args, count, self.threads, work) {
                     None => Ok(()),
                     Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
                 }
             }
         }
+    }
+
+    /// For a native kernel: evaluates its dims, checks its accesses against the buffers and
+    /// builds the tables it reads (in `st`); returns the call's arguments, its outermost
+    /// loop's count and its work estimate. `None` for a kernel on the reference executor.
+    fn prepare_native(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        inputs: &[Tensor],
+    ) -> Result<Option<(NativeArgs, i64, u64)>, ExecError> {
+        let KernelExec::Native(native) = &k.exec else { return Ok(None) };
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        k.prepared.eval_dims(&lookup, &mut st.dims)?;
+        let lens = &st.lens;
+        k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+        st.native_dims.clear();
+        for d in &native.dims {
+            let v = d.eval(&lookup)?;
+            st.native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
+        }
+        let base = arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize;
+        st.ptrs.clear();
+        for (i, loc) in self.locs.iter().enumerate() {
+            st.ptrs.push(match loc {
+                Loc::Input(n) => data_ptr(inputs[*n].data()),
+                Loc::Const(t) => data_ptr(t.data()),
+                Loc::Temp => base + st.offsets[i],
+                Loc::Output(k) => out_ptr(&mut st.outs[*k]),
+            });
+        }
+        let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
+        Ok(Some((NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() }, count, work)))
     }
 }
 
@@ -975,6 +1050,24 @@ fn data_ptr(d: &crate::tensor::TensorData) -> usize {
     }
 }
 
+/// Calls a native kernel for `begin..end` of its outermost loop on this thread; returns the
+/// error it recorded, if any.
+fn call_native(k: &NativeKernel, a: NativeArgs, begin: i64, end: i64) -> Option<String> {
+    if let Some(t) = k.take_error {
+        t();
+    }
+    // SAFETY: `a` points to a buffer table with one valid base address per program buffer
+    // (every affine access of the kernel was checked against the buffer sizes) and to the
+    // kernel's evaluated dim table; both outlive the call, and concurrent calls get disjoint
+    // ranges of the outermost loop, which write disjoint elements.
+    unsafe { (k.entry)(a.bufs, a.dims, begin, end) };
+    k.take_error.and_then(|t| t())
+}
+
+fn epilogue_name(k: Option<&KernelStep>) -> String {
+    k.map_or_else(String::new, |k| k.prepared.name.clone())
+}
+
 /// Instructions of kernel work below which a kernel step stays on the calling thread (a
 /// hand-off to the pool's workers costs a few microseconds; this is about as long to run).
 pub const PAR_WORK: u64 = 1 << 15;
@@ -983,18 +1076,7 @@ pub const PAR_WORK: u64 = 1 << 15;
 /// contiguous ranges run on the current rayon pool when `work` (its instruction estimate) is
 /// at least [`PAR_WORK`] per range. Returns the first error the kernel recorded.
 fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize, work: u64) -> Option<String> {
-    let (entry, take) = (k.entry, k.take_error);
-    let call = move |a: NativeArgs, begin: i64, end: i64| -> Option<String> {
-        if let Some(t) = take {
-            t();
-        }
-        // SAFETY: `a` points to a buffer table with one valid base address per program buffer
-        // (every affine access of the kernel was checked against the buffer sizes) and to the
-        // kernel's evaluated dim table; both outlive the call, and concurrent calls get
-        // disjoint ranges of the outermost loop, which write disjoint elements.
-        unsafe { entry(a.bufs, a.dims, begin, end) };
-        take.and_then(|t| t())
-    };
+    let call = |a: NativeArgs, begin: i64, end: i64| call_native(k, a, begin, end);
     let by_work = (work / PAR_WORK).min(threads as u64) as i64;
     let threads = by_work.clamp(1, count.max(1));
     if threads <= 1 {

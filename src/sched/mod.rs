@@ -48,12 +48,16 @@
 //! element no output depends on is not an error here, while the interpreter, which computes
 //! every value whole, reports it.
 //!
+//! A kernel that consumes a matmul's output row by row right after it becomes the matmul's
+//! epilogue, run per finished row tile of the GEMM (`epilogue.rs`).
+//!
 //! Everything is deterministic (ordered maps, fixed visiting orders) and bounded: at most one
 //! materialisation per node, every merge removes a kernel and a refused merge is not retried,
 //! and each kernel has limits on indices per value and on instructions.
 
 mod affine;
 mod emit;
+pub mod epilogue;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -111,7 +115,10 @@ pub fn schedule_explained(g: &Graph) -> Result<Scheduled, ScheduleError> {
     s.share_reshapes();
     s.settle()?;
     s.merge()?;
-    s.assemble()
+    let mut scheduled = s.assemble()?;
+    let notes = epilogue::fuse(&mut scheduled.program);
+    scheduled.explanation.push_str(&notes);
+    Ok(scheduled)
 }
 
 /// Whether the scheduler computes `op` in kernels or library calls (rather than a graph break
@@ -822,6 +829,7 @@ impl<'g> Sched<'g> {
                             out,
                             transpose_a: node.attrs.bool("transpose_a"),
                             transpose_b: node.attrs.bool("transpose_b"),
+                            epilogue: None,
                         })
                     } else {
                         Step::Conv(ConvCall {

@@ -255,11 +255,13 @@ pub struct Epilogue<'a, T> {
     pub residual: Option<&'a [T]>,
     /// Called on every finished tile, after the steps above.
     pub hook: Option<&'a TileHook<'a, T>>,
+    /// Tiles span whole rows (the hook needs every column of a row at once).
+    pub whole_rows: bool,
 }
 
 impl<T> Epilogue<'_, T> {
     pub fn none() -> Self {
-        Epilogue { bias: None, activation: Activation::None, residual: None, hook: None }
+        Epilogue { bias: None, activation: Activation::None, residual: None, hook: None, whole_rows: false }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -509,7 +511,9 @@ pub fn matmul_geom<T: Element>(
     };
     // SAFETY: the lengths were checked against the geometry, so every tile's operands are
     // in bounds; `out` is borrowed exclusively and distinct tiles write disjoint elements.
-    unsafe { run_gemm(&g, geom.problems(), &operands, threads, &epilogue.activation, epilogue.hook) };
+    unsafe {
+        run_gemm(&g, geom.problems(), &operands, threads, &epilogue.activation, epilogue.hook, epilogue.whole_rows)
+    };
     Ok(())
 }
 
@@ -555,13 +559,13 @@ pub(crate) struct Operands<T> {
 /// output is cut into at most `n / k` column blocks and `m / k` row blocks, aiming at
 /// [`TILE_ELEMS`] per tile; an output that small stays one tile (it is still in cache when
 /// the epilogue runs).
-fn tile_shape(m: usize, n: usize, k: usize, epilogue: bool) -> (usize, usize) {
+fn tile_shape(m: usize, n: usize, k: usize, epilogue: bool, whole_rows: bool) -> (usize, usize) {
     if !epilogue || m * n <= TILE_ELEMS {
         return (m, n);
     }
     let k = k.max(1);
     let want = (m * n).div_ceil(TILE_ELEMS);
-    let col_blocks = want.min(n / k).max(1);
+    let col_blocks = if whole_rows { 1 } else { want.min(n / k).max(1) };
     let row_blocks = want.div_ceil(col_blocks).min(m / k).max(1);
     let nb = n.div_ceil(col_blocks).next_multiple_of(16).min(n);
     let mb = m.div_ceil(row_blocks).next_multiple_of(8).min(m);
@@ -581,6 +585,7 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     threads: usize,
     act: &Activation,
     hook: Option<&TileHook<'_, T>>,
+    whole_rows: bool,
 ) {
     if g.m == 0 || g.n == 0 || problems == 0 {
         return;
@@ -589,7 +594,7 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     let probe = operands(0);
     let has_epilogue =
         !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();
-    let (mb, nb) = tile_shape(g.m, g.n, g.k, has_epilogue);
+    let (mb, nb) = tile_shape(g.m, g.n, g.k, has_epilogue, whole_rows);
     let (rt, ct) = (g.m.div_ceil(mb), g.n.div_ceil(nb));
     let per_problem = rt * ct;
     let tiles = problems * per_problem;
@@ -621,7 +626,28 @@ pub(crate) unsafe fn run_gemm<T: Element>(
                 tile.apply_rows(0, rows, act);
             }
             if let Some(h) = hook {
-                h(Tile { row0: ops.row_base + r0, col0: c0, rows, cols, ld: g.ldc, data: cptr, _life: PhantomData });
+                let (cp, row_base, ld) = (SendPtr(cptr), ops.row_base + r0, g.ldc);
+                // SAFETY (of the tiles built here): rows `i0..i1` of this finished tile, which
+                // no one else touches until the tile's task ends.
+                let sub = move |i0: usize, i1: usize| Tile {
+                    row0: row_base + i0,
+                    col0: c0,
+                    rows: i1 - i0,
+                    cols,
+                    ld,
+                    data: cp.get().wrapping_add(i0 * ld),
+                    _life: PhantomData,
+                };
+                if par_epilogue && rows > 1 && rows * cols >= 16 * 1024 {
+                    // The GEMM ran on every thread; so does the hook, over disjoint row blocks.
+                    let per = rows.div_ceil(threads);
+                    (0..rows.div_ceil(per))
+                        .into_par_iter()
+                        .with_max_len(1)
+                        .for_each(|b| h(sub(b * per, ((b + 1) * per).min(rows))));
+                } else {
+                    h(sub(0, rows));
+                }
             }
         }
     };

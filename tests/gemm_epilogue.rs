@@ -1,0 +1,174 @@
+//! GEMM epilogues (`ladder::sched::epilogue`): a kernel that consumes a matmul's output row
+//! by row runs per finished row tile inside the GEMM. Which consumers fuse and which do not
+//! (with the reason), and fused plans against the reference executor on random and
+//! adversarial data, at 1 and 2 threads, with products cut into several row tiles.
+
+use ladder::backend::cpu::CpuOptions;
+use ladder::kernel::{Program, Step};
+use ladder::models::{random_tensor, Rng};
+use ladder::runtime::cranelift::CraneliftCompiler;
+use ladder::{compile, CompileOptions, DType, Graph, Plan, Tensor};
+
+fn parse(text: &str) -> Graph {
+    ladder::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn native(g: &Graph, threads: usize) -> Plan {
+    let options = CompileOptions {
+        kernel_compiler: Some(CraneliftCompiler::shared(CpuOptions::default()).unwrap()),
+        threads,
+        ..CompileOptions::default()
+    };
+    compile(g, &options).unwrap()
+}
+
+fn epilogues(p: &Program) -> Vec<String> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Matmul(m) => m.epilogue.as_ref().map(|k| k.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Largest `|a - b| / (|b| + mean|b|)`; non-finite values must match exactly.
+fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.shape(), b.shape());
+    let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+    let scale = y.iter().map(|v| v.abs()).filter(|v| v.is_finite()).sum::<f64>() / y.len().max(1) as f64;
+    let mut worst: f64 = 0.0;
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        if !q.is_finite() || !p.is_finite() {
+            assert!((p.is_nan() && q.is_nan()) || p == q, "element {i}: {p} vs {q}");
+            continue;
+        }
+        worst = worst.max((p - q).abs() / (q.abs() + scale).max(f64::MIN_POSITIVE));
+    }
+    worst
+}
+
+/// An MLP block: linear, gelu (its prims: recovery is off), linear, residual add, layer norm.
+const MLP: &str =
+    "graph mlp(%x: f32[n, 16], %w1: f32[256, 16], %b1: f32[256], %w2: f32[16, 256], %b2: f32[16], %g: f32[16]) {
+  %h = linear(%x, %w1, %b1)
+  %a = gelu(%h)
+  %o = linear(%a, %w2, %b2)
+  %r = add(%o, %x)
+  %y = layer_norm(%r, %g) {axis=-1, eps=1e-5}
+  return %y
+}";
+
+#[test]
+fn bias_activation_residual_and_norm_run_in_the_gemm() {
+    let g = parse(MLP);
+    let plan = native(&g, 1);
+    let p = plan.program().unwrap();
+    // Both consumers (bias + gelu; bias + residual + layer norm) are epilogues: no kernel
+    // step is left between the matmuls.
+    assert_eq!(epilogues(p).len(), 2, "{p}");
+    assert!(!p.steps.iter().any(|s| matches!(s, Step::Kernel(_))), "{p}");
+    let text = p.to_string();
+    assert!(text.contains(", epilogue k0 per row tile:"), "{text}");
+    let explain = plan.explanation();
+    assert!(explain.contains("runs as the epilogue of matmul"), "{explain}");
+
+    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    for threads in [1, 2] {
+        let plan = native(&g, threads);
+        // 2048 rows of 256 columns is two row tiles of the first product.
+        for n in [1usize, 7, 130, 2048] {
+            let mut rng = Rng::new(n as u64 * 31 + threads as u64);
+            let mut inputs: Vec<Tensor> = [vec![n, 16], vec![256, 16], vec![256], vec![16, 256], vec![16], vec![16]]
+                .iter()
+                .map(|s| random_tensor(&mut rng, DType::F32, s).unwrap())
+                .collect();
+            let want = reference.run(&inputs).unwrap();
+            let got = plan.run(&inputs).unwrap();
+            let err = max_rel(&got.outputs[0], &want.outputs[0]);
+            assert!(err <= 1e-5, "n={n} threads={threads}: max rel {err}");
+            // Adversarial rows: NaN, ±inf and zeros in x reach the epilogue through the GEMM.
+            if n >= 4 {
+                let mut x = inputs[0].to_f64_vec();
+                for (j, v) in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0].iter().enumerate() {
+                    let row = (j * 5 + 1) % n;
+                    x[row * 16..(row + 1) * 16].fill(*v);
+                }
+                inputs[0] = Tensor::from_f32(&[n, 16], x.iter().map(|&v| v as f32).collect()).unwrap();
+                let want = reference.run(&inputs).unwrap();
+                let got = plan.run(&inputs).unwrap();
+                let err = max_rel(&got.outputs[0], &want.outputs[0]);
+                assert!(err <= 1e-5, "n={n} threads={threads} adversarial: max rel {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn consumers_that_do_not_read_row_by_row_stay_separate() {
+    // The transpose reads the product by columns; the sum over rows reads every row in one
+    // iteration: neither can run per row tile.
+    let g = parse(
+        "graph t(%x: f32[8, 4], %w: f32[4, 6]) {
+  %p = matmul(%x, %w)
+  %t = transpose(%p) {axis0=0, axis1=1}
+  %e = exp(%t)
+  %q = matmul(%x, %w)
+  %s = sum(%q) {axes=[0]}
+  return %e, %s
+}",
+    );
+    let plan = native(&g, 1);
+    let p = plan.program().unwrap();
+    assert!(epilogues(p).is_empty(), "{p}");
+    let explain = plan.explanation();
+    assert!(explain.contains("is not the epilogue of matmul"), "{explain}");
+    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let mut rng = Rng::new(5);
+    let inputs = vec![
+        random_tensor(&mut rng, DType::F32, &[8, 4]).unwrap(),
+        random_tensor(&mut rng, DType::F32, &[4, 6]).unwrap(),
+    ];
+    let (want, got) = (reference.run(&inputs).unwrap(), plan.run(&inputs).unwrap());
+    for (a, b) in got.outputs.iter().zip(&want.outputs) {
+        assert!(max_rel(a, b) <= 1e-5);
+    }
+}
+
+#[test]
+fn a_later_reader_sees_the_whole_product_and_batched_loops_stay_separate() {
+    // A product with a size-1 batch dim fuses with its bias + relu consumer and is also read
+    // by a later matmul, which sees it whole. With a real batch of 3 the consumer loops over
+    // [3, 5]: its outermost loop is not the product's 15 rows, so it stays a step.
+    for (batch, fused) in [(1usize, 1usize), (3, 0)] {
+        let g = parse(&format!(
+            "graph b(%a: f32[{batch}, 5, 4], %b: f32[{batch}, 4, 7], %c: f32[7]) {{
+  %p = matmul(%a, %b)
+  %cb = broadcast_in_dim(%c) {{shape=[{batch}, 5, 7], broadcast_dims=[2]}}
+  %y = add(%p, %cb)
+  %z = relu(%y)
+  %m = matmul(%p, %p) {{transpose_b=true}}
+  return %z, %m
+}}"
+        ));
+        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        for threads in [1, 2] {
+            let plan = native(&g, threads);
+            let p = plan.program().unwrap();
+            assert_eq!(epilogues(p).len(), fused, "{p}");
+            if fused == 0 {
+                let explain = plan.explanation();
+                assert!(explain.contains("its outermost loop does not run over"), "{explain}");
+            }
+            let mut rng = Rng::new(threads as u64);
+            let inputs: Vec<Tensor> = [vec![batch, 5, 4], vec![batch, 4, 7], vec![7]]
+                .iter()
+                .map(|s| random_tensor(&mut rng, DType::F32, s).unwrap())
+                .collect();
+            let (want, got) = (reference.run(&inputs).unwrap(), plan.run(&inputs).unwrap());
+            for (a, b) in got.outputs.iter().zip(&want.outputs) {
+                assert!(max_rel(a, b) <= 1e-5, "batch={batch} threads={threads}");
+            }
+        }
+    }
+}
