@@ -23,6 +23,12 @@
 //! comparison or a side condition are *near-misses*, reported with the reason
 //! (`ladder dump MODEL --stage recovered --explain`).
 //!
+//! A form may take an argument through a `permute` (an exporter's transposed keys): the
+//! model's own `permute` there (simplify composes a chain of them into one) binds the argument
+//! to the model value under the composed permutation, which the rewrite emits before the op
+//! (or an existing `permute` of that value with that permutation is used). A layout op stands
+//! in for a layout op, so no work is added.
+//!
 //! Side conditions: the library kernels take f32 rows over the last axis, so a form is built
 //! for `axis = -1` and f32 only. A matched cluster whose inner values (other than cheap
 //! sources and layout ops) are also used outside it is a near-miss: recovering it would
@@ -110,6 +116,9 @@ pub struct Match {
     /// The model value the cluster computed (now the recovered op's result).
     pub root: Value,
     pub args: Vec<Value>,
+    /// Per argument, a permutation the rewrite applies to the model value first (an argument
+    /// the form takes through a `permute`, see the module docs); `None` for the value itself.
+    pub layout: Vec<Option<Vec<i64>>>,
     pub attrs: Vec<(String, AttrValue)>,
     /// Prims nodes the cluster had.
     pub nodes: usize,
@@ -139,7 +148,15 @@ impl Recovered {
         let mut out = String::new();
         let _ = writeln!(out, "; recovery: {} match(es), {} near-miss(es)", self.matches.len(), self.near_misses.len());
         for m in &self.matches {
-            let args: Vec<String> = m.args.iter().map(|&a| name(a)).collect();
+            let args: Vec<String> = m
+                .args
+                .iter()
+                .zip(&m.layout)
+                .map(|(&a, p)| match p {
+                    None => name(a),
+                    Some(p) => format!("permute({}, {p:?})", name(a)),
+                })
+                .collect();
             let attrs: Vec<String> = m.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let _ = writeln!(
                 out,
@@ -301,11 +318,27 @@ fn try_rule(
             }
             cmp = again;
         }
-        let args: Option<Vec<Value>> = cmp.bind.iter().copied().collect();
-        let Some(args) = args else {
+        let bound: Option<Vec<(Value, Option<Vec<i64>>)>> = cmp.bind.iter().cloned().collect();
+        let Some(bound) = bound else {
             first_reason.get_or_insert_with(|| "an argument of the form is unused".into());
             continue;
         };
+        // An argument taken through a permute: an existing permute of the value (defined
+        // before the root, where the rewrite emits the op) stands in.
+        let (args, layout): (Vec<Value>, Vec<Option<Vec<i64>>>) = bound
+            .into_iter()
+            .map(|(v, perm)| match perm {
+                Some(p) => match users[v.index()].iter().find(|&&u| {
+                    u.index() < root.index()
+                        && g.node(u).op == OpKind::Permute
+                        && g.node(u).attrs.get("perm") == Some(&AttrValue::Ints(p.clone()))
+                }) {
+                    Some(&u) => (u, None),
+                    None => (v, Some(p)),
+                },
+                None => (v, None),
+            })
+            .unzip();
         // Exclusive: inner values (other than cheap ones) are used only inside the cluster.
         let inside: std::collections::HashSet<Value> = cmp.cone.iter().copied().collect();
         for &v in &cmp.cone {
@@ -325,6 +358,7 @@ fn try_rule(
             op: rule.op,
             root,
             args,
+            layout,
             attrs: attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
             nodes,
         };
@@ -347,7 +381,8 @@ fn cheap(op: OpKind) -> bool {
 struct Compare<'a> {
     t: &'a Graph,
     g: &'a Graph,
-    bind: Vec<Option<Value>>,
+    /// Each form input's model value, and the permutation applied to it first (if any).
+    bind: Vec<Option<(Value, Option<Vec<i64>>)>>,
     memo: HashMap<(Value, Value), bool>,
     infer: bool,
     found: Option<f64>,
@@ -376,6 +411,67 @@ impl<'a> Compare<'a> {
         false
     }
 
+    /// Binds form input `k` to `b` (through `perm`), or checks an earlier binding agrees.
+    fn bind_input(&mut self, k: usize, b: Value, perm: Option<Vec<i64>>) -> bool {
+        let show = |v: Value, p: &Option<Vec<i64>>| match p {
+            None => v.to_string(),
+            Some(p) => format!("permute({v}, {p:?})"),
+        };
+        match &self.bind[k] {
+            None => {
+                self.bind[k] = Some((b, perm));
+                true
+            }
+            Some(prev) if *prev == (b, perm.clone()) => true,
+            Some((v, p)) => {
+                let msg = format!("argument {k} is {} in one place and {} in another", show(*v, p), show(b, &perm));
+                self.fail(b, msg)
+            }
+        }
+    }
+
+    /// The form's `permute(input k, p)` against the model's `permute(y, p')` of the same
+    /// type: input k is `permute(y, q)` with `q = p' . p^-1` (`None` when `q` is the
+    /// identity), and the model's permute joins the cluster.
+    fn eq_permuted_input(&mut self, a: Value, b: Value) -> bool {
+        let (t, g) = (self.t, self.g);
+        let (na, nb) = (t.node(a), g.node(b));
+        let input = na.args[0];
+        let Some(k) = t.inputs().iter().position(|&i| i == input) else { return false };
+        if t.ty(a) != g.ty(b) {
+            return self.fail(b, format!("{} has type {}, the form's permute has {}", nb.op, g.ty(b), t.ty(a)));
+        }
+        if nb.op != OpKind::Permute {
+            return self.fail(b, format!("{} where the form takes argument {k} through a permute", nb.op));
+        }
+        let rank = t.ty(a).shape.rank();
+        let (Some(p), Some(pm)) = (permutation(na.attrs.get("perm"), rank), permutation(nb.attrs.get("perm"), rank))
+        else {
+            return self.fail(b, "a permute whose perm is not a permutation".into());
+        };
+        let mut inv = vec![0; rank];
+        for (i, &pi) in p.iter().enumerate() {
+            inv[pi] = i;
+        }
+        let q: Vec<usize> = (0..rank).map(|i| pm[inv[i]]).collect();
+        let y = nb.args[0];
+        let (ty, want) = (g.ty(y), t.ty(input));
+        let dims: Vec<_> = q.iter().map(|&i| ty.shape.dims().get(i).cloned()).collect();
+        if ty.dtype != want.dtype
+            || dims.iter().cloned().collect::<Option<Vec<_>>>().as_deref() != Some(want.shape.dims())
+        {
+            return self.fail(b, format!("argument {k} would be a permute of {y}: {ty}, the form takes {want}"));
+        }
+        let perm = (q.iter().enumerate().any(|(i, &qi)| i != qi)).then(|| q.iter().map(|&i| i as i64).collect());
+        if !self.bind_input(k, y, perm) {
+            return false;
+        }
+        if !self.cone.contains(&b) {
+            self.cone.push(b);
+        }
+        true
+    }
+
     fn eq(&mut self, a: Value, b: Value) -> bool {
         if let Some(&r) = self.memo.get(&(a, b)) {
             return r;
@@ -388,19 +484,15 @@ impl<'a> Compare<'a> {
     fn eq_uncached(&mut self, a: Value, b: Value) -> bool {
         let (t, g) = (self.t, self.g);
         let (na, nb) = (t.node(a), g.node(b));
+        if na.op == OpKind::Permute && t.node(na.args[0]).op == OpKind::Input {
+            return self.eq_permuted_input(a, b);
+        }
         if na.op == OpKind::Input {
             let Some(k) = t.inputs().iter().position(|&i| i == a) else { return false };
             if t.ty(a) != g.ty(b) {
                 return self.fail(b, format!("argument {k} would be {b}: {}, the form takes {}", g.ty(b), t.ty(a)));
             }
-            return match self.bind[k] {
-                None => {
-                    self.bind[k] = Some(b);
-                    true
-                }
-                Some(prev) if prev == b => true,
-                Some(prev) => self.fail(b, format!("argument {k} is {prev} in one place and {b} in another")),
-            };
+            return self.bind_input(k, b, None);
         }
         if t.ty(a) != g.ty(b) {
             return self.fail(b, format!("{} has type {}, the form's {} has {}", nb.op, g.ty(b), na.op, t.ty(a)));
@@ -473,6 +565,19 @@ impl<'a> Compare<'a> {
     }
 }
 
+/// `perm` as a permutation of `0..rank`, if it is one.
+fn permutation(perm: Option<&AttrValue>, rank: usize) -> Option<Vec<usize>> {
+    let Some(AttrValue::Ints(p)) = perm else { return None };
+    let p: Vec<usize> = p.iter().map(|&i| usize::try_from(i).ok().filter(|&i| i < rank)).collect::<Option<_>>()?;
+    let mut seen = vec![false; rank];
+    for &i in &p {
+        if std::mem::replace(&mut seen[i], true) {
+            return None;
+        }
+    }
+    (p.len() == rank).then_some(p)
+}
+
 /// `g` with each match's root computed by its op; the cluster's other nodes become dead and
 /// are removed.
 fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, PipelineError> {
@@ -485,7 +590,15 @@ fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, PipelineError> {
         }
         match by_root.get(&v) {
             Some(m) => {
-                let args: Vec<Value> = m.args.iter().map(|&a| rw.get(a)).collect();
+                let mut args = Vec::with_capacity(m.args.len());
+                for (&a, perm) in m.args.iter().zip(&m.layout) {
+                    args.push(match perm {
+                        None => rw.get(a),
+                        Some(p) => rw
+                            .emit_with(OpKind::Permute, &[rw.get(a)], &[("perm", AttrValue::Ints(p.clone()))])
+                            .map_err(invalid)?,
+                    });
+                }
                 let attrs: Vec<(&str, AttrValue)> = m.attrs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
                 let new = rw.emit_with(m.op, &args, &attrs).map_err(invalid)?;
                 rw.set(v, new);
