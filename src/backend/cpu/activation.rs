@@ -167,7 +167,7 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
     match act {
         Activation::None => {}
         Activation::Relu => map!(xs, relu),
-        Activation::Gelu => map!(xs, gelu_erf),
+        Activation::Gelu => gelu_erf_slice(xs),
         Activation::GeluTanh => map!(xs, gelu_tanh),
         Activation::Sigmoid => map!(xs, sigmoid),
         Activation::Silu => map!(xs, silu),
@@ -345,7 +345,46 @@ fn gelu_tanh(x: f32) -> f32 {
 /// grid so that `a_hi²` is exact (for a < 32; beyond, the result is 0 anyway); then `gelu(x) = x - aΦ(-a)` for `x >= 1` and
 /// `-aΦ(-a)` for `x <= -1`.
 #[inline(always)]
+#[cfg_attr(not(test), allow(dead_code))]
 fn gelu_erf(x: f32) -> f32 {
+    let tail = gelu_erf_tail(x);
+    select_nan(x, if x.abs() < 1.0 { gelu_erf_body(x) } else { tail })
+}
+
+/// Elements per block of [`gelu_erf_slice`] (a block's tail arguments stay in L1).
+const GELU_BLOCK: usize = 256;
+
+/// [`gelu_erf`] over a slice, computing the expensive tail only where it is needed: per block,
+/// the arguments with `|x| >= 1` are gathered (a branch-free compaction), the body runs over
+/// the whole block and the tail over the gathered ones, which are then written back. Same
+/// formulas, so the same bits as [`gelu_erf`]; on normally distributed data about a third of
+/// the elements take the tail.
+#[inline(always)]
+fn gelu_erf_slice(xs: &mut [f32]) {
+    let mut at = [0u16; GELU_BLOCK];
+    let mut tail = [0f32; GELU_BLOCK];
+    for block in xs.chunks_mut(GELU_BLOCK) {
+        let mut n = 0usize;
+        for (i, &x) in block.iter().enumerate() {
+            at[n] = i as u16;
+            tail[n] = x;
+            n += usize::from(x.abs() >= 1.0);
+        }
+        for x in block.iter_mut() {
+            *x = select_nan(*x, gelu_erf_body(*x));
+        }
+        for t in tail[..n].iter_mut() {
+            *t = gelu_erf_tail(*t);
+        }
+        for (&i, &t) in at[..n].iter().zip(&tail[..n]) {
+            block[i as usize] = t;
+        }
+    }
+}
+
+/// `x/2 (1 + erf(x/√2))` by erf's Taylor series: the body of [`gelu_erf`], for |x| < 1.
+#[inline(always)]
+fn gelu_erf_body(x: f32) -> f32 {
     const ERF: [f32; 10] = to_f32([
         std::f64::consts::FRAC_2_SQRT_PI,
         -0.37612638903183754,
@@ -358,6 +397,18 @@ fn gelu_erf(x: f32) -> f32 {
         1.6462114365889246e-06,
         -1.6365844691234924e-07,
     ]);
+    let z = x * std::f32::consts::FRAC_1_SQRT_2;
+    let z2 = z * z;
+    let mut p = ERF[9];
+    for &c in ERF[..9].iter().rev() {
+        p = p * z2 + c;
+    }
+    (0.5 * x) * (1.0 + z * p)
+}
+
+/// `x - aΦ(-a)` for `x >= 1`, `-aΦ(-a)` for `x <= -1` (`a = |x|`): the tail of [`gelu_erf`].
+#[inline(always)]
+fn gelu_erf_tail(x: f32) -> f32 {
     // Highest degree first.
     const TAIL: [f64; 12] = [
         0.054_964_895_033_101_98,
@@ -373,17 +424,7 @@ fn gelu_erf(x: f32) -> f32 {
         -4.219_610_526_076_18e-6,
         0.398_942_362_912_014_2,
     ];
-    let a = x.abs();
-    // Body.
-    let z = x * std::f32::consts::FRAC_1_SQRT_2;
-    let z2 = z * z;
-    let mut p = ERF[9];
-    for &c in ERF[..9].iter().rev() {
-        p = p * z2 + c;
-    }
-    let body = (0.5 * x) * (1.0 + z * p);
-    // Tail.
-    let ac = a.min(40.0);
+    let ac = x.abs().min(40.0);
     let v = 3.0 / (3.0 + ac as f64);
     let mut g = TAIL[0];
     for &c in &TAIL[1..] {
@@ -393,8 +434,11 @@ fn gelu_erf(x: f32) -> f32 {
     let a_hi = floor_small(ac * 128.0) * (1.0 / 128.0);
     let rest = -0.5 * ((ac - a_hi) * (ac + a_hi));
     let t = (g * exp(rest)) * exp(-0.5 * (a_hi * a_hi));
-    let tail = if x > 0.0 { x - t } else { -t };
-    select_nan(x, if a < 1.0 { body } else { tail })
+    if x > 0.0 {
+        x - t
+    } else {
+        -t
+    }
 }
 
 #[cfg(test)]
@@ -413,6 +457,30 @@ mod tests {
             (f32::from_bits(b + 1) as f64 - f32::from_bits(b) as f64).abs()
         };
         (got as f64 - want).abs() / ulp
+    }
+
+    #[test]
+    fn gelu_over_a_slice_is_gelu_per_element() {
+        // Blocks of every fill (no tail, all tail, mixed), specials, and a ragged last block.
+        let mut xs: Vec<f32> = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for k in 0..3 * GELU_BLOCK + 37 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+            xs.push(match k / GELU_BLOCK {
+                0 => u * 1.8 - 0.9,
+                1 => (u * 12.0 - 6.0).clamp(-6.0, 6.0) * if u < 0.5 { 1.0 } else { 7.0 },
+                _ => u * 80.0 - 40.0,
+            });
+        }
+        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0, -1.0, 0.0, -0.0, f32::MAX, f32::MIN]);
+        xs.extend([f32::MIN_POSITIVE, 1e-40, -1e-40, 0.999_999_94, -0.999_999_94, 40.0, -40.0, 1e30]);
+        let want: Vec<f32> = xs.iter().map(|&x| gelu_erf(x)).collect();
+        let mut got = xs.clone();
+        apply_f32(&Activation::Gelu, &mut got);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "gelu({}) = {g}, want {w}", xs[i]);
+        }
     }
 
     #[test]
