@@ -28,5 +28,5 @@ pub mod text;
 pub use builder::GraphBuilder;
 pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
 pub use ops::OpKind;
-pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan};
+pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan, StepTime};
 pub use tensor::{Tensor, TensorData};

@@ -276,6 +276,8 @@ struct RunState {
     shape_b: Vec<usize>,
     /// Argument shapes of a library step (reused).
     arg_shapes: Vec<Vec<usize>>,
+    /// With [`Plan::profile`]: nanoseconds per step of the last run.
+    step_ns: Option<Vec<u64>>,
 }
 
 fn arena_bytes_mut(arena: &mut [Line]) -> &mut [u8] {
@@ -553,6 +555,32 @@ impl Plan {
         result
     }
 
+    /// Times each step: runs the plan `runs` times (after one warm-up run) and returns, per
+    /// step of [`Plan::program`] in order, its label and median time in microseconds (empty
+    /// for the interpreter backend). The runs are otherwise ordinary runs.
+    pub fn profile(&self, inputs: &[Tensor], runs: usize) -> Result<Vec<StepTime>, RunError> {
+        let Some(p) = &self.program else { return Ok(Vec::new()) };
+        let mut st = RunState { step_ns: Some(Vec::new()), ..RunState::default() };
+        st.outs = (0..p.outputs.len()).map(|_| Tensor::placeholder()).collect();
+        let mut samples: Vec<Vec<u64>> = vec![Vec::new(); p.steps.len()];
+        for run in 0..=runs.max(1) {
+            self.run_with(&mut st, inputs)?;
+            if run > 0 {
+                for (k, &t) in st.step_ns.iter().flatten().enumerate() {
+                    samples[k].push(t);
+                }
+            }
+        }
+        Ok(p.steps
+            .iter()
+            .zip(samples)
+            .map(|(s, mut t)| {
+                t.sort_unstable();
+                StepTime { label: step_label(s), median_us: t.get(t.len() / 2).copied().unwrap_or(0) as f64 / 1e3 }
+            })
+            .collect())
+    }
+
     /// Runs the plan and writes the new contents of mutated inputs back into `inputs`.
     pub fn run_in_place(&self, inputs: &mut [Tensor]) -> Result<Vec<Tensor>, RunError> {
         let out = self.run(inputs)?;
@@ -644,8 +672,12 @@ impl Plan {
             st.arena = vec![Line([0; ALIGN]); lines];
             self.arenas.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(t) = &mut st.step_ns {
+            t.clear();
+        }
         for (step, s) in p.steps.iter().enumerate() {
             let at = |error| RunError::Step { step, error };
+            let started = st.step_ns.is_some().then(std::time::Instant::now);
             match s {
                 Step::Kernel(_) => {
                     let Some(k) = &self.kernels[step] else { continue };
@@ -705,6 +737,9 @@ impl Plan {
                         self.write(p, st, b, t).map_err(at)?;
                     }
                 }
+            }
+            if let (Some(t0), Some(times)) = (started, &mut st.step_ns) {
+                times.push(t0.elapsed().as_nanos().min(u64::MAX as u128) as u64);
             }
         }
         for (k, (_, b)) in p.outputs.iter().enumerate() {
@@ -1047,6 +1082,28 @@ fn data_ptr(d: &crate::tensor::TensorData) -> usize {
         U16(v) => v.as_ptr() as usize,
         U32(v) => v.as_ptr() as usize,
         U64(v) => v.as_ptr() as usize,
+    }
+}
+
+/// One step's time from [`Plan::profile`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    /// What the step is, as `ladder dump --stage kernels` names it (`kernel k3`,
+    /// `matmul b5 + epilogue k4`, `layer_norm b3`, `interp b9`).
+    pub label: String,
+    pub median_us: f64,
+}
+
+fn step_label(s: &Step) -> String {
+    match s {
+        Step::Kernel(k) => format!("kernel {}", k.name),
+        Step::Matmul(m) => match &m.epilogue {
+            Some(k) => format!("matmul {} + epilogue {}", m.out, k.name),
+            None => format!("matmul {}", m.out),
+        },
+        Step::Conv(c) => format!("conv {}", c.out),
+        Step::Library(l) => format!("{} {}", l.op, l.out),
+        Step::Interp(i) => format!("interp {}", i.results.first().map_or_else(String::new, |b| b.to_string())),
     }
 }
 
