@@ -26,6 +26,14 @@ pub(super) fn rules() -> Vec<Rule> {
             arg_types: None,
         },
         Rule {
+            name: "layer_norm_onnx",
+            op: OpKind::LayerNorm,
+            structure: "ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul w, Add b as exporters write it",
+            anchor: layer_norm_onnx_anchor,
+            variants: layer_norm_onnx_variants,
+            arg_types: None,
+        },
+        Rule {
             name: "rms_norm_onnx",
             op: OpKind::RmsNorm,
             structure: "Pow 2, ReduceMean, Add eps, Sqrt, Reciprocal (or Div 1 / s, or Rsqrt), Mul x [, Mul w]; or \
@@ -40,14 +48,6 @@ pub(super) fn rules() -> Vec<Rule> {
             structure: "x * rsqrt(mean(x^2) + eps) [* w] over the last axis, rows prescaled",
             anchor: rms_norm_anchor,
             variants: rms_norm_variants,
-            arg_types: None,
-        },
-        Rule {
-            name: "layer_norm_onnx",
-            op: OpKind::LayerNorm,
-            structure: "ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul w, Add b as exporters write it",
-            anchor: layer_norm_onnx_anchor,
-            variants: layer_norm_onnx_variants,
             arg_types: None,
         },
         Rule {

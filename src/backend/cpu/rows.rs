@@ -266,7 +266,8 @@ const EXP_FLOOR: f32 = -88.0;
 /// `1.5 * 2^23 + 127`: `d log2(e) + EXP_MAGIC` rounds `d log2(e)` to an integer `n` and holds
 /// `n + 127` in its low mantissa bits.
 const EXP_MAGIC: f32 = 12_582_912.0 + 127.0;
-const LN2_HI: f32 = 0.693_147_2;
+/// ln 2 as the nearest f32, and the f32 nearest to the rest.
+const LN2_HI: f32 = std::f32::consts::LN_2;
 const LN2_LO: f32 = -1.904_654_2e-9;
 /// `(e^r - 1) / r` on |r| <= ln2/2, highest degree first: a Chebyshev fit rounded to f32
 /// (relative error of `1 + r q(r)` 1.0e-8 before rounding).
@@ -374,7 +375,7 @@ mod avx512 {
 
     #[inline]
     #[target_feature(enable = "avx512f,fma")]
-    unsafe fn exp_neg(d: __m512) -> __m512 {
+    pub(super) unsafe fn exp_neg(d: __m512) -> __m512 {
         let dc = _mm512_max_ps(_mm512_set1_ps(EXP_FLOOR), d);
         let magic = _mm512_set1_ps(EXP_MAGIC);
         let t = _mm512_fmadd_ps(dc, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
@@ -614,6 +615,109 @@ fn rms_norm_row(x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64) {
         for i in 0..n {
             let v = x[i] as f64 * inv * w.map_or(1.0, |w| w[i] as f64);
             y[i] = v as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of random values with specials mixed in (from a fixed LCG).
+    fn rows() -> Vec<Vec<f32>> {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (s >> 33) as u32
+        };
+        let mut out = Vec::new();
+        for n in [1usize, 2, 15, 16, 17, 63, 64, 65, 130, 2049, 2100] {
+            for kind in 0..6 {
+                out.push(
+                    (0..n)
+                        .map(|_| {
+                            let u = next();
+                            let v = (u % 20_000) as f32 / 100.0 - 100.0;
+                            match (kind, u % 53) {
+                                (1, 0) => f32::NEG_INFINITY,
+                                (2, 0) => f32::NAN,
+                                (3, 0) => f32::INFINITY,
+                                (4, _) => v * 1e3,
+                                (5, _) => f32::from_bits(next()),
+                                _ => v,
+                            }
+                        })
+                        .collect(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Within the tolerance table's bound for softmax (`log`: log_softmax) on a row of `n`,
+    /// taking `a` as the reference: both come from sums of the same terms in another order.
+    fn close(a: f32, b: f32, n: usize, log: bool) -> bool {
+        if a.is_nan() || b.is_nan() {
+            return a.is_nan() && b.is_nan();
+        }
+        let (a, b, eps, n) = (a as f64, b as f64, f32::EPSILON as f64, n as f64);
+        let bound = if log { 2.0 * eps * (a.abs() + n + 2.0) } else { 2.0 * eps * (n + a.ln().abs() + 2.0) * a };
+        a == b || (a - b).abs() <= bound + f32::MIN_POSITIVE as f64
+    }
+
+    /// The AVX-512 path and the portable one (what AVX2 and other CPUs run) compute the same
+    /// `exp_neg` bit for bit and the same rows up to the order of their sums.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_and_portable_paths_agree() {
+        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+        if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut bits = 0x8000_0000u32;
+        let (mut d, mut e) = ([0f32; 16], [0f32; 16]);
+        while f32::from_bits(bits) >= -100.0 {
+            for (k, v) in d.iter_mut().enumerate() {
+                *v = f32::from_bits(bits + k as u32 * 3);
+            }
+            // SAFETY: checked for AVX-512F and FMA above; both arrays hold 16 f32.
+            unsafe { _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp_neg(_mm512_loadu_ps(d.as_ptr()))) };
+            for k in 0..16 {
+                assert_eq!(exp_neg(d[k]).to_bits(), e[k].to_bits(), "exp_neg({})", d[k]);
+            }
+            bits += 7919 * 16;
+        }
+        for v in [f32::NAN, f32::NEG_INFINITY, -0.0, 0.0] {
+            d[0] = v;
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp_neg(_mm512_loadu_ps(d.as_ptr()))) };
+            assert!(exp_neg(v).to_bits() == e[0].to_bits() || (exp_neg(v).is_nan() && e[0].is_nan()), "exp_neg({v})");
+        }
+        for row in rows() {
+            let n = row.len();
+            let (mut p, mut v) = (vec![0f32; n], vec![0f32; n]);
+            softmax_row(&row, &mut p);
+            // SAFETY: checked for AVX-512F and FMA above.
+            unsafe { avx512::softmax(&row, &mut v) };
+            for i in 0..n {
+                assert!(
+                    close(p[i], v[i], n, false),
+                    "softmax of a row of {n} at {i}: {} portable, {} AVX-512",
+                    p[i],
+                    v[i]
+                );
+            }
+            log_softmax_row(&row, &mut p);
+            // SAFETY: as above.
+            unsafe { avx512::log_softmax(&row, &mut v) };
+            for i in 0..n {
+                assert!(
+                    close(p[i], v[i], n, true),
+                    "log_softmax of a row of {n} at {i}: {} portable, {} AVX-512",
+                    p[i],
+                    v[i]
+                );
+            }
         }
     }
 }
