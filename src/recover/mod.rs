@@ -34,9 +34,14 @@
 //! sources and layout ops) are also used outside it is a near-miss: recovering it would
 //! compute those values twice.
 //!
-//! Matching is deterministic (nodes in order, rules in order) and bounded: each comparison
-//! visits each (form node, model node) pair at most once, forms are built once per rule,
-//! variant and argument type, and at most [`MAX_CANDIDATES`] candidates are compared.
+//! `add` and `mul` commute: where the arguments do not match in order, they are compared
+//! swapped (exporters write `0.5 * x` and `x * 0.5` alike), after undoing what the first
+//! attempt bound. The swapped order is tried only when the ops of the arguments allow it.
+//!
+//! Matching is deterministic (nodes in order, rules in order) and bounded: a comparison
+//! evaluates at most [`MAX_STEPS`] (form node, model node) pairs (each at most once, but for
+//! pairs undone with a failed argument order), forms are built once per rule, variant and
+//! argument type, and at most [`MAX_CANDIDATES`] candidates are compared.
 
 mod activation;
 mod attention;
@@ -54,11 +59,20 @@ use crate::passes::rewrite::Rewriter;
 use crate::passes::PipelineError;
 
 /// The high-level ops recovery puts back (each has a CPU library kernel for f32 rows).
-pub const RECOVERABLE: &[OpKind] =
-    &[OpKind::Softmax, OpKind::LayerNorm, OpKind::Gelu, OpKind::ScaledDotProductAttention];
+pub const RECOVERABLE: &[OpKind] = &[
+    OpKind::Softmax,
+    OpKind::LogSoftmax,
+    OpKind::LayerNorm,
+    OpKind::RmsNorm,
+    OpKind::Gelu,
+    OpKind::ScaledDotProductAttention,
+];
 
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;
+
+/// The most (form node, model node) pairs one comparison evaluates.
+pub const MAX_STEPS: usize = 4096;
 
 /// Reads the types of an op's other arguments off the model at a root (see [`Rule`]).
 pub type ArgTypes = fn(&Graph, Value) -> Result<Vec<TensorType>, String>;
@@ -372,6 +386,25 @@ fn is_sentinel(t: &crate::tensor::Tensor) -> bool {
     t.numel() == 1 && t.to_f64_vec()[0] == SENTINEL as f32 as f64
 }
 
+/// The value of a one-element float `const` or `full` (rounded to its dtype).
+fn scalar_constant(g: &Graph, v: Value) -> Option<f64> {
+    let node = g.node(v);
+    let ty = g.ty(v);
+    if !ty.dtype.is_float() || !ty.shape.dims().iter().all(|d| d.as_const() == Some(1)) {
+        return None;
+    }
+    match node.op {
+        OpKind::Const => {
+            g.const_blob(v).map(|x| &g.blob(x).tensor).filter(|t| t.numel() == 1).map(|t| t.to_f64_vec()[0])
+        }
+        OpKind::Full => match node.attrs.get("value") {
+            Some(AttrValue::Float(f)) => Some(crate::interp::round_float(ty.dtype, *f)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Sources and layout ops: sharing them with the rest of the graph costs nothing.
 fn cheap(op: OpKind) -> bool {
     matches!(op, OpKind::Full | OpKind::Const | OpKind::Iota | OpKind::BroadcastInDim | OpKind::Reshape)
@@ -384,10 +417,22 @@ struct Compare<'a> {
     /// Each form input's model value, and the permutation applied to it first (if any).
     bind: Vec<Option<(Value, Option<Vec<i64>>)>>,
     memo: HashMap<(Value, Value), bool>,
+    /// The keys of `memo` in the order they were added (to undo a failed argument order).
+    journal: Vec<(Value, Value)>,
+    steps: usize,
     infer: bool,
     found: Option<f64>,
     why: Option<String>,
     cone: Vec<Value>,
+}
+
+/// What a [`Compare`] had found at some point, to go back to.
+struct Mark {
+    bind: Vec<Option<Value>>,
+    found: Option<f64>,
+    why: Option<String>,
+    journal: usize,
+    cone: usize,
 }
 
 impl<'a> Compare<'a> {
@@ -397,6 +442,8 @@ impl<'a> Compare<'a> {
             g,
             bind: vec![None; t.inputs().len()],
             memo: HashMap::new(),
+            journal: Vec::new(),
+            steps: 0,
             infer,
             found: None,
             why: None,
@@ -476,9 +523,81 @@ impl<'a> Compare<'a> {
         if let Some(&r) = self.memo.get(&(a, b)) {
             return r;
         }
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return self.fail(b, format!("the comparison took more than {MAX_STEPS} steps"));
+        }
         let r = self.eq_uncached(a, b);
         self.memo.insert((a, b), r);
+        self.journal.push((a, b));
         r
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            bind: self.bind.clone(),
+            found: self.found,
+            why: self.why.clone(),
+            journal: self.journal.len(),
+            cone: self.cone.len(),
+        }
+    }
+
+    /// Undoes everything found since `m` (bindings, results, the cone).
+    fn undo(&mut self, m: Mark) {
+        for key in self.journal.drain(m.journal..) {
+            self.memo.remove(&key);
+        }
+        self.bind = m.bind;
+        self.found = m.found;
+        self.why = m.why;
+        self.cone.truncate(m.cone);
+    }
+
+    /// Form constant `x` against model constant `y` (one element each, of the same type): equal
+    /// bits, or the sentinel of an inferred attribute.
+    fn eq_scalar(&mut self, x: f64, y: f64, b: Value) -> bool {
+        if self.infer && x == SENTINEL as f32 as f64 {
+            if self.found.is_some_and(|f| f.to_bits() != y.to_bits()) {
+                return self.fail(b, "the inferred attribute has two values".into());
+            }
+            self.found = Some(y);
+        } else if x.to_bits() != y.to_bits() {
+            return self.fail(b, "a different constant".into());
+        }
+        if !self.cone.contains(&b) {
+            self.cone.push(b);
+        }
+        true
+    }
+
+    /// Whether form node `a` can match model node `b` as far as their ops say.
+    fn plausible(&self, a: Value, b: Value) -> bool {
+        let op = self.t.node(a).op;
+        op == OpKind::Input || op == self.g.node(b).op
+    }
+
+    /// The arguments of an `add` or `mul`, in order or swapped.
+    fn eq_commuting(&mut self, a: [Value; 2], b: [Value; 2]) -> bool {
+        let straight = self.plausible(a[0], b[0]) && self.plausible(a[1], b[1]);
+        let swapped = self.plausible(a[0], b[1]) && self.plausible(a[1], b[0]);
+        if straight || !swapped {
+            let m = self.mark();
+            if self.eq(a[0], b[0]) && self.eq(a[1], b[1]) {
+                return true;
+            }
+            if !swapped {
+                return false;
+            }
+            let why = self.why.take();
+            self.undo(m);
+            if self.eq(a[0], b[1]) && self.eq(a[1], b[0]) {
+                return true;
+            }
+            self.why = why;
+            return false;
+        }
+        self.eq(a[0], b[1]) && self.eq(a[1], b[0])
     }
 
     fn eq_uncached(&mut self, a: Value, b: Value) -> bool {
@@ -498,6 +617,11 @@ impl<'a> Compare<'a> {
             return self.fail(b, format!("{} has type {}, the form's {} has {}", nb.op, g.ty(b), na.op, t.ty(a)));
         }
         if na.op != nb.op {
+            if let (Some(x), Some(y)) = (scalar_constant(t, a), scalar_constant(g, b)) {
+                // A one-element constant as a `const` in one graph and a `full` in the other
+                // (constant folding writes `full`s): compared by value.
+                return self.eq_scalar(x, y, b);
+            }
             return self.fail(b, format!("{} where the form has {}", nb.op, na.op));
         }
         match na.op {
@@ -553,9 +677,15 @@ impl<'a> Compare<'a> {
         if na.args.len() != nb.args.len() {
             return self.fail(b, format!("{} with {} arguments", nb.op, nb.args.len()));
         }
-        for i in 0..na.args.len() {
-            if !self.eq(na.args[i], nb.args[i]) {
+        if let ([a0, a1], [b0, b1], OpKind::Add | OpKind::Mul) = (&na.args[..], &nb.args[..], na.op) {
+            if !self.eq_commuting([*a0, *a1], [*b0, *b1]) {
                 return false;
+            }
+        } else {
+            for i in 0..na.args.len() {
+                if !self.eq(na.args[i], nb.args[i]) {
+                    return false;
+                }
             }
         }
         if !self.cone.contains(&b) {

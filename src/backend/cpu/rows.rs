@@ -1,21 +1,38 @@
-//! Library kernels for recovered row ops (`crate::recover`): softmax and layer_norm over the
-//! last axis, and gelu, on f32 buffers.
+//! Library kernels for recovered row ops (`crate::recover`): softmax, log_softmax, layer_norm
+//! and rms_norm over the last axis, and gelu, on f32 buffers.
 //!
 //! Each kernel means exactly what its op means (`crate::ops::norm`, `crate::ops::nn`) up to
 //! the op's tolerance (`NUMERICS.md`), NaN and ±inf rules included, and is checked against the
-//! interpreter on random and adversarial rows (`tests/recover.rs`). They are plain loops over
-//! 16-wide chunks written so that LLVM vectorizes them, compiled for AVX-512 and AVX2 and
-//! picked at run time (the portable build is the same code): the 512-bit vectors Cranelift's
-//! x64 backend does not emit.
+//! interpreter on random and adversarial rows (`tests/recover.rs`, `tests/recover_norms.rs`).
+//! They are plain loops over 16-wide chunks written so that LLVM vectorizes them, compiled for
+//! AVX-512 and AVX2 and picked at run time (the portable build is the same code): the 512-bit
+//! vectors Cranelift's x64 backend does not emit. Softmax and log_softmax, which are bound by
+//! `exp`, have an AVX-512 path written with intrinsics (the same arithmetic, lane for lane).
 //!
 //! - softmax: the row's maximum (NaN ignored here: a NaN then reaches `exp` and the sum, so
 //!   the whole row is NaN, as the op says; `+inf` or an all-`-inf` row gives `inf - inf`, NaN
 //!   too), then `e = exp(x - max)` written to the output while summing, then the output times
 //!   `1 / sum`. One read of the input from memory; the second and third passes run over the
-//!   output row while it is in L1.
+//!   output row while it is in L1. Rows of up to [`PREFETCH_MAX`] elements prefetch the next
+//!   row (input for reading, output for writing) during the `exp` pass, so that memory and
+//!   arithmetic overlap.
+//! - log_softmax: the maximum and `sum = Σ exp(x - max)` the same way (nothing written), then
+//!   `(x - max) - ln(sum)`, `ln` in f64. `-inf` entries give `-inf`; NaN, `+inf` and all-`-inf`
+//!   rows give NaN rows through the sum.
+//! - `exp` there is [`exp_neg`]: its argument `x - max` is never above 0, so it needs no
+//!   overflow handling. Cody–Waite reduction by ln 2 with FMAs, a degree-6 polynomial on
+//!   |r| <= ln2/2 (coefficients fitted on Chebyshev nodes, rounded to f32), and `2^n` built as
+//!   the bits `(n + 127) << 23` of a power of two (so results below 2^-126 come out as
+//!   correctly rounded subnormals of `p * 2^-126`, and 0 from -87.7 down). Measured over every
+//!   f32 in [-88, 0]: at most 0.97 ulp for results of 2^-126 and above, below that within
+//!   2^-126 absolute; `exp_neg(0) = 1`, `exp_neg(-inf) = 0`, NaN stays NaN (the test
+//!   `exp_neg_bound` checks a sweep).
 //! - layer_norm: mean and variance in f64 (two passes over the row, from L1 after the first),
 //!   then `(x - mean) * rsqrt(var + eps) * w + b` in f32 with the statistics rounded to f32,
 //!   which is how the op's prims decomposition computes its output pass.
+//! - rms_norm: the mean of squares in f64, then `x * rsqrt(ms + eps) * w` in f32 as the op's
+//!   decomposition computes its output pass; when `1 / sqrt(ms + eps)` is not a normal f32
+//!   (rows of subnormals, rows near the top of the range) the output pass is in f64 instead.
 //! - gelu: the f32 activation of GEMM epilogues (`super::activation`), erf or tanh form.
 //!
 //! Rows are split over rayon workers when there are enough of them (at least
@@ -23,7 +40,7 @@
 
 use rayon::prelude::*;
 
-use super::activation::{apply_f32, exp, Activation};
+use super::activation::{apply_f32, Activation};
 use super::gemm::KernelError;
 use crate::ir::Attrs;
 use crate::ops::OpKind;
@@ -32,7 +49,8 @@ use crate::ops::OpKind;
 pub const PAR_ELEMS: usize = 1 << 16;
 
 /// Runs recovered op `op` on f32 buffers: `args[0]` is `x`, later args the op's other
-/// operands (layer_norm's weight and bias; attention's k and v), `shapes` theirs in the same
+/// operands (layer_norm's weight and bias, rms_norm's weight; attention's k and v), `shapes`
+/// theirs in the same
 /// order, `out` the result.
 pub fn run_f32(
     op: OpKind,
@@ -60,11 +78,15 @@ pub fn run_f32(
     let n = shape.last().copied().unwrap_or(1);
     let last_axis = |a: i64| a == -1 || (a >= 0 && a as usize + 1 == shape.len());
     match op {
-        OpKind::Softmax => {
+        OpKind::Softmax | OpKind::LogSoftmax => {
             if !last_axis(attrs.int("axis")) {
-                return Err(KernelError::Unsupported("softmax over an axis other than the last".into()));
+                return Err(KernelError::Unsupported(format!("{op} over an axis other than the last")));
             }
-            rows(x, out, n, threads, dispatch_softmax);
+            if op == OpKind::Softmax {
+                rows(x, out, n, threads, softmax_into);
+            } else {
+                rows(x, out, n, threads, log_softmax_into);
+            }
         }
         OpKind::LayerNorm => {
             if !last_axis(attrs.int("axis")) {
@@ -79,6 +101,17 @@ pub fn run_f32(
             }
             let eps = attrs.float("eps");
             rows(x, out, n, threads, |xr, yr| dispatch_layer_norm(xr, w, b, yr, eps));
+        }
+        OpKind::RmsNorm => {
+            if !last_axis(attrs.int("axis")) {
+                return Err(KernelError::Unsupported("rms_norm over more than the last axis".into()));
+            }
+            let w = args.get(1).copied();
+            if let Some(w) = w {
+                len("weight", w.len(), n)?;
+            }
+            let eps = attrs.float("eps");
+            rows(x, out, n, threads, |xr, yr| dispatch_rms_norm(xr, w, yr, eps));
         }
         OpKind::Gelu => {
             let act = if attrs.str("approximate") == "tanh" { Activation::GeluTanh } else { Activation::Gelu };
@@ -181,52 +214,308 @@ macro_rules! multiversion {
 
 multiversion!(dispatch_softmax, softmax_avx512, softmax_avx2, softmax_row, (x: &[f32], y: &mut [f32]));
 multiversion!(
+    dispatch_log_softmax,
+    log_softmax_avx512,
+    log_softmax_avx2,
+    log_softmax_row,
+    (x: &[f32], y: &mut [f32])
+);
+multiversion!(
     dispatch_layer_norm,
     layer_norm_avx512,
     layer_norm_avx2,
     layer_norm_row,
     (x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64)
 );
+multiversion!(
+    dispatch_rms_norm,
+    rms_norm_avx512,
+    rms_norm_avx2,
+    rms_norm_row,
+    (x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64)
+);
 
-/// The softmax of one row (`y` gets it), vectorized for the running CPU.
+/// The softmax of one row (`y` gets it, of the same length), vectorized for the running CPU.
 pub(crate) fn softmax_into(x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX-512F and FMA (checked just above).
+        return unsafe { avx512::softmax(x, y) };
+    }
     dispatch_softmax(x, y)
+}
+
+/// The log_softmax of one row (`y` gets it, of the same length).
+pub(crate) fn log_softmax_into(x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX-512F and FMA (checked just above).
+        return unsafe { avx512::log_softmax(x, y) };
+    }
+    dispatch_log_softmax(x, y)
 }
 
 const L: usize = 16;
 
+/// Rows of up to this many elements prefetch the next row while one is computed (two rows of
+/// input and output then fit in L1).
+pub const PREFETCH_MAX: usize = 2048;
+
+/// `exp_neg`'s floor: arguments below it are taken as it, whose `2^n` is 0.
+const EXP_FLOOR: f32 = -88.0;
+/// `1.5 * 2^23 + 127`: `d log2(e) + EXP_MAGIC` rounds `d log2(e)` to an integer `n` and holds
+/// `n + 127` in its low mantissa bits.
+const EXP_MAGIC: f32 = 12_582_912.0 + 127.0;
+/// ln 2 as the nearest f32, and the f32 nearest to the rest.
+const LN2_HI: f32 = std::f32::consts::LN_2;
+const LN2_LO: f32 = -1.904_654_2e-9;
+/// `(e^r - 1) / r` on |r| <= ln2/2, highest degree first: a Chebyshev fit rounded to f32
+/// (relative error of `1 + r q(r)` 1.0e-8 before rounding).
+const EXP_Q: [f32; 6] = [0.001_393_366_7, 0.008_369_169, 0.041_666_463, 0.166_665_05, 0.5, 1.0];
+
+/// e^d for d <= 0 (and NaN, which stays NaN); see the module docs for its bound. Valid up
+/// to d = 88 (no overflow handling above).
 #[inline(always)]
-fn softmax_row(x: &[f32], y: &mut [f32]) {
-    let mut m = [f32::NEG_INFINITY; L];
+pub fn exp_neg(d: f32) -> f32 {
+    let dc = if d < EXP_FLOOR { EXP_FLOOR } else { d };
+    let t = dc.mul_add(std::f32::consts::LOG2_E, EXP_MAGIC);
+    let n = t - EXP_MAGIC;
+    let r = n.mul_add(-LN2_HI, dc);
+    let r = n.mul_add(-LN2_LO, r);
+    let mut q = EXP_Q[0];
+    for &c in &EXP_Q[1..] {
+        q = q.mul_add(r, c);
+    }
+    let p = r.mul_add(q, 1.0);
+    p * f32::from_bits(t.to_bits() << 23)
+}
+
+/// The maximum of a row, NaN ignored (`-inf` for an empty row).
+#[inline(always)]
+fn row_max(x: &[f32]) -> f32 {
+    #[inline(always)]
+    fn max(a: f32, b: f32) -> f32 {
+        if b > a {
+            b
+        } else {
+            a
+        }
+    }
+    let mut m = [[f32::NEG_INFINITY; L]; 4];
+    let mut xc = x.chunks_exact(4 * L);
+    for c in &mut xc {
+        for k in 0..4 {
+            for j in 0..L {
+                m[k][j] = max(m[k][j], c[k * L + j]);
+            }
+        }
+    }
+    let mut best = f32::NEG_INFINITY;
+    for mk in &m {
+        for &v in mk {
+            best = max(best, v);
+        }
+    }
+    for &v in xc.remainder() {
+        best = max(best, v);
+    }
+    best
+}
+
+/// The sum of a row (16 partial sums).
+#[inline(always)]
+fn row_sum(x: &[f32]) -> f32 {
+    let mut s = [0f32; L];
     let mut xc = x.chunks_exact(L);
     for c in &mut xc {
         for j in 0..L {
-            m[j] = m[j].max(c[j]);
+            s[j] += c[j];
         }
     }
-    let mut max = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut total: f32 = s.iter().sum();
     for &v in xc.remainder() {
-        max = max.max(v);
+        total += v;
     }
-    let mut s = [0f32; L];
-    let mut yc = y.chunks_exact_mut(L);
-    let mut xc = x.chunks_exact(L);
-    for (xs, ys) in (&mut xc).zip(&mut yc) {
-        for j in 0..L {
-            let e = exp(xs[j] - max);
-            ys[j] = e;
-            s[j] += e;
-        }
+    total
+}
+
+#[inline(always)]
+fn softmax_row(x: &[f32], y: &mut [f32]) {
+    let max = row_max(x);
+    for (&xv, yv) in x.iter().zip(y.iter_mut()) {
+        *yv = exp_neg(xv - max);
     }
-    let mut sum: f32 = s.iter().sum();
-    for (&xv, yv) in xc.remainder().iter().zip(yc.into_remainder()) {
-        let e = exp(xv - max);
-        *yv = e;
-        sum += e;
-    }
-    let r = 1.0 / sum;
+    let r = 1.0 / row_sum(y);
     for v in y.iter_mut() {
         *v *= r;
+    }
+}
+
+#[inline(always)]
+fn log_softmax_row(x: &[f32], y: &mut [f32]) {
+    let max = row_max(x);
+    for (&xv, yv) in x.iter().zip(y.iter_mut()) {
+        *yv = exp_neg(xv - max);
+    }
+    let lse = (row_sum(y) as f64).ln() as f32;
+    for (&xv, yv) in x.iter().zip(y.iter_mut()) {
+        *yv = (xv - max) - lse;
+    }
+}
+
+/// Softmax and log_softmax with AVX-512 intrinsics: the portable functions' arithmetic, lane
+/// for lane (`exp_neg` bit for bit; the sums in another order), with masked tails.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{EXP_FLOOR, EXP_MAGIC, EXP_Q, LN2_HI, LN2_LO, PREFETCH_MAX};
+
+    const W: usize = 16;
+
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn exp_neg(d: __m512) -> __m512 {
+        let dc = _mm512_max_ps(_mm512_set1_ps(EXP_FLOOR), d);
+        let magic = _mm512_set1_ps(EXP_MAGIC);
+        let t = _mm512_fmadd_ps(dc, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
+        let n = _mm512_sub_ps(t, magic);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), dc);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut q = _mm512_set1_ps(EXP_Q[0]);
+        for &c in &EXP_Q[1..] {
+            q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(c));
+        }
+        let p = _mm512_fmadd_ps(r, q, _mm512_set1_ps(1.0));
+        _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(t))))
+    }
+
+    /// The lanes of a row's last partial vector of `rem` (< 16) elements.
+    #[inline]
+    fn tail(rem: usize) -> __mmask16 {
+        ((1u32 << rem) - 1) as __mmask16
+    }
+
+    /// The row maximum, NaN ignored (`_mm512_max_ps(x, m)` returns `m` where `x` is NaN).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn row_max(x: &[f32]) -> f32 {
+        let (n, p) = (x.len(), x.as_ptr());
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut m = [ninf; 4];
+        let mut i = 0;
+        while i + 4 * W <= n {
+            for (k, mk) in m.iter_mut().enumerate() {
+                *mk = _mm512_max_ps(_mm512_loadu_ps(p.add(i + k * W)), *mk);
+            }
+            i += 4 * W;
+        }
+        while i + W <= n {
+            m[0] = _mm512_max_ps(_mm512_loadu_ps(p.add(i)), m[0]);
+            i += W;
+        }
+        if i < n {
+            m[1] = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail(n - i), p.add(i)), m[1]);
+        }
+        let m = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
+        _mm512_reduce_max_ps(m)
+    }
+
+    /// `Σ exp(x - max)` over the row; with `OUT`, each term is also written to `y` (of x's
+    /// length) and the next row (input and output) is prefetched.
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn exp_sum<const OUT: bool>(x: &[f32], max: f32, y: *mut f32) -> f32 {
+        let (n, p) = (x.len(), x.as_ptr());
+        let maxv = _mm512_set1_ps(max);
+        let prefetch = n <= PREFETCH_MAX;
+        let mut s = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 4 * W <= n {
+            if prefetch {
+                // The next row starts `n` elements on; a prefetch never faults, so the
+                // address may lie past the buffer.
+                for k in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(n + i + k * W) as *const i8);
+                    if OUT {
+                        _mm_prefetch::<_MM_HINT_ET0>(y.wrapping_add(n + i + k * W) as *const i8);
+                    }
+                }
+            }
+            for (k, sk) in s.iter_mut().enumerate() {
+                let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + k * W)), maxv));
+                if OUT {
+                    _mm512_storeu_ps(y.add(i + k * W), e);
+                }
+                *sk = _mm512_add_ps(*sk, e);
+            }
+            i += 4 * W;
+        }
+        while i + W <= n {
+            let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), maxv));
+            if OUT {
+                _mm512_storeu_ps(y.add(i), e);
+            }
+            s[0] = _mm512_add_ps(s[0], e);
+            i += W;
+        }
+        if i < n {
+            let m = tail(n - i);
+            let e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), maxv));
+            if OUT {
+                _mm512_mask_storeu_ps(y.add(i), m, e);
+            }
+            s[1] = _mm512_mask_add_ps(s[1], m, s[1], e);
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])))
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512F and FMA. `y` has `x`'s length (else the shorter is used).
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn softmax(x: &[f32], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let (x, y) = (&x[..n], &mut y[..n]);
+        let max = row_max(x);
+        let yp = y.as_mut_ptr();
+        let r = _mm512_set1_ps(1.0 / exp_sum::<true>(x, max, yp));
+        let mut i = 0;
+        while i + W <= n {
+            _mm512_storeu_ps(yp.add(i), _mm512_mul_ps(_mm512_loadu_ps(yp.add(i)), r));
+            i += W;
+        }
+        if i < n {
+            let m = tail(n - i);
+            _mm512_mask_storeu_ps(yp.add(i), m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, yp.add(i)), r));
+        }
+    }
+
+    /// # Safety
+    /// As [`softmax`].
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn log_softmax(x: &[f32], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let (x, y) = (&x[..n], &mut y[..n]);
+        let max = row_max(x);
+        let lse = (exp_sum::<false>(x, max, y.as_mut_ptr()) as f64).ln() as f32;
+        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+        let (maxv, lsev) = (_mm512_set1_ps(max), _mm512_set1_ps(lse));
+        let prefetch = n <= PREFETCH_MAX;
+        let mut i = 0;
+        while i + W <= n {
+            if prefetch {
+                _mm_prefetch::<_MM_HINT_T0>(xp.wrapping_add(n + i) as *const i8);
+                _mm_prefetch::<_MM_HINT_ET0>(yp.wrapping_add(n + i) as *const i8);
+            }
+            let d = _mm512_sub_ps(_mm512_loadu_ps(xp.add(i)), maxv);
+            _mm512_storeu_ps(yp.add(i), _mm512_sub_ps(d, lsev));
+            i += W;
+        }
+        if i < n {
+            let m = tail(n - i);
+            let d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), maxv);
+            _mm512_mask_storeu_ps(yp.add(i), m, _mm512_sub_ps(d, lsev));
+        }
     }
 }
 
@@ -281,6 +570,153 @@ fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32]
         _ => {
             for i in 0..n {
                 y[i] = (x[i] - mean) * inv;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn rms_norm_row(x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64) {
+    let n = x.len();
+    if n == 0 {
+        return;
+    }
+    const D: usize = 8;
+    let mut acc = [0f64; D];
+    let mut c = x.chunks_exact(D);
+    for ch in &mut c {
+        for j in 0..D {
+            let v = ch[j] as f64;
+            acc[j] += v * v;
+        }
+    }
+    let mut total: f64 = acc.iter().sum();
+    for &v in c.remainder() {
+        total += v as f64 * v as f64;
+    }
+    let inv = 1.0 / (total / n as f64 + eps).sqrt();
+    let inv32 = inv as f32;
+    if inv32.is_normal() {
+        // The output pass in f32, as the op's prims decomposition computes it.
+        match w {
+            Some(w) => {
+                for i in 0..n {
+                    y[i] = (x[i] * inv32) * w[i];
+                }
+            }
+            None => {
+                for i in 0..n {
+                    y[i] = x[i] * inv32;
+                }
+            }
+        }
+    } else {
+        // `inv` is 0, inf, NaN or below f32's normal range: the output pass in f64.
+        for i in 0..n {
+            let v = x[i] as f64 * inv * w.map_or(1.0, |w| w[i] as f64);
+            y[i] = v as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of random values with specials mixed in (from a fixed LCG).
+    fn rows() -> Vec<Vec<f32>> {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (s >> 33) as u32
+        };
+        let mut out = Vec::new();
+        for n in [1usize, 2, 15, 16, 17, 63, 64, 65, 130, 2049, 2100] {
+            for kind in 0..6 {
+                out.push(
+                    (0..n)
+                        .map(|_| {
+                            let u = next();
+                            let v = (u % 20_000) as f32 / 100.0 - 100.0;
+                            match (kind, u % 53) {
+                                (1, 0) => f32::NEG_INFINITY,
+                                (2, 0) => f32::NAN,
+                                (3, 0) => f32::INFINITY,
+                                (4, _) => v * 1e3,
+                                (5, _) => f32::from_bits(next()),
+                                _ => v,
+                            }
+                        })
+                        .collect(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Within the tolerance table's bound for softmax (`log`: log_softmax) on a row of `n`,
+    /// taking `a` as the reference: both come from sums of the same terms in another order.
+    fn close(a: f32, b: f32, n: usize, log: bool) -> bool {
+        if a.is_nan() || b.is_nan() {
+            return a.is_nan() && b.is_nan();
+        }
+        let (a, b, eps, n) = (a as f64, b as f64, f32::EPSILON as f64, n as f64);
+        let bound = if log { 2.0 * eps * (a.abs() + n + 2.0) } else { 2.0 * eps * (n + a.ln().abs() + 2.0) * a };
+        a == b || (a - b).abs() <= bound + f32::MIN_POSITIVE as f64
+    }
+
+    /// The AVX-512 path and the portable one (what AVX2 and other CPUs run) compute the same
+    /// `exp_neg` bit for bit and the same rows up to the order of their sums.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_and_portable_paths_agree() {
+        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+        if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut bits = 0x8000_0000u32;
+        let (mut d, mut e) = ([0f32; 16], [0f32; 16]);
+        while f32::from_bits(bits) >= -100.0 {
+            for (k, v) in d.iter_mut().enumerate() {
+                *v = f32::from_bits(bits + k as u32 * 3);
+            }
+            // SAFETY: checked for AVX-512F and FMA above; both arrays hold 16 f32.
+            unsafe { _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp_neg(_mm512_loadu_ps(d.as_ptr()))) };
+            for k in 0..16 {
+                assert_eq!(exp_neg(d[k]).to_bits(), e[k].to_bits(), "exp_neg({})", d[k]);
+            }
+            bits += 7919 * 16;
+        }
+        for v in [f32::NAN, f32::NEG_INFINITY, -0.0, 0.0] {
+            d[0] = v;
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp_neg(_mm512_loadu_ps(d.as_ptr()))) };
+            assert!(exp_neg(v).to_bits() == e[0].to_bits() || (exp_neg(v).is_nan() && e[0].is_nan()), "exp_neg({v})");
+        }
+        for row in rows() {
+            let n = row.len();
+            let (mut p, mut v) = (vec![0f32; n], vec![0f32; n]);
+            softmax_row(&row, &mut p);
+            // SAFETY: checked for AVX-512F and FMA above.
+            unsafe { avx512::softmax(&row, &mut v) };
+            for i in 0..n {
+                assert!(
+                    close(p[i], v[i], n, false),
+                    "softmax of a row of {n} at {i}: {} portable, {} AVX-512",
+                    p[i],
+                    v[i]
+                );
+            }
+            log_softmax_row(&row, &mut p);
+            // SAFETY: as above.
+            unsafe { avx512::log_softmax(&row, &mut v) };
+            for i in 0..n {
+                assert!(
+                    close(p[i], v[i], n, true),
+                    "log_softmax of a row of {n} at {i}: {} portable, {} AVX-512",
+                    p[i],
+                    v[i]
+                );
             }
         }
     }
