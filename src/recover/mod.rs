@@ -428,7 +428,7 @@ struct Compare<'a> {
 
 /// What a [`Compare`] had found at some point, to go back to.
 struct Mark {
-    bind: Vec<Option<Value>>,
+    bind: Vec<Option<(Value, Option<Vec<i64>>)>>,
     found: Option<f64>,
     why: Option<String>,
     journal: usize,
