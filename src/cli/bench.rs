@@ -37,8 +37,8 @@ pub struct BenchArgs {
     /// Size of a symbolic input dim of the model (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
-    /// recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
+    /// as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
 }

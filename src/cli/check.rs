@@ -37,8 +37,8 @@ pub struct CheckArgs {
     /// Relative tolerance (default: max(1e-5, 16 eps of each output's dtype)).
     #[arg(long, value_name = "X")]
     pub rtol: Option<f64>,
-    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
-    /// recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
+    /// as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
 }

@@ -39,8 +39,8 @@ pub struct RunArgs {
     /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64).
     #[arg(long)]
     pub precise: bool,
-    /// With `--backend cpu`: run softmax, layer_norm and gelu as generated kernels instead of
-    /// recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
+    /// as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
 }

@@ -138,8 +138,8 @@ pub struct CompileOptions {
     pub kernel_compiler: Option<Arc<dyn KernelCompiler>>,
     /// Largest arena one run may use, in bytes.
     pub max_arena_bytes: u64,
-    /// Recover softmax, layer_norm and gelu from their prims (`crate::recover`) and run them
-    /// through library kernels. Off in the reference mode (which runs the prims exactly as
+    /// Recover the ops of `crate::recover::RECOVERABLE` (softmax, log_softmax, layer_norm,
+    /// rms_norm, gelu, attention) from their prims and run them through library kernels. Off in the reference mode (which runs the prims exactly as
     /// lowered), on in native mode; `--no-recover` turns it off there.
     pub recover: bool,
 }
