@@ -23,6 +23,7 @@ fn workloads_match_the_peer_definitions() {
         ),
         ("W5_attn_8x512x64", &[1, 8, 512, 64], 4 * 8 * 512 * 64 * f, 2.0 * 2.0 * 8.0 * 512.0 * 512.0 * 64.0),
         ("W5_attn_causal", &[1, 8, 512, 64], 4 * 8 * 512 * 64 * f, 2.0 * 8.0 * 512.0 * 512.0 * 64.0),
+        ("W5_attn_S4096", &[1, 8, 4096, 64], 4 * 8 * 4096 * 64 * f, 2.0 * 2.0 * 8.0 * 4096.0 * 4096.0 * 64.0),
         (
             "W6_encoder_s128_d256",
             &[1, 128, 256],
@@ -53,9 +54,19 @@ fn workloads_match_the_peer_definitions() {
 }
 
 #[test]
+fn attention_workloads_know_their_score_matrix() {
+    // What a materialised f32 [batch..., L, S] score matrix takes, for peak_bytes to be read
+    // against.
+    for (name, bytes) in [("W5_attn_8x512x64", 8 * 512 * 512 * 4), ("W5_attn_S4096", 8 * 4096 * 4096 * 4)] {
+        assert_eq!(bench::attention_scores_bytes(&bench::workload(name).unwrap().graph), bytes, "{name}");
+    }
+    assert_eq!(bench::attention_scores_bytes(&bench::workload("W0_sgemm_1024").unwrap().graph), 0);
+}
+
+#[test]
 fn selection_by_prefix() {
     assert_eq!(bench::select(&[]).unwrap().len(), bench::WORKLOADS.len());
-    assert_eq!(bench::select(&["W5".into()]).unwrap(), vec!["W5_attn_8x512x64", "W5_attn_causal"]);
+    assert_eq!(bench::select(&["W5".into()]).unwrap(), vec!["W5_attn_8x512x64", "W5_attn_causal", "W5_attn_S4096"]);
     assert_eq!(
         bench::select(&["W9".into(), "W1_gelu_16".into()]).unwrap(),
         vec!["W1_gelu_16K", "W9_call_overhead_add16"]
@@ -80,6 +91,8 @@ fn measurements_and_json() {
             }
             assert_eq!(j["workload"], name);
             assert_eq!(j["threads"], threads);
+            // This test binary does not install the counting allocator.
+            assert!(j["peak_bytes"].is_null() && m.peak_bytes.is_none(), "{j}");
         }
     }
     // The CPU backend compiles and times the same workloads.
@@ -125,7 +138,8 @@ fn cli_prints_json_and_a_table() {
     let names: Vec<&str> = rows.iter().map(|r| r["workload"].as_str().unwrap()).collect();
     assert_eq!(names, ["W2_softmax_64x128", "W2_softmax_64x128", "W9_call_overhead_add16", "W9_call_overhead_add16"]);
     for r in rows {
-        for key in ["threads", "median_us", "floor_ratio", "compile_ms"] {
+        // peak_bytes: the binary counts its heap.
+        for key in ["threads", "median_us", "floor_ratio", "compile_ms", "peak_bytes"] {
             assert!(r[key].is_number(), "{key} in {r}");
         }
     }
@@ -135,7 +149,7 @@ fn cli_prints_json_and_a_table() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("W9_call_overhead_add16") && text.contains("floor"), "{text}");
+    assert!(text.contains("W9_call_overhead_add16") && text.contains("floor") && text.contains("peak_bytes"), "{text}");
     for bad in [&["bench", "--backend", "gpu"][..], &["bench", "--workload", "W7"], &["bench", "--threads", "0"]] {
         let out = std::process::Command::new(exe).args(bad).output().unwrap();
         assert!(!out.status.success(), "{bad:?} should fail");

@@ -19,8 +19,18 @@
 //! threads). Timed calls hand back the previous call's outputs (`Plan::run_into`), so a
 //! warm CPU run writes into them and allocates nothing, as an embedder calling a plan in a
 //! loop would; the copy floor likewise writes into a buffer it allocated once.
+//!
+//! `peak_bytes`: the working memory of one warm run beyond its inputs and outputs: the
+//! plan's arena (allocated by the first run and kept) plus the heap's high-water mark during
+//! the run above what was live when it began (library-kernel scratch, the interpreter's
+//! tensors), counted by [`CountingAlloc`] when the program installed it as its global
+//! allocator (the `ladder` binary does), else not reported. For attention workloads
+//! `scores_bytes` is what the materialised f32 score matrix `[batch..., L, S]` would take,
+//! the O(S²) a flash-style kernel avoids.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,6 +52,7 @@ pub const WORKLOADS: &[&str] = &[
     "W4_mlp_256x1024x4096",
     "W5_attn_8x512x64",
     "W5_attn_causal",
+    "W5_attn_S4096",
     "W6_encoder_s128_d256",
     "W9_call_overhead_add16",
 ];
@@ -99,6 +110,11 @@ pub trait Runnable: Send + Sync {
     /// Runs with `out` holding the previous call's outputs, which a backend may reuse (the
     /// CPU plan writes into them: what an embedder calling it in a loop gets).
     fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String>;
+
+    /// Bytes of scratch memory kept between runs (the CPU plan's arena), 0 when none.
+    fn arena_bytes(&self, _inputs: &[Tensor]) -> usize {
+        0
+    }
 }
 
 struct InterpRunnable(Arc<Graph>);
@@ -117,6 +133,116 @@ impl Runnable for crate::runtime::Plan {
         *out = o.outputs;
         r
     }
+
+    fn arena_bytes(&self, inputs: &[Tensor]) -> usize {
+        self.memory_report(inputs).map(|r| r.arena_bytes).unwrap_or(0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peak memory
+// ---------------------------------------------------------------------------------------------
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator, counting live heap bytes and their high-water mark in two atomics
+/// (for `peak_bytes`). Install it with `#[global_allocator]`; the counters stay 0 otherwise.
+pub struct CountingAlloc;
+
+impl CountingAlloc {
+    /// Heap bytes live now (0 when not installed).
+    pub fn live() -> usize {
+        LIVE.load(Ordering::Relaxed)
+    }
+
+    /// Whether it is the global allocator (something is always live once `main` runs).
+    pub fn installed() -> bool {
+        Self::live() > 0
+    }
+
+    /// Starts a new high-water mark at the bytes live now, which it returns.
+    pub fn reset_peak() -> usize {
+        let now = LIVE.load(Ordering::Relaxed);
+        PEAK.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The most bytes live since the last [`CountingAlloc::reset_peak`].
+    pub fn peak() -> usize {
+        PEAK.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn grew(by: usize) {
+        let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+        if now > PEAK.load(Ordering::Relaxed) {
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn shrank(by: usize) {
+        LIVE.fetch_sub(by, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping touches
+// two atomics only (it never allocates or re-enters the allocator).
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) };
+        Self::shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                Self::grew(new_size - layout.size());
+            } else {
+                Self::shrank(layout.size() - new_size);
+            }
+        }
+        p
+    }
+}
+
+/// The bytes of the largest f32 score matrix `[batch..., L, S]` a statically shaped
+/// attention node of `graph` would materialise (0 without one).
+pub fn attention_scores_bytes(graph: &Graph) -> usize {
+    graph
+        .nodes()
+        .filter(|(_, n)| n.op == OpKind::ScaledDotProductAttention)
+        .filter_map(|(v, n)| {
+            let out = graph.ty(v).shape.dims().iter().map(|d| d.as_const()).collect::<Option<Vec<u64>>>()?;
+            let k = &graph.ty(*n.args.get(1)?).shape;
+            let s = k.dims().get(k.rank().checked_sub(2)?)?.as_const()?;
+            let rows: u64 = out[..out.len().checked_sub(1)?].iter().product();
+            usize::try_from(rows.checked_mul(s)?.checked_mul(4)?).ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times): the
@@ -269,13 +395,17 @@ fn build(name: &str) -> Result<Option<Workload>, BuildError> {
             let y = w.b.add(o, x)?;
             w.finish(name, y, FloorKind::Gemm, 2.0 * 256.0 * 1024.0 * 4096.0 * 2.0)
         }
-        "W5_attn_8x512x64" | "W5_attn_causal" => {
+        "W5_attn_8x512x64" | "W5_attn_causal" | "W5_attn_S4096" => {
+            // W5_attn_S4096 is ladder's own (no peer runs it): long context, for the
+            // attention kernel's memory (`peak_bytes` against `scores_bytes`).
             let causal = name == "W5_attn_causal";
-            let q = w.input("q", &[1, 8, 512, 64], 1.0)?;
-            let k = w.input("k", &[1, 8, 512, 64], 1.0)?;
-            let v = w.input("v", &[1, 8, 512, 64], 1.0)?;
+            let s = if name == "W5_attn_S4096" { 4096 } else { 512 };
+            let q = w.input("q", &[1, 8, s, 64], 1.0)?;
+            let k = w.input("k", &[1, 8, s, 64], 1.0)?;
+            let v = w.input("v", &[1, 8, s, 64], 1.0)?;
             let y = attention(&mut w.b, q, k, v, causal, 64)?;
-            let f = 2.0 * 2.0 * 8.0 * 512.0 * 512.0 * 64.0;
+            let sf = s as f64;
+            let f = 2.0 * 2.0 * 8.0 * sf * sf * 64.0;
             w.finish(name, y, FloorKind::Gemm, if causal { f / 2.0 } else { f })
         }
         "W6_encoder_s128_d256" => {
@@ -561,6 +691,11 @@ pub struct Measurement {
     pub floor_ratio: f64,
     pub io_bytes: usize,
     pub flops: f64,
+    /// Working memory of one warm run (see the module docs); `None` without
+    /// [`CountingAlloc`] installed.
+    pub peak_bytes: Option<usize>,
+    /// Bytes of the materialised attention scores, 0 for workloads without attention.
+    pub scores_bytes: usize,
 }
 
 impl Measurement {
@@ -590,6 +725,8 @@ impl Measurement {
             "gb_per_s": self.gbps(),
             "flops": self.flops,
             "gflop_per_s": self.gflops(),
+            "peak_bytes": self.peak_bytes,
+            "scores_bytes": self.scores_bytes,
         })
     }
 }
@@ -661,6 +798,15 @@ pub fn run(
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut out = Vec::new();
         let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;
+        // One more warm run, for the heap's high-water mark above what is live before it.
+        let peak_bytes = if CountingAlloc::installed() {
+            let arena = runnable.arena_bytes(&w.inputs);
+            let base = CountingAlloc::reset_peak();
+            runnable.run_into(&w.inputs, black_box(&mut out)).map_err(BenchError::Run)?;
+            Some(arena + CountingAlloc::peak().saturating_sub(base))
+        } else {
+            None
+        };
         let floor_us = floors.floor_us(w, threads);
         Ok(Measurement {
             workload: w.name.clone(),
@@ -673,6 +819,8 @@ pub fn run(
             floor_ratio: floor_us / timing.median_us,
             io_bytes: w.io_bytes,
             flops: w.flops,
+            peak_bytes,
+            scores_bytes: attention_scores_bytes(&w.graph),
         })
     })
 }

@@ -91,15 +91,24 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 if results.is_empty() {
                     writeln!(
                         out,
-                        "{:<26} {:>3} {:>12} {:>9} {:>9} {:>12} {:>8} {:>11}",
-                        "workload", "thr", "median_us", "GB/s", "GFLOP/s", "floor_us", "floor/t", "compile_ms"
+                        "{:<26} {:>3} {:>12} {:>9} {:>9} {:>12} {:>8} {:>11} {:>12}",
+                        "workload",
+                        "thr",
+                        "median_us",
+                        "GB/s",
+                        "GFLOP/s",
+                        "floor_us",
+                        "floor/t",
+                        "compile_ms",
+                        "peak_bytes"
                     )
                     .map_err(Error::Stdout)?;
                 }
                 let gflops = if m.flops > 0.0 { format!("{:9.1}", m.gflops()) } else { format!("{:>9}", "-") };
+                let peak = m.peak_bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
                 writeln!(
                     out,
-                    "{:<26} {:>3} {:>12.1} {:>9.2} {} {:>12.1} {:>8.3} {:>11.3}",
+                    "{:<26} {:>3} {:>12.1} {:>9.2} {} {:>12.1} {:>8.3} {:>11.3} {:>12}",
                     m.workload,
                     m.threads,
                     m.timing.median_us,
@@ -107,7 +116,8 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                     gflops,
                     m.floor_us,
                     m.floor_ratio,
-                    m.compile_ms
+                    m.compile_ms,
+                    peak
                 )
                 .map_err(Error::Stdout)?;
                 out.flush().map_err(Error::Stdout)?;
@@ -129,6 +139,24 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
              the gemm crate's 1024^3 sgemm rate{rates}"
         )
         .map_err(Error::Stdout)?;
+        writeln!(
+            out,
+            "peak_bytes = working memory of one warm run beyond inputs and outputs (arena + heap high-water mark)"
+        )
+        .map_err(Error::Stdout)?;
+        for m in results.iter().filter(|m| m.scores_bytes > 0) {
+            if let Some(peak) = m.peak_bytes {
+                writeln!(
+                    out,
+                    "{} at {} thread(s): peak_bytes {peak} = {:.5} x the {} bytes of its materialised f32 scores",
+                    m.workload,
+                    m.threads,
+                    peak as f64 / m.scores_bytes as f64,
+                    m.scores_bytes
+                )
+                .map_err(Error::Stdout)?;
+            }
+        }
     }
     Ok(())
 }

@@ -711,7 +711,7 @@ impl Plan {
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                     self.write(p, st, c.out, &t).map_err(at)?;
                 }
-                Step::Library(l) if self.native_library && self.all_f32(p, &l.args) && self.all_f32(p, &[l.out]) => {
+                Step::Library(l) if self.native_library && self.native_operands(p, l) => {
                     self.run_rows(p, st, inputs, l).map_err(at)?;
                 }
                 Step::Library(l) => {
@@ -857,6 +857,18 @@ impl Plan {
         bufs.iter().all(|&b| p.buffers[b].dtype == crate::ir::DType::F32)
     }
 
+    /// Whether library call `l` runs through the native kernels (`backend::cpu::rows`): an
+    /// f32 result and f32 operands, except that attention's mask (its fourth operand) may be
+    /// bool.
+    fn native_operands(&self, p: &Program, l: &LibraryCall) -> bool {
+        let bool_mask = |i: usize| i == 3 && l.op == OpKind::ScaledDotProductAttention;
+        self.all_f32(p, &[l.out])
+            && l.args.iter().enumerate().all(|(i, &b)| {
+                let dtype = p.buffers[b].dtype;
+                dtype == crate::ir::DType::F32 || (dtype == crate::ir::DType::Bool && bool_mask(i))
+            })
+    }
+
     /// The address of a buffer's first element in this run.
     fn address(&self, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> usize {
         match &self.locs[b.index()] {
@@ -867,8 +879,8 @@ impl Plan {
         }
     }
 
-    /// A recovered op through its f32 library kernel (`backend::cpu::rows`), in place in the
-    /// plan's memory.
+    /// A recovered op through its f32 library kernel (`backend::cpu::rows::run_native`; a
+    /// bool attention mask goes as bytes), in place in the plan's memory.
     fn run_rows(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
         let mut shapes = std::mem::take(&mut st.arg_shapes);
         shapes.resize_with(l.args.len(), Vec::new);
@@ -880,15 +892,24 @@ impl Plan {
             ptrs.push((self.address(st, inputs, b), st.lens[b.index()]));
         }
         let (out, out_len) = (self.address(st, inputs, l.out), st.lens[l.out.index()]);
-        // SAFETY: each address is the start of its buffer for this run, holding `len` f32
-        // elements (lengths from `bind`, inputs checked against their shapes). The output is
-        // a temporary or an output slot whose lifetime overlaps the arguments', so the memory
-        // plan gives it bytes disjoint from theirs; nothing else touches them in this step.
-        let args: SmallVec<[&[f32]; 4]> =
-            ptrs.iter().map(|&(a, n)| unsafe { std::slice::from_raw_parts(a as *const f32, n) }).collect();
+        // SAFETY: each address is the start of its buffer for this run, holding `len`
+        // elements of its dtype (lengths from `bind`, inputs checked against their shapes):
+        // f32, or, where `native_operands` allowed it, bool, stored one byte per element (read
+        // as u8, valid for any byte). The output is a temporary or an output slot whose
+        // lifetime overlaps the arguments', so the memory plan gives it bytes disjoint from
+        // theirs; nothing else touches them in this step.
+        use crate::backend::cpu::rows::Operand;
+        let args: SmallVec<[Operand; 4]> = ptrs
+            .iter()
+            .zip(&l.args)
+            .map(|(&(a, n), &b)| match p.buffers[b].dtype {
+                crate::ir::DType::Bool => Operand::Bool(unsafe { std::slice::from_raw_parts(a as *const u8, n) }),
+                _ => Operand::F32(unsafe { std::slice::from_raw_parts(a as *const f32, n) }),
+            })
+            .collect();
         let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, out_len) };
         let shape_refs: SmallVec<[&[usize]; 4]> = shapes.iter().map(Vec::as_slice).collect();
-        let result = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
+        let result = crate::backend::cpu::rows::run_native(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
             .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
         drop(shape_refs);
         st.arg_shapes = shapes;

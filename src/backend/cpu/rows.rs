@@ -39,6 +39,7 @@
 //! [`PAR_ELEMS`] elements in all).
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::activation::{apply_f32, Activation};
 use super::gemm::KernelError;
@@ -49,9 +50,9 @@ use crate::ops::OpKind;
 pub const PAR_ELEMS: usize = 1 << 16;
 
 /// Runs recovered op `op` on f32 buffers: `args[0]` is `x`, later args the op's other
-/// operands (layer_norm's weight and bias, rms_norm's weight; attention's k and v), `shapes`
-/// theirs in the same
-/// order, `out` the result.
+/// operands (layer_norm's weight and bias, rms_norm's weight; attention's k, v and an f32
+/// mask), `shapes` theirs in the same order, `out` the result. [`run_native`] also takes a
+/// bool attention mask.
 pub fn run_f32(
     op: OpKind,
     attrs: &Attrs,
@@ -62,7 +63,8 @@ pub fn run_f32(
 ) -> Result<(), KernelError> {
     let shape = *shapes.first().ok_or_else(|| KernelError::Shape(format!("{op} without arguments")))?;
     if op == OpKind::ScaledDotProductAttention {
-        return attention(attrs, args, shapes, out, threads);
+        let operands: SmallVec<[Operand; 4]> = args.iter().map(|&a| Operand::F32(a)).collect();
+        return attention(attrs, &operands, shapes, out, threads);
     }
     let len = |what: &'static str, got: usize, want: usize| {
         if got == want {
@@ -129,16 +131,54 @@ pub fn run_f32(
     Ok(())
 }
 
-fn attention(
+/// An operand of a library call as the runtime holds it: f32 values, or bools one byte each
+/// (nonzero = true).
+#[derive(Clone, Copy)]
+pub enum Operand<'a> {
+    F32(&'a [f32]),
+    Bool(&'a [u8]),
+}
+
+/// [`run_f32`] for operands of either kind: attention's mask may be bool; every other operand
+/// of every op must be f32.
+pub fn run_native(
+    op: OpKind,
     attrs: &Attrs,
-    args: &[&[f32]],
+    args: &[Operand],
     shapes: &[&[usize]],
     out: &mut [f32],
     threads: usize,
 ) -> Result<(), KernelError> {
-    let ([q, k, v], [sq, sk, sv]) = (args, shapes) else {
-        return Err(KernelError::Shape("attention takes q, k and v (no mask) here".into()));
+    if op == OpKind::ScaledDotProductAttention {
+        return attention(attrs, args, shapes, out, threads);
+    }
+    let floats: SmallVec<[&[f32]; 4]> = args
+        .iter()
+        .map(|a| match *a {
+            Operand::F32(x) => Ok(x),
+            Operand::Bool(_) => Err(KernelError::Unsupported(format!("a bool operand of {op}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    run_f32(op, attrs, &floats, shapes, out, threads)
+}
+
+/// `scaled_dot_product_attention(q, k, v, mask?)`: q, k, v of one shape `[batch..., ·, ·]`,
+/// the mask (f32 or bool) broadcast to the scores `[batch..., L, S]`.
+fn attention(
+    attrs: &Attrs,
+    args: &[Operand],
+    shapes: &[&[usize]],
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), KernelError> {
+    let (&[Operand::F32(q), Operand::F32(k), Operand::F32(v), ref mask @ ..], &[sq, sk, sv, ref mask_shape @ ..]) =
+        (args, shapes)
+    else {
+        return Err(KernelError::Shape("attention takes f32 q, k and v and an optional mask".into()));
     };
+    if mask.len() > 1 || mask.len() != mask_shape.len() {
+        return Err(KernelError::Shape("attention takes f32 q, k and v and an optional mask".into()));
+    }
     let r = sq.len();
     if r < 2 || sk.len() != r || sv.len() != r || sq[..r - 2] != sk[..r - 2] || sq[..r - 2] != sv[..r - 2] {
         return Err(KernelError::Shape(format!("attention operands {sq:?}, {sk:?}, {sv:?}")));
@@ -153,12 +193,22 @@ fn attention(
     if sk[r - 1] != dims.d || sv[r - 2] != dims.s {
         return Err(KernelError::Shape(format!("attention operands {sq:?}, {sk:?}, {sv:?}")));
     }
+    let mask = match (mask.first(), mask_shape.first()) {
+        (Some(m), Some(shape)) => {
+            let values = match *m {
+                Operand::F32(x) => super::attention::MaskValues::Float(x),
+                Operand::Bool(x) => super::attention::MaskValues::Bool(x),
+            };
+            Some(super::attention::Mask::broadcast(values, shape, &sq[..r - 2], dims.l, dims.s)?)
+        }
+        _ => None,
+    };
     let scale = match attrs.float("scale") {
         x if x.is_nan() => 1.0 / (dims.d as f64).sqrt(),
         x => x,
     } as f32;
     let (causal, safe) = (attrs.bool("causal"), attrs.bool("safe_softmax"));
-    super::attention::attention_f32(q, k, v, out, &dims, scale, causal, safe, threads)
+    super::attention::attention_f32(q, k, v, mask.as_ref(), out, &dims, scale, causal, safe, threads)
 }
 
 /// `f(x_row, y_row)` for every row of length `n`, over rayon workers when it pays.
