@@ -266,6 +266,29 @@ pub fn prepare(
     }
 }
 
+/// Per-step median times of `w` compiled for the CPU backend with `threads` threads (in a
+/// rayon pool of that size): [`crate::Plan::profile`] over `runs` runs.
+pub fn profile(
+    w: &Workload,
+    threads: usize,
+    runs: usize,
+    recover: bool,
+) -> Result<Vec<crate::runtime::StepTime>, BenchError> {
+    let threads = threads.max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))?;
+    pool.install(|| {
+        let mut options = crate::runtime::CompileOptions::native_cpu(threads)
+            .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
+        options.recover = recover;
+        let plan = crate::runtime::compile(&w.graph, &options)
+            .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))?;
+        plan.profile(&w.inputs, runs).map_err(|e| BenchError::Run(e.to_string()))
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Workloads
 // ---------------------------------------------------------------------------------------------

@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
+    /// With `--backend cpu`: after each measurement, the median time of every step of the plan
+    /// (kernels, GEMMs with their epilogues, library calls, graph breaks) and its share.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -81,6 +85,9 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if backend == Backend::Interp {
         note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
+        if args.profile {
+            return Err(Error::Usage("--profile times the steps of a compiled plan: use --backend cpu".into()));
+        }
     }
     let mut floors = Floors::default();
     let mut results: Vec<Measurement> = Vec::new();
@@ -121,6 +128,15 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 )
                 .map_err(Error::Stdout)?;
                 out.flush().map_err(Error::Stdout)?;
+            }
+            if args.profile && backend == Backend::Cpu && !args.json {
+                let steps = bench::profile(w, threads, args.runs.unwrap_or(20), !args.no_recover).map_err(usage)?;
+                let total: f64 = steps.iter().map(|s| s.median_us).sum();
+                for s in &steps {
+                    let share = if total > 0.0 { 100.0 * s.median_us / total } else { 0.0 };
+                    writeln!(out, "    {:<44} {:>12.1} {:>5.1}%", s.label, s.median_us, share)
+                        .map_err(Error::Stdout)?;
+                }
             }
             results.push(m);
         }
