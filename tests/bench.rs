@@ -150,7 +150,22 @@ fn cli_prints_json_and_a_table() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("W9_call_overhead_add16") && text.contains("floor") && text.contains("peak_bytes"), "{text}");
-    for bad in [&["bench", "--backend", "gpu"][..], &["bench", "--workload", "W7"], &["bench", "--threads", "0"]] {
+    // --profile: one line per step of the compiled plan, with its share of the total.
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--backend", "cpu", "--workload", "W4", "--threads", "1", "--runs", "1", "--profile"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let steps: Vec<&str> = text.lines().filter(|l| l.starts_with("    ")).collect();
+    assert!(steps.iter().any(|l| l.contains("matmul") && l.contains("+ epilogue") && l.ends_with('%')), "{text}");
+    assert!(steps.iter().any(|l| l.contains("gelu")), "{text}");
+    for bad in [
+        &["bench", "--backend", "gpu"][..],
+        &["bench", "--workload", "W7"],
+        &["bench", "--threads", "0"],
+        &["bench", "--workload", "W9", "--profile"],
+    ] {
         let out = std::process::Command::new(exe).args(bad).output().unwrap();
         assert!(!out.status.success(), "{bad:?} should fail");
         assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");

@@ -161,14 +161,17 @@ fn the_encoder_is_nine_kernels_around_eight_matmuls() {
     let g = ladder::passes::lower(&example_encoder().unwrap()).unwrap().simplified;
     let s = schedule_explained(&g).unwrap();
     let p = &s.program;
-    assert_eq!(kernels(p), 9, "{p}");
+    // Nine kernels: six steps of their own and three that run as the epilogues of the
+    // out-projection and the two feed-forward matmuls (bias, residual, the next norm).
+    assert_eq!(p.kernels().count(), 9, "{p}");
+    assert_eq!(kernels(p), 6, "{p}");
+    assert_eq!(p.steps.iter().filter(|s| matches!(s, Step::Matmul(m) if m.epilogue.is_some())).count(), 3, "{p}");
     assert_eq!(p.steps.iter().filter(|s| matches!(s, Step::Matmul(_))).count(), 8);
     assert!(breaks(p).is_empty());
     // Each layer norm is one kernel of three reductions; the attention softmax one kernel of
     // two reductions that also stores the row maximum (%64) for the masking after the second matmul.
     let reductions = |k: &ladder::kernel::Kernel| k.stages.iter().filter(|s| !s.accumulators.is_empty()).count();
-    let ks: Vec<&ladder::kernel::Kernel> =
-        p.steps.iter().filter_map(|s| if let Step::Kernel(k) = s { Some(k) } else { None }).collect();
+    let ks: Vec<&ladder::kernel::Kernel> = p.kernels().collect();
     assert_eq!(ks.iter().map(|k| reductions(k)).collect::<Vec<_>>(), vec![3, 0, 0, 0, 2, 0, 3, 0, 0]);
     assert!(s.explanation.contains("k4: outer [4, seq], 5 stages (2 reductions); stores %64 %71"), "{}", s.explanation);
     assert!(s.explanation.contains("k0: outer [seq], 8 stages (3 reductions); stores %ln1"), "{}", s.explanation);
@@ -198,9 +201,11 @@ fn a_deep_stack_schedules_into_a_fixed_number_of_steps_per_layer() {
     b.output("y", x).unwrap();
     let g = ladder::passes::lower(&b.finish().unwrap()).unwrap().simplified;
     let p = schedule(&g).unwrap();
-    // The first layer norm, then per layer the matmul and one kernel computing the softmax,
-    // the residual add and the next layer's norm (storing the residual and the norm).
-    assert_eq!(p.steps.len(), 2 * layers + 1, "{p}");
+    // The first layer norm, then per layer the matmul with one kernel as its epilogue
+    // computing the softmax, the residual add and the next layer's norm (storing the residual
+    // and the norm).
+    assert_eq!(p.steps.len(), layers + 1, "{p}");
+    assert_eq!(p.kernels().count(), layers + 1, "{p}");
     let x = random_tensor(&mut rng, DType::F32, &[2, 8]).unwrap();
     agrees(&g, &p, &[x]);
 }

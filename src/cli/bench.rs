@@ -84,10 +84,10 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         }
     }
     if backend == Backend::Interp {
-        note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
         if args.profile {
             return Err(Error::Usage("--profile times the steps of a compiled plan: use --backend cpu".into()));
         }
+        note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
     }
     let mut floors = Floors::default();
     let mut results: Vec<Measurement> = Vec::new();
