@@ -143,3 +143,43 @@ fn a_warm_native_run_into_allocates_only_gemm_packing_buffers() {
     assert_eq!(gemms, 1);
     assert!(n <= gemms, "a warm native run_into allocated {n} times with {gemms} GEMM step(s)");
 }
+
+/// Native mode with the data-movement prims as library steps (`cat` of RoPE's rotate_half,
+/// `pad`, `rev`, an embedding-style `gather`): a warm `run_into` allocates nothing.
+#[test]
+fn a_warm_native_run_into_with_copies_allocates_nothing() {
+    let g = ladder::text::parse(
+        "graph m(%x: f32[batch, 16], %ids: i64[batch, 16], %w: f32[32, 16]) {
+  %x1 = slice(%x) {axis=1, start=0, end=8}
+  %x2 = slice(%x) {axis=1, start=8}
+  %n2 = neg(%x2)
+  %r = cat(%n2, %x1) {axis=1}
+  %p = pad(%r) {low=[1, -2], high=[0, 3], value=0.5}
+  %v = rev(%p) {axes=[0, 1]}
+  %e = gather(%w, %ids) {axis=0}
+  %y = add(%r, %e)
+  return %y, %v
+}",
+    )
+    .unwrap();
+    let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+    let program = plan.program().unwrap();
+    let copies = program.steps.iter().filter(|s| matches!(s, ladder::kernel::Step::Library(_))).count();
+    assert_eq!(copies, 4, "cat, pad, rev and gather are library steps:\n{program}");
+    assert!(!program.steps.iter().any(|s| matches!(s, ladder::kernel::Step::Interp(_))), "{program}");
+    let mut rng = Rng::new(11);
+    let w = random_tensor(&mut rng, DType::F32, &[32, 16]).unwrap();
+    let mut out = ladder::Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+    for batch in [4, 4, 9, 1] {
+        let x = random_tensor(&mut rng, DType::F32, &[batch, 16]).unwrap();
+        let ids = random_tensor(&mut rng, DType::I64, &[batch, 16]).unwrap();
+        let inputs = [x, ids, w.clone()];
+        let fresh = plan.run(&inputs).unwrap();
+        plan.run_into(&inputs, &mut out).unwrap();
+        let (_, n) = allocations(|| plan.run_into(&inputs, &mut out).unwrap());
+        assert_eq!(n, 0, "batch {batch}: a warm run_into allocated {n} times");
+        for (a, b) in out.outputs.iter().zip(&fresh.outputs) {
+            assert!(a.bit_eq(b), "run_into and run disagree at batch {batch}");
+        }
+    }
+}

@@ -1,5 +1,6 @@
-//! Scheduler decisions: what is materialised and why, merging, graph-break grouping, and
-//! determinism; every program is also run against the interpreter, bit for bit.
+//! Scheduler decisions: what is materialised and why, merging, the library calls of the
+//! data-movement prims, and determinism; every program is also run against the interpreter,
+//! bit for bit.
 
 mod common;
 
@@ -98,8 +99,12 @@ fn a_cheap_value_needed_by_two_kernels_is_recomputed() {
     agrees(&g, &s.program, &[f32t(&[1, 4], &[0.5, 1.0, 2.0, 3.0])]);
 }
 
+fn library_ops(p: &Program) -> Vec<String> {
+    p.steps.iter().filter_map(|s| if let Step::Library(l) = s { Some(l.op.name().to_string()) } else { None }).collect()
+}
+
 #[test]
-fn adjacent_graph_breaks_are_one_break_unless_that_makes_a_cycle() {
+fn data_movement_prims_are_library_calls_in_dependency_order() {
     let (g, s) = sched(
         "graph g(%x: f32[4]) {
   %1 = exp(%x) : f32[4]
@@ -109,13 +114,14 @@ fn adjacent_graph_breaks_are_one_break_unless_that_makes_a_cycle() {
   return %4
 }",
     );
-    let b = breaks(&s.program);
-    assert_eq!(b.len(), 1, "{}", s.program);
-    assert_eq!(b[0].reason, "cat, rev are not compiled by the kernel backends");
-    assert_eq!(b[0].graph.len(), 3, "one input and two ops:\n{}", s.program);
+    assert!(breaks(&s.program).is_empty(), "{}", s.program);
+    assert_eq!(library_ops(&s.program), ["rev", "cat"], "{}", s.program);
+    assert!(s.explanation.contains("; rev %2: library call"), "{}", s.explanation);
+    assert!(s.explanation.contains("%1: it is an operand of rev %2 (a library call)"), "{}", s.explanation);
+    assert!(s.program.to_string().contains("library b3 = cat(b2, b1) {axis=0}"), "{}", s.program);
     agrees(&g, &s.program, &[f32t(&[4], &[0.0, 1.0, -1.0, 2.0])]);
 
-    // rev -> kernel -> cat, where cat also reads rev: joining them would be a cycle.
+    // rev -> kernel -> cat, where cat also reads rev: three steps in that order.
     let (g, s) = sched(
         "graph g(%x: f32[4]) {
   %1 = rev(%x) {axes=[0]} : f32[4]
@@ -124,13 +130,23 @@ fn adjacent_graph_breaks_are_one_break_unless_that_makes_a_cycle() {
   return %3
 }",
     );
-    assert_eq!(breaks(&s.program).len(), 2, "{}", s.program);
+    let kinds: Vec<&str> = s
+        .program
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Kernel(_) => "kernel",
+            Step::Library(l) => l.op.name(),
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["rev", "kernel", "cat"], "{}", s.program);
     agrees(&g, &s.program, &[f32t(&[4], &[0.0, 1.0, -1.0, 2.0])]);
 }
 
 #[test]
-fn a_graph_break_binds_its_sizes_from_a_graph_input_when_its_own_inputs_cannot() {
-    // The break reads `x[1:]` of shape [n - 1]: `n` is passed in through `x` itself.
+fn a_library_copy_takes_its_sizes_from_its_buffers() {
+    // The rev reads `exp(x[1:])` of shape [n - 1]: its size comes from that buffer's shape.
     let (g, s) = sched(
         "graph g(%x: f32[n]) {
   %1 = slice(%x) {axis=0, start=1} : f32[n - 1]
@@ -139,9 +155,11 @@ fn a_graph_break_binds_its_sizes_from_a_graph_input_when_its_own_inputs_cannot()
   return %3
 }",
     );
-    let b = breaks(&s.program);
-    assert_eq!(b.len(), 1);
-    assert_eq!(b[0].args.len(), 2, "the exp result and the size carrier x:\n{}", s.program);
+    let libs: Vec<&ladder::kernel::LibraryCall> =
+        s.program.steps.iter().filter_map(|s| if let Step::Library(l) = s { Some(l) } else { None }).collect();
+    assert_eq!(libs.len(), 1, "{}", s.program);
+    assert_eq!(libs[0].args.len(), 1, "the exp result only:\n{}", s.program);
+    assert_eq!(s.program.buffers[libs[0].args[0]].shape.to_string(), "[n - 1]", "{}", s.program);
     for n in [1, 2, 5] {
         agrees(&g, &s.program, &[f32t(&[n], &(0..n).map(|i| i as f32).collect::<Vec<_>>())]);
     }

@@ -17,9 +17,10 @@
 //! false / true for bool); argmax keeps the first maximum, NaN counting as the maximum, and an
 //! empty argmax is an error. Integer sums and products wrap.
 //!
-//! Library calls (`matmul`, `conv`) run the interpreter's own op implementation on the
-//! operand buffers, and graph breaks run the interpreter on their graph, so a program agrees
-//! with the interpreter on the prims graph it was scheduled from, bit for bit.
+//! Library calls (`matmul`, `conv`, recovered ops, data-movement prims) run the interpreter's
+//! own op implementation on the operand buffers, and graph breaks run the interpreter on their
+//! graph, so a program agrees with the interpreter on the prims graph it was scheduled from,
+//! bit for bit.
 
 use std::sync::Arc;
 

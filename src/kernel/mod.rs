@@ -1,11 +1,11 @@
 //! Kernel IR: the loop-level, backend-neutral program a scheduled graph becomes.
 //!
 //! A [`Program`] is a list of [`Step`]s over typed [`Buffer`]s. A step is a generated
-//! [`Kernel`], a call into a library kernel (`matmul`, `conv`), or a *graph break*: a small
-//! graph the reference interpreter runs because no backend implements one of its ops.
-//! Nothing here is specific to a backend: the CPU backend compiles each kernel to a native
-//! loop nest with Cranelift, and the Vulkan backend lowers the same kernels to compute
-//! shaders.
+//! [`Kernel`], a call into a library kernel (`matmul`, `conv`, recovered ops, the
+//! data-movement prims), or a *graph break*: a small graph the reference interpreter runs
+//! because no backend implements one of its ops. Nothing here is specific to a backend: the
+//! CPU backend compiles each kernel to a native loop nest with Cranelift, and the Vulkan
+//! backend lowers the same kernels to compute shaders.
 //!
 //! ## Kernels
 //!
@@ -243,9 +243,12 @@ pub struct ConvCall {
     pub groups: i64,
 }
 
-/// A recovered high-level op (`crate::recover::RECOVERABLE`) through a hand-written library
-/// kernel: `out = op(args...)` with the op's attributes. Its meaning is the op's own (the
-/// interpreter's), which the reference executor runs; a backend runs its kernel for it.
+/// An op through a hand-written library kernel: `out = op(args...)` with the op's attributes,
+/// for a recovered high-level op (`crate::recover::RECOVERABLE`) or a data-movement prim
+/// (`pad`, `cat`, `rev`, `gather`, `scatter_add`). The arguments are buffers of the op's
+/// operands in order, `out` a buffer of its result, disjoint from them. Its meaning is the
+/// op's own (the interpreter's), which the reference executor runs; a backend runs its kernel
+/// for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LibraryCall {
     pub op: OpKind,

@@ -10,8 +10,8 @@
 //! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
 //!   kernel executor inside the plan), and every high-level op that lowers to prims.
 //! - `cpu_native`: the CPU scheduler puts the op (a prim or opaque op) in native code: a
-//!   Cranelift kernel or a library call (GEMM, conv). The rest are graph breaks that the plan
-//!   runs on the reference executor (`crate::sched::compiles`).
+//!   Cranelift kernel or a library call (GEMM, conv, the data-movement copies). The rest are
+//!   graph breaks that the plan runs on the reference executor (`crate::sched::compiles`).
 //! - `vulkan`: the Vulkan backend can execute it.
 //!
 //! Autodiff and the Vulkan backend are not built yet, so their columns are false. Each stage,

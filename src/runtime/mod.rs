@@ -711,7 +711,21 @@ impl Plan {
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                     self.write(p, st, c.out, &t).map_err(at)?;
                 }
-                Step::Library(l) if self.native_library && self.native_operands(p, l) => {
+                Step::Library(l)
+                    if self.native_library
+                        && crate::backend::cpu::copy::supports(
+                            l.op,
+                            l.args.iter().map(|b| p.buffers[*b].dtype),
+                            p.buffers[l.out].dtype,
+                        ) =>
+                {
+                    self.run_copy(p, st, inputs, l).map_err(at)?;
+                }
+                Step::Library(l)
+                    if self.native_library
+                        && crate::recover::RECOVERABLE.contains(&l.op)
+                        && self.native_operands(p, l) =>
+                {
                     self.run_rows(p, st, inputs, l).map_err(at)?;
                 }
                 Step::Library(l) => {
@@ -883,9 +897,15 @@ impl Plan {
     /// bool attention mask goes as bytes), in place in the plan's memory.
     fn run_rows(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
         let mut shapes = std::mem::take(&mut st.arg_shapes);
-        shapes.resize_with(l.args.len(), Vec::new);
+        // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
+        if shapes.len() < l.args.len() {
+            shapes.resize_with(l.args.len(), Vec::new);
+        }
         for (s, &b) in shapes.iter_mut().zip(&l.args) {
-            self.shape_into(p, st, b, s)?;
+            if let Err(e) = self.shape_into(p, st, b, s) {
+                st.arg_shapes = shapes;
+                return Err(e);
+            }
         }
         let mut ptrs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
         for &b in &l.args {
@@ -908,10 +928,60 @@ impl Plan {
             })
             .collect();
         let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, out_len) };
-        let shape_refs: SmallVec<[&[usize]; 4]> = shapes.iter().map(Vec::as_slice).collect();
+        let shape_refs: SmallVec<[&[usize]; 4]> = shapes[..l.args.len()].iter().map(Vec::as_slice).collect();
         let result = crate::backend::cpu::rows::run_native(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
             .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
         drop(shape_refs);
+        st.arg_shapes = shapes;
+        result
+    }
+
+    /// A data-movement prim through its library kernel (`backend::cpu::copy`), on the bytes of
+    /// the plan's memory.
+    fn run_copy(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
+        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
+        if shapes.len() <= l.args.len() {
+            shapes.resize_with(l.args.len() + 1, Vec::new);
+        }
+        for (s, &b) in shapes.iter_mut().zip(l.args.iter().chain(std::iter::once(&l.out))) {
+            self.shape_into(p, st, b, s)?;
+        }
+        let bytes = |st: &RunState, b: BufferId| st.lens[b.index()] * elem_size(p.buffers[b].dtype);
+        let mut ptrs: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+        for &b in &l.args {
+            ptrs.push((self.address(st, inputs, b), bytes(st, b)));
+        }
+        let (out, out_len) = (self.address(st, inputs, l.out), bytes(st, l.out));
+        // SAFETY: each address is the start of its buffer for this run, holding `len` bytes
+        // (lengths from `bind`, inputs checked against their shapes; bools are one byte, 0 or
+        // 1). The output is a temporary or an output slot whose lifetime overlaps the
+        // arguments', so the memory plan gives it bytes disjoint from theirs; nothing else
+        // touches them in this step, and the slices are dropped before it ends.
+        let out = unsafe { bytes_mut_at(out, out_len) };
+        let (arg_shapes, out_shape) = (&shapes[..l.args.len()], &shapes[l.args.len()]);
+        let operands: SmallVec<[crate::backend::cpu::copy::Operand<'_>; 8]> = ptrs
+            .iter()
+            .zip(arg_shapes)
+            .zip(&l.args)
+            .map(|((&(a, n), shape), &b)| crate::backend::cpu::copy::Operand {
+                // SAFETY: as for `out` above.
+                bytes: unsafe { bytes_at(a, n) },
+                shape,
+                dtype: p.buffers[b].dtype,
+            })
+            .collect();
+        let result = crate::backend::cpu::copy::run(
+            l.op,
+            &l.attrs,
+            &operands,
+            out,
+            out_shape,
+            p.buffers[l.out].dtype,
+            self.threads,
+        )
+        .map_err(|error| ExecError::Library { what: l.op.name(), error });
+        drop(operands);
         st.arg_shapes = shapes;
         result
     }
@@ -1079,6 +1149,32 @@ impl Plan {
         let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
         Ok(Some((NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() }, count, work)))
     }
+}
+
+/// `len` bytes at `addr` (an empty slice when `len` is 0, whatever the address).
+///
+/// # Safety
+/// When `len > 0`, `addr` must point to `len` initialised bytes that nothing writes while the
+/// slice lives.
+unsafe fn bytes_at<'a>(addr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// `len` writable bytes at `addr` (an empty slice when `len` is 0, whatever the address).
+///
+/// # Safety
+/// When `len > 0`, `addr` must point to `len` initialised bytes that nothing else reads or
+/// writes while the slice lives.
+unsafe fn bytes_mut_at<'a>(addr: usize, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
 }
 
 /// The address of an output slot's data, for writing (bool slots are never `Loc::Output`).

@@ -2,11 +2,14 @@
 //!
 //! Every node is one of: a source (graph input, constant), a kernel prim (elementwise,
 //! `convert_element_type`, `where`, `full`, `iota`; the layout prims `broadcast_in_dim`,
-//! `permute`, `slice`, `reshape`; the reductions), a library call (`matmul`, `conv`), or a
-//! graph break run by the interpreter (`pad`, `cat`, `rev`, `gather`, `scatter_add`; adjacent
-//! ones are grouped into one break unless a path through other steps connects them, which
-//! would be a cycle). `pad`, `cat` and `rev` stay breaks because the kernel IR has no guarded
-//! load: their reads would need indices clamped in registers (`LoadAt`) with static strides.
+//! `permute`, `slice`, `reshape`; the reductions), a library call (`matmul`, `conv`, the
+//! recovered ops, and the data-movement prims `pad`, `cat`, `rev`, `gather`, `scatter_add`,
+//! which read materialised operands and write a buffer), or a graph break run by the
+//! interpreter (any other op; adjacent ones are grouped into one break unless a path through
+//! other steps connects them, which would be a cycle). The data-movement prims are library
+//! calls rather than kernel prims because the kernel IR has no guarded load: folding them
+//! into a consumer's loads would need indices clamped in registers (`LoadAt`) with static
+//! strides.
 //!
 //! ## Materialised values
 //!
@@ -140,6 +143,7 @@ fn class(op: OpKind) -> Class {
     match op {
         Input | Const => Class::Source,
         Matmul | Conv => Class::Library,
+        Pad | Cat | Rev | Gather | ScatterAdd => Class::Library,
         op if crate::recover::RECOVERABLE.contains(&op) => Class::Library,
         BroadcastInDim | Permute | Slice | Reshape | Full | Iota => Class::Kernel,
         op if op.is_elementwise() || op.is_reduction() => Class::Kernel,
@@ -795,7 +799,7 @@ impl<'g> Sched<'g> {
                     innermost_loop_inside(&mut k);
                     steps.push(Step::Kernel(k));
                 }
-                Unit::Library(v) if crate::recover::RECOVERABLE.contains(&g.node(v).op) => {
+                Unit::Library(v) if !matches!(g.node(v).op, OpKind::Matmul | OpKind::Conv) => {
                     let node = g.node(v);
                     let args = node
                         .args
