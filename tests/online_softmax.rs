@@ -75,7 +75,7 @@ fn adversarial_row(kind: usize, n: usize, big: f64, rng: &mut Rng) -> Vec<f64> {
         8 => row.iter_mut().enumerate().for_each(|(i, x)| *x = i as f64 * 7.0),
         9 => row.iter_mut().enumerate().for_each(|(i, x)| *x = -(i as f64) * 0.01),
         // Huge values: differences overflow, terms underflow.
-        10 => row.iter_mut().for_each(|x| *x = if rng.next() % 2 == 0 { big } else { -big }),
+        10 => row.iter_mut().for_each(|x| *x = if rng.next() & 1 == 0 { big } else { -big }),
         11 => row.iter_mut().for_each(|x| *x = rng.uniform(-1.0, 1.0) * big),
         12 => row.iter_mut().for_each(|x| *x = big),
         // Tiny values, signed zeros.

@@ -19,6 +19,28 @@
 //! of reductions it depends on in sequence), so each reduction stage comes after the scalars
 //! it reads and before those that read it: `max`, then `exp(x - max)`'s sum, then the scale,
 //! then the store stage.
+//!
+//! ## The fused sum of exponentials
+//!
+//! Before the stages are ordered, a stage summing `exp(x - c)` is fused into the stage of the
+//! maximum `c` comes from ([`fuse_sum_exp`]), as a `sumexp` accumulator beside the `max` (the
+//! kernel IR's docs give its meaning: exactly the two stages', which compiled code computes
+//! online), so softmax and log_softmax read each row twice (the fused reduction, the output)
+//! and logsumexp once. The conditions, all on the emitted stages of one kernel:
+//! - the max stage `A` has a float `max` accumulator (f32 or f64) as its first, fed `xa`;
+//! - the sum stage `B` has one accumulator, a `sum` of the same dtype, the same inner extents
+//!   as `A`, and a body that is only `xb`'s computation, `sub xb, c`, `exp` of that and the
+//!   feed (so it stores nothing and computes nothing else);
+//! - `xb` is `xa` up to register names: the same loads at the same indices through the same
+//!   instructions, and the very same registers from outside the stage, so `B` sums over
+//!   exactly the values `A` takes the maximum of, in the same order (the same axes of the same
+//!   value, whatever layout prims led there);
+//! - `c` is `A`'s result (softmax, log_softmax: a `sumexp`) or `where(eq(abs(m), inf), 0, m)`
+//!   of it computed once per outer point (logsumexp's shift: a `sumexp_finite`).
+//!
+//! Nothing about other readers of the maximum matters: `A` still produces it at the same
+//! point, and `B`'s registers were local. f16/bf16 sums (which the CPU backend does not
+//! compile) and statically empty reductions (fed a constant) are left as they are.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -376,7 +376,9 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
             return None;
         }
     }
-    Some(if stage.accumulators.iter().any(|a| a.op.is_sum_exp()) {
+    // A `sumexp` runs one vector per iteration (see `codegen`).
+    let sum_exp = stage.accumulators.iter().any(|a| a.op.is_sum_exp());
+    Some(if sum_exp {
         1
     } else if heavy || stage.body.len() > 24 {
         2

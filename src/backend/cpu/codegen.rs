@@ -14,6 +14,15 @@
 //! tail. Booleans are lane masks there. Reductions keep one vector accumulator per unrolled
 //! copy plus the scalar tail's, combined at the end of the stage (sums and products
 //! reassociate, as the IR allows; max/min are exact in any order).
+//!
+//! A `sumexp` accumulator keeps, per vector slot and for the scalar tail, a running maximum and
+//! a running sum of `exp(x - max)` ([`math::sum_exp_step`]: one exponential per value); the
+//! maximum is the stage's `max` accumulator's own when that one is fed the same register
+//! first (as the scheduler emits it). At the end of the stage each partial sum is rescaled to
+//! the row's maximum (one vector exponential per slot) and added, and
+//! [`math::sum_exp_finish`] gives the special values. Its stages run one vector per
+//! iteration: the running states and the exponential's constants then fit the registers, and
+//! the end-of-stage rescaling costs one vector exponential.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};

@@ -22,6 +22,9 @@
 //! - `sin`/`cos`: Cody–Waite reduction by π/4 in five parts and Cephes' two polynomials, for
 //!   `|x| ≤ TRIG_FAST_LIMIT`; beyond it (and for inf/NaN) the exact f64 function is called
 //!   (a cold path: per element, but only for those arguments).
+//! - `sum_exp_step`/`sum_exp_rescale`/`sum_exp_finish`: the online `Σ exp(x - max)` of the
+//!   kernel IR's `sumexp` accumulators (a running maximum and a running sum rescaled when it
+//!   grows; one `exp_or_zero` of `-|x - m|` per value, every term at most 1).
 //! - `pow` (f32): computed in f64 as `2^(y·log2|x|)` (log2 by the atanh series, 2^f by Taylor,
 //!   both to ~1e-13), with C's special cases (negative base with integer exponent, zeros,
 //!   infinities, NaN, `pow(x, 0) = pow(1, y) = 1`), then rounded once to f32.
