@@ -33,7 +33,7 @@ fn dump_prints_the_kernel_program_and_its_explanation() {
     assert!(!out.contains("; schedule:"), "{out}");
     let (out, _) = ok(&["dump", "--stage", "kernels", "--explain"]);
     assert!(out.contains("; schedule: 9 kernels, 8 library calls, 0 graph breaks"), "{out}");
-    assert!(out.contains("reads %59 3 times"), "{out}");
+    assert!(out.contains("reads %59 2 times"), "{out}");
     assert!(out.contains("; not fused:"), "{out}");
     fails(&["dump", "--explain"], "--explain goes with --stage kernels");
 }

@@ -15,7 +15,12 @@
 //! (an empty sum is +0, an empty product 1); max and min fold with the NaN-propagating
 //! elementwise `max`/`min` (empty: -inf / +inf for floats, the dtype's MIN / MAX for integers,
 //! false / true for bool); argmax keeps the first maximum, NaN counting as the maximum, and an
-//! empty argmax is an error. Integer sums and products wrap.
+//! empty argmax is an error. Integer sums and products wrap. A `sumexp` accumulator keeps the
+//! values fed (in scratch memory reused across runs) and, at the end of the stage, computes
+//! their maximum `m` like `max`, the shift `c` (`m`, or for `sumexp_finite` 0 where `|m|` is
+//! inf, as `where(eq(abs(m), inf), 0, m)`), and folds `exp(x - c)` like `sum`, each `sub`
+//! and `exp` rounded to the dtype: the two stages it fuses, bit for bit (compiled code
+//! computes it online instead; see the kernel IR's docs).
 //!
 //! Library calls (`matmul`, `conv`, recovered ops, data-movement prims) run the interpreter's
 //! own op implementation on the operand buffers, and graph breaks run the interpreter on their
@@ -482,6 +487,9 @@ impl PreparedKernel {
                         if xdt != a.dtype {
                             return Err(p.err(format!("acc{acc} is {} but is fed {xdt}", a.dtype)));
                         }
+                        if a.op.is_sum_exp() && !xdt.is_float() {
+                            return Err(p.err(format!("acc{acc} sums exponentials of {xdt}")));
+                        }
                         let index = match (a.op, index) {
                             (ReduceOp::Argmax, Some(i)) => {
                                 let (i, idt) = p.use_reg(*i, &local)?;
@@ -624,6 +632,8 @@ pub struct Scratch {
     outer: Vec<i64>,
     inner: Vec<i64>,
     accs: Vec<AccState>,
+    /// The values fed to each `sumexp` accumulator of the current stage (by position).
+    feeds: Vec<Vec<f64>>,
 }
 
 fn eval_index(ix: &PIndex, dims: &[i64], outer: &[i64], inner: &[i64]) -> Result<i64, ExecError> {
@@ -734,8 +744,25 @@ fn acc_reset(acc: &Accumulator) -> AccState {
         ReduceOp::Max => Val::I(lo),
         ReduceOp::Min => Val::I(hi),
         ReduceOp::Argmax => Val::I(0),
+        ReduceOp::SumExp | ReduceOp::SumExpFinite => Val::F(0.0),
     };
     AccState { count: 0, value, best: 0 }
+}
+
+/// A `sumexp` accumulator's result over the values fed to it: the max stage and the
+/// `sum(exp(x - c))` stage it stands for, instruction by instruction.
+fn sum_exp_result(acc: &Accumulator, feeds: &[f64]) -> Val {
+    let dt = acc.dtype;
+    let m = feeds.iter().fold(f64::NEG_INFINITY, |m, &x| binary_float(OpKind::Max, m, x));
+    let c = if acc.op == ReduceOp::SumExpFinite && m.abs() == f64::INFINITY { 0.0 } else { m };
+    let mut sum = AccState { count: 0, value: Val::F(0.0), best: 0 };
+    let plain = Accumulator { op: ReduceOp::Sum, dtype: dt, result: acc.result };
+    for &x in feeds {
+        let d = round_float(dt, binary_float(OpKind::Sub, x, c));
+        let e = unary(OpKind::Exp, Val::F(d), dt, dt);
+        acc_feed(&plain, &mut sum, e, 0);
+    }
+    sum.value
 }
 
 fn acc_result(acc: &Accumulator, st: &AccState) -> Option<Val> {
@@ -761,6 +788,10 @@ pub fn run_kernel(k: &PreparedKernel, dims: &[i64], mem: &mut dyn Memory, s: &mu
         for stage in &k.stages {
             s.accs.clear();
             s.accs.extend(stage.accs.iter().map(acc_reset));
+            if s.feeds.len() < stage.accs.len() {
+                s.feeds.resize_with(stage.accs.len(), Vec::new);
+            }
+            s.feeds.iter_mut().for_each(Vec::clear);
             s.inner.clear();
             s.inner.resize(stage.inner.len(), 0);
             let empty = stage.inner.iter().any(|&d| dims[d] <= 0);
@@ -798,8 +829,13 @@ pub fn run_kernel(k: &PreparedKernel, dims: &[i64], mem: &mut dyn Memory, s: &mu
                                 s.regs[*dst] = s.regs[*x].convert_from(*xdt, *dtype)
                             }
                             PInstr::Accumulate { acc, x, index } => {
-                                let pos = index.map_or(0, |i| s.regs[i].as_i64());
-                                acc_feed(&stage.accs[*acc], &mut s.accs[*acc], s.regs[*x], pos);
+                                let a = &stage.accs[*acc];
+                                if a.op.is_sum_exp() {
+                                    s.feeds[*acc].push(s.regs[*x].as_f64());
+                                } else {
+                                    let pos = index.map_or(0, |i| s.regs[i].as_i64());
+                                    acc_feed(a, &mut s.accs[*acc], s.regs[*x], pos);
+                                }
                             }
                             PInstr::Store { buf, index, value } => {
                                 let at = eval_index(index, dims, &s.outer, &s.inner)?;
@@ -822,7 +858,11 @@ pub fn run_kernel(k: &PreparedKernel, dims: &[i64], mem: &mut dyn Memory, s: &mu
                     }
                 }
             }
-            for (a, st) in stage.accs.iter().zip(&s.accs) {
+            for ((a, st), feeds) in stage.accs.iter().zip(&s.accs).zip(&s.feeds) {
+                if a.op.is_sum_exp() {
+                    s.regs[a.result.index()] = sum_exp_result(a, feeds);
+                    continue;
+                }
                 s.regs[a.result.index()] = match acc_result(a, st) {
                     Some(v) => v,
                     None => return Err(ExecError::EmptyArgmax { kernel: k.name.clone() }),

@@ -12,11 +12,25 @@
 //! A kernel is a nest of *outer* loops (independent: a backend may run them in any order or
 //! in parallel) around a sequence of *stages*. For every point of the outer loops, the stages
 //! run in order; each stage is its own nest of *inner* loops around a straight-line body of
-//! scalar instructions. A stage may declare accumulators (sum, prod, max, min, argmax); they
-//! are reset before the stage's inner loops, fed by `Accumulate` instructions, and their
-//! final values are registers that later stages read. So a softmax row is one kernel with an
-//! outer loop over rows and three stages: max over the row, sum of `exp(x - max)`, and the
-//! pointwise `exp(x - max) / sum` written out.
+//! scalar instructions. A stage may declare accumulators (sum, prod, max, min, argmax, and
+//! the fused sum of exponentials `sumexp`); they are reset before the stage's inner loops, fed
+//! by `Accumulate` instructions, and their final values are registers that later stages read.
+//! So a softmax row is one kernel with an outer loop over rows and two stages: the max over the
+//! row together with the sum of `exp(x - max)` (a `max` and a `sumexp` accumulator fed the
+//! same value), then the pointwise `exp(x - max) / sum` written out.
+//!
+//! A `sumexp` accumulator means exactly what a `max` stage followed by a stage summing
+//! `exp(x - max)` over the same values means: `Σ exp(x - c)` with `c` the maximum of the
+//! values fed (`sumexp_finite`: `c` is 0 where that maximum is ±inf, logsumexp's shift), each
+//! term rounded like the `sub` and `exp` prims and summed like a `sum`. It needs the maximum
+//! before the first term, so a backend computes it online: a running maximum `m` and a
+//! running sum `s` of `exp(y - m)`, rescaled by `exp(m_old - m_new)` whenever the maximum
+//! grows (every term stays at most 1, so nothing overflows); partial states merge the same way.
+//! That reassociates the sum and rounds each term through the rescaling factors instead of
+//! once, an error of the same order as the sum's own (the softmax rows of the tolerance
+//! table bound it); special values keep the two-stage meaning: a NaN fed gives NaN; a
+//! maximum of `+inf` gives NaN (`sumexp_finite`: `+inf`); a maximum of `-inf` gives NaN for a
+//! non-empty range (`sumexp_finite`: 0); an empty range gives `+0`.
 //!
 //! Registers are SSA scalars numbered per kernel. A register defined by a stage with no
 //! inner loops, and every accumulator result, is visible to all later stages (it is one value
@@ -37,7 +51,7 @@
 //! (`crate::ops::elementwise::{unary_float, binary_float, binary_int}`), computed in the
 //! instruction's dtype. Accumulation happens in the accumulator's dtype in row-major order of
 //! the stage's inner loops; a backend may reassociate sums and products (the tolerance table
-//! covers reductions), but not change any other result. [`eval`] is the reference executor:
+//! covers reductions) and compute `sumexp` online (above), but not change any other result. [`eval`] is the reference executor:
 //! the exact rules (sum and product fold from the first element, so the sum of `[-0.0]` is
 //! `-0.0`; an empty sum is `+0`; an empty argmax is an error) are stated and implemented there.
 
@@ -114,6 +128,20 @@ pub enum ReduceOp {
     /// First index of the maximum (NaN counts as the maximum); its result is i64. The argmax
     /// of an empty range is a run-time error.
     Argmax,
+    /// `Σ exp(x - c)` over the values `x` fed, where `c` is their maximum (NaN-propagating,
+    /// `-inf` when empty): what a `max` stage followed by a `sum` stage of `exp(x - max)`
+    /// computes (softmax, log_softmax), in one pass. Float dtypes only.
+    SumExp,
+    /// [`ReduceOp::SumExp`] with `c` the maximum where it is finite and `0` where it is
+    /// `±inf` (logsumexp's shift).
+    SumExpFinite,
+}
+
+impl ReduceOp {
+    /// Whether this is one of the fused `Σ exp(x - max)` accumulators.
+    pub fn is_sum_exp(self) -> bool {
+        matches!(self, ReduceOp::SumExp | ReduceOp::SumExpFinite)
+    }
 }
 
 /// An accumulator of a stage.

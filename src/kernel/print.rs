@@ -81,6 +81,8 @@ fn write_stage(f: &mut fmt::Formatter<'_>, i: usize, stage: &Stage) -> fmt::Resu
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
             ReduceOp::Argmax => "argmax",
+            ReduceOp::SumExp => "sumexp",
+            ReduceOp::SumExpFinite => "sumexp_finite",
         };
         write!(f, " acc{k}={op}:{}->{}", acc.dtype, acc.result)?;
     }

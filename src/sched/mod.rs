@@ -36,8 +36,9 @@
 //! A kernel computes its roots and everything they need that has no buffer, with layout prims
 //! folded into load indices (broadcast is a zero stride, permute permutes strides, slice is an
 //! offset and a scaled stride, an affine reshape splits or merges strides) and reductions as
-//! stages (see `emit.rs`): softmax is one kernel of three stages over the rows, reading each
-//! row three times; layer_norm, whose decomposition has three reductions in sequence (max-abs
+//! stages (see `emit.rs`): softmax is one kernel of two stages over the rows (the maximum and
+//! the sum of `exp(x - max)` fused into one online pass, then the output), reading each row
+//! twice; layer_norm, whose decomposition has three reductions in sequence (max-abs
 //! prescale, mean, variance), is one kernel reading each row four times. A kernel without
 //! reductions loops over all axes of its result as outer loops.
 //!

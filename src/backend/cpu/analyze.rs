@@ -219,6 +219,9 @@ pub(crate) fn analyze(kernel: &Kernel, program: &Program, options: &CpuOptions) 
                         (ReduceOp::Sum | ReduceOp::Prod, _) if t.is_bool() => {
                             return Err(invalid(format!("stage {si}: {:?} of bool", a.op)))
                         }
+                        (ReduceOp::SumExp | ReduceOp::SumExpFinite, _) if !t.is_float() => {
+                            return Err(invalid(format!("stage {si}: {:?} of {t}", a.op)))
+                        }
                         _ => {}
                     }
                     continue;
@@ -360,6 +363,8 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
             Instr::Convert { x, dtype, .. } => vec_ty(x) && matches!(dtype, DType::F32 | DType::Bool),
             Instr::Accumulate { acc, .. } => {
                 let a = &stage.accumulators[*acc as usize];
+                // A `sumexp` takes an exponential per value.
+                heavy |= a.op.is_sum_exp();
                 a.dtype == DType::F32 && a.op != ReduceOp::Argmax
             }
         };
@@ -371,7 +376,15 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
             return None;
         }
     }
-    Some(if heavy || stage.body.len() > 24 { 2 } else { 4 })
+    // A `sumexp` runs one vector per iteration (see `codegen`).
+    let sum_exp = stage.accumulators.iter().any(|a| a.op.is_sum_exp());
+    Some(if sum_exp {
+        1
+    } else if heavy || stage.body.len() > 24 {
+        2
+    } else {
+        4
+    })
 }
 
 fn instr_uses(instr: &Instr) -> Vec<Reg> {

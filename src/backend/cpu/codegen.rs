@@ -14,6 +14,15 @@
 //! tail. Booleans are lane masks there. Reductions keep one vector accumulator per unrolled
 //! copy plus the scalar tail's, combined at the end of the stage (sums and products
 //! reassociate, as the IR allows; max/min are exact in any order).
+//!
+//! A `sumexp` accumulator keeps, per vector slot and for the scalar tail, a running maximum and
+//! a running sum of `exp(x - max)` ([`math::sum_exp_step`]: one exponential per value); the
+//! maximum is the stage's `max` accumulator's own when that one is fed the same register
+//! first (as the scheduler emits it). At the end of the stage each partial sum is rescaled to
+//! the row's maximum (one vector exponential per slot) and added, and
+//! [`math::sum_exp_finish`] gives the special values. Its stages run one vector per
+//! iteration: the running states and the exponential's constants then fit the registers, and
+//! the end-of-stage rescaling costs one vector exponential.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
@@ -68,6 +77,42 @@ struct AccVars {
     idx: Option<Variable>,
     seen: Option<Variable>,
     vecs: Vec<Variable>,
+    /// For `sumexp`: where its running maxima are (`val` and `vecs` hold the sums).
+    max: Option<SumExpMax>,
+}
+
+/// The running maxima of a `sumexp` accumulator: scalar and per vector slot, its own, or those
+/// of the stage's `max` accumulator `shared` when that one is fed the same register earlier in
+/// the body (so the maximum is computed once, and the step reads its value before the update).
+struct SumExpMax {
+    val: Variable,
+    vecs: Vec<Variable>,
+    shared: Option<usize>,
+}
+
+/// The `max` accumulator a `sumexp` accumulator `k` of `stage` can share its running maximum
+/// with: one of a lower index and the same dtype, fed exactly once, the same register as `k`
+/// (also fed once), and before it.
+fn shared_max(stage: &crate::kernel::Stage, k: usize) -> Option<usize> {
+    let feeds = |acc: usize| {
+        let mut it = stage.body.iter().enumerate().filter_map(move |(pos, i)| match i {
+            Instr::Accumulate { acc: a, x, .. } if *a as usize == acc => Some((pos, *x)),
+            _ => None,
+        });
+        let first = it.next();
+        if it.next().is_some() {
+            None
+        } else {
+            first
+        }
+    };
+    let (pk, xk) = feeds(k)?;
+    (0..k).find(|&j| {
+        let a = &stage.accumulators[j];
+        a.op == ReduceOp::Max
+            && a.dtype == stage.accumulators[k].dtype
+            && feeds(j).is_some_and(|(pj, xj)| xj == xk && pj < pk)
+    })
 }
 
 /// How a body is emitted.
@@ -308,7 +353,28 @@ impl Gen<'_, '_> {
                     vecs.push(v);
                 }
             }
-            accs.push(AccVars { val, idx, seen, vecs });
+            let max = if !acc.op.is_sum_exp() {
+                None
+            } else if let Some(j) = shared_max(stage, accs.len()) {
+                let other: &AccVars = &accs[j];
+                Some(SumExpMax { val: other.val, vecs: other.vecs.clone(), shared: Some(j) })
+            } else {
+                let m = self.b.declare_var(ty);
+                let init = self.identity(ReduceOp::Max, acc.dtype);
+                self.b.def_var(m, init);
+                let mvecs = vecs
+                    .iter()
+                    .map(|_| {
+                        let v = self.b.declare_var(types::F32X4);
+                        let init = self.identity(ReduceOp::Max, DType::F32);
+                        let splat = self.b.ins().splat(types::F32X4, init);
+                        self.b.def_var(v, splat);
+                        v
+                    })
+                    .collect();
+                Some(SumExpMax { val: m, vecs: mvecs, shared: None })
+            };
+            accs.push(AccVars { val, idx, seen, vecs, max });
         }
         // Values later stages read are pinned where they are computed (see `pin`) when a later
         // stage has loops they could otherwise be sunk into.
@@ -337,7 +403,9 @@ impl Gen<'_, '_> {
         // Final accumulator values.
         for (acc, vars) in stage.accumulators.iter().zip(&accs) {
             let mut v = self.b.use_var(vars.val);
-            if let Some(idx) = vars.idx {
+            if let Some(mx) = &vars.max {
+                v = self.sum_exp_final(si, acc.op, acc.dtype, mx, vars);
+            } else if let Some(idx) = vars.idx {
                 v = self.b.use_var(idx);
             } else if !vars.vecs.is_empty() {
                 let mut total = self.b.use_var(vars.vecs[0]);
@@ -477,6 +545,8 @@ impl Gen<'_, '_> {
             (DType::F32, ReduceOp::Prod) => ins.f32const(1.0f32),
             (DType::F32, ReduceOp::Max | ReduceOp::Argmax) => ins.f32const(f32::NEG_INFINITY),
             (DType::F32, ReduceOp::Min) => ins.f32const(f32::INFINITY),
+            (DType::F32, ReduceOp::SumExp | ReduceOp::SumExpFinite) => ins.f32const(0.0),
+            (DType::F64, ReduceOp::SumExp | ReduceOp::SumExpFinite) => ins.f64const(0.0),
             (DType::F64, ReduceOp::Sum) => ins.f64const(-0.0),
             (DType::F64, ReduceOp::Prod) => ins.f64const(1.0),
             (DType::F64, ReduceOp::Max | ReduceOp::Argmax) => ins.f64const(f64::NEG_INFINITY),
@@ -487,7 +557,7 @@ impl Gen<'_, '_> {
                 let ty = clif_type(d);
                 let (lo, hi) = if d == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
                 let v = match op {
-                    ReduceOp::Sum => 0,
+                    ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite => 0,
                     ReduceOp::Prod => 1,
                     ReduceOp::Max | ReduceOp::Argmax => lo,
                     ReduceOp::Min => hi,
@@ -497,11 +567,12 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// `op(a, b)` for accumulators (not argmax); `ty` is the Cranelift type of the operands.
+    /// `op(a, b)` for accumulators (not argmax, not `sumexp`, whose states merge by
+    /// [`math::sum_exp_merge`]); `ty` is the Cranelift type of the operands.
     fn combine(&mut self, op: ReduceOp, d: DType, ty: Type, a: Value, b: Value) -> Value {
         if d.is_float() {
             match op {
-                ReduceOp::Sum => self.b.ins().fadd(a, b),
+                ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite => self.b.ins().fadd(a, b),
                 ReduceOp::Prod => self.b.ins().fmul(a, b),
                 ReduceOp::Max | ReduceOp::Min | ReduceOp::Argmax => {
                     let mut c = Clif::new(&mut self.b, ty, self.target.fma, self.target.call_conv);
@@ -515,12 +586,134 @@ impl Gen<'_, '_> {
             }
         } else {
             match op {
-                ReduceOp::Sum => self.b.ins().iadd(a, b),
+                ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite => self.b.ins().iadd(a, b),
                 ReduceOp::Prod => self.b.ins().imul(a, b),
                 ReduceOp::Max | ReduceOp::Argmax => self.b.ins().smax(a, b),
                 ReduceOp::Min => self.b.ins().smin(a, b),
             }
         }
+    }
+
+    /// Runs `f` on the arithmetic of lane type `ty` with that type's [`math::exp_or_zero`]:
+    /// the inline approximation for f32 and F32X4, the reference's exact function for f64 (as
+    /// the `exp` instruction compiles), NaN giving 0.
+    fn sum_exp_lanes<R>(
+        &mut self,
+        ty: Type,
+        f: impl FnOnce(&mut Clif<'_, '_>, &mut dyn FnMut(&mut Clif<'_, '_>, Value) -> Value) -> R,
+    ) -> R {
+        let mut c = Clif::new(&mut self.b, ty, self.target.fma, self.target.call_conv);
+        if ty == types::F64 {
+            let mut exp0 = |c: &mut Clif<'_, '_>, x: Value| {
+                let e = call_unary(c.b, c.call_conv, f64_exp as *const () as usize, types::F64, x);
+                let nan = c.cmp(math::Cmp::Uno, x, x);
+                let zero = c.f(0.0);
+                c.select(nan, zero, e)
+            };
+            f(&mut c, &mut exp0)
+        } else {
+            let mut exp0 = |c: &mut Clif<'_, '_>, x: Value| math::exp_or_zero(c, x);
+            f(&mut c, &mut exp0)
+        }
+    }
+
+    /// Feeds `x` to a `sumexp` accumulator: the running maximum (unless shared: the `max`
+    /// accumulator's update did it, and `pre` holds its value before), then the sum. On vectors
+    /// the sum takes the cheap [`math::sum_exp_add`] unless a lane's maximum grows, which
+    /// branches to the full [`math::sum_exp_step`] (rare after a row's first values).
+    fn sum_exp_accumulate(
+        &mut self,
+        dtype: DType,
+        vars: &AccVars,
+        mx: &SumExpMax,
+        mode: Mode,
+        x: Value,
+        pre: &[Option<Value>],
+    ) -> Result<(), CodegenError> {
+        let (mv, sv, ty) = match mode {
+            Mode::Vector { slot } => (mx.vecs[slot], vars.vecs[slot], types::F32X4),
+            Mode::Scalar => (mx.val, vars.val, clif_type(dtype)),
+        };
+        let m = match mx.shared {
+            Some(j) => pre
+                .get(j)
+                .copied()
+                .flatten()
+                .ok_or_else(|| CodegenError::Invalid("a shared maximum is fed after its sumexp".into()))?,
+            None => {
+                let m = self.b.use_var(mv);
+                let next = {
+                    let mut c = Clif::new(&mut self.b, ty, self.target.fma, self.target.call_conv);
+                    math::max_min(&mut c, m, x, true)
+                };
+                self.b.def_var(mv, next);
+                m
+            }
+        };
+        let s = self.b.use_var(sv);
+        let next = self.sum_exp_lanes(ty, |c, exp0| math::sum_exp_step(c, m, s, x, exp0));
+        self.b.def_var(sv, next);
+        Ok(())
+    }
+
+    /// A `sumexp` accumulator's result at the end of stage `si`: the maximum over the partial
+    /// states (vector slots and lanes, scalar tail), each partial sum rescaled to it
+    /// ([`math::sum_exp_rescale`]: one vector exponential per slot) and added, then
+    /// [`math::sum_exp_finish`].
+    fn sum_exp_final(&mut self, si: usize, op: ReduceOp, d: DType, mx: &SumExpMax, vars: &AccVars) -> Value {
+        let ty = clif_type(d);
+        let (tail_m, tail_s) = (self.b.use_var(mx.val), self.b.use_var(vars.val));
+        let mut m = tail_m;
+        let mut s = tail_s;
+        if !vars.vecs.is_empty() {
+            let ms: Vec<Value> = mx.vecs.iter().map(|&v| self.b.use_var(v)).collect();
+            let ss: Vec<Value> = vars.vecs.iter().map(|&v| self.b.use_var(v)).collect();
+            // The shared `max` accumulator's result is this maximum, already computed.
+            let shared = mx.shared.and_then(|j| self.globals[self.kernel.stages[si].accumulators[j].result.index()]);
+            if let Some(v) = shared {
+                m = v;
+            } else {
+                let mut vm = ms[0];
+                for &o in &ms[1..] {
+                    vm = self.combine(ReduceOp::Max, DType::F32, types::F32X4, vm, o);
+                }
+                for lane in 0..4u8 {
+                    let l = self.b.ins().extractlane(vm, lane);
+                    m = self.combine(ReduceOp::Max, DType::F32, types::F32, m, l);
+                }
+            }
+            let mv = self.b.ins().splat(types::F32X4, m);
+            let mut total: Option<Value> = None;
+            for (&mi, &si) in ms.iter().zip(&ss) {
+                let r = self.sum_exp_lanes(types::F32X4, |c, exp0| math::sum_exp_rescale(c, mi, si, mv, exp0));
+                total = Some(match total {
+                    Some(t) => self.b.ins().fadd(t, r),
+                    None => r,
+                });
+            }
+            let total = total.unwrap_or(mv);
+            // The scalar tail runs only when the innermost extent may not be a multiple of 4;
+            // otherwise its state stays (-inf, 0), which adds nothing.
+            let inner = &self.kernel.stages[si].inner;
+            let no_tail = inner.last().and_then(|e| e.as_const()).is_some_and(|e| e % 4 == 0);
+            s = if no_tail {
+                self.b.ins().f32const(0.0)
+            } else {
+                self.sum_exp_lanes(ty, |c, exp0| math::sum_exp_rescale(c, tail_m, tail_s, m, exp0))
+            };
+            for lane in 0..4u8 {
+                let l = self.b.ins().extractlane(total, lane);
+                s = self.b.ins().fadd(s, l);
+            }
+        }
+        let mut count = self.b.ins().iconst(types::I64, 1);
+        for extent in &self.kernel.stages[si].inner {
+            let e = self.dim(extent);
+            count = self.b.ins().imul(count, e);
+        }
+        let empty = self.b.ins().icmp_imm_s(IntCC::Equal, count, 0);
+        let finite = op == ReduceOp::SumExpFinite;
+        self.sum_exp_lanes(ty, |c, _| math::sum_exp_finish(c, m, s, empty, finite))
     }
 
     fn set_error(&mut self, cond: Value, code: i64) {
@@ -544,6 +737,8 @@ impl Gen<'_, '_> {
         let kernel = self.kernel;
         let stage = &kernel.stages[si];
         let mut local: Vec<Option<Value>> = vec![None; self.kernel.n_regs as usize];
+        // Each accumulator's value before this copy's update (for a `sumexp` sharing it).
+        let mut pre: Vec<Option<Value>> = vec![None; stage.accumulators.len()];
         let vector = matches!(mode, Mode::Vector { .. });
         for (pos, instr) in stage.body.iter().enumerate() {
             let get = |g: &mut Self, local: &[Option<Value>], r: Reg| -> Value {
@@ -645,8 +840,11 @@ impl Gen<'_, '_> {
                     let xv = get(self, &local, *x);
                     let a = &stage.accumulators[*acc as usize];
                     let vars = &accs[*acc as usize];
-                    if let Mode::Vector { slot } = mode {
+                    if let Some(mx) = &vars.max {
+                        self.sum_exp_accumulate(a.dtype, vars, mx, mode, xv, &pre)?;
+                    } else if let Mode::Vector { slot } = mode {
                         let cur = self.b.use_var(vars.vecs[slot]);
+                        pre[*acc as usize] = Some(cur);
                         let next = self.combine(a.op, DType::F32, types::F32X4, cur, xv);
                         self.b.def_var(vars.vecs[slot], next);
                     } else if a.op == ReduceOp::Argmax {
@@ -654,6 +852,7 @@ impl Gen<'_, '_> {
                         self.argmax(a.dtype, vars, xv, pos_v);
                     } else {
                         let cur = self.b.use_var(vars.val);
+                        pre[*acc as usize] = Some(cur);
                         let next = self.combine(a.op, a.dtype, clif_type(a.dtype), cur, xv);
                         self.b.def_var(vars.val, next);
                     }

@@ -22,6 +22,9 @@
 //! - `sin`/`cos`: Cody–Waite reduction by π/4 in five parts and Cephes' two polynomials, for
 //!   `|x| ≤ TRIG_FAST_LIMIT`; beyond it (and for inf/NaN) the exact f64 function is called
 //!   (a cold path: per element, but only for those arguments).
+//! - `sum_exp_step`/`sum_exp_rescale`/`sum_exp_finish`: the online `Σ exp(x - max)` of the
+//!   kernel IR's `sumexp` accumulators (a running maximum and a running sum rescaled when it
+//!   grows; one `exp_or_zero` of `-|x - m|` per value, every term at most 1).
 //! - `pow` (f32): computed in f64 as `2^(y·log2|x|)` (log2 by the atanh series, 2^f by Taylor,
 //!   both to ~1e-13), with C's special cases (negative base with integer exponent, zeros,
 //!   infinities, NaN, `pow(x, 0) = pow(1, y) = 1`), then rounded once to f32.
@@ -333,6 +336,11 @@ fn reduce_ln2<A: Arith>(a: &mut A, x: A::F) -> (A::F, A::F) {
 /// `e^x` (f32).
 pub fn exp<A: Arith>(a: &mut A, x: A::F) -> A::F {
     let x = clamp(a, x, -104.0, 89.0);
+    exp_reduced(a, x)
+}
+
+/// [`exp`] of an `x` already clamped to `[-104, 89]` (or NaN).
+fn exp_reduced<A: Arith>(a: &mut A, x: A::F) -> A::F {
     let (n, r) = reduce_ln2(a, x);
     let z = a.mul(r, r);
     let p = poly(a, r, &EXP_P);
@@ -751,6 +759,103 @@ pub mod scalar {
     pub fn pow_f32(x: f32, y: f32, fma: bool) -> f32 {
         super::pow64(&mut Soft64 { fma }, x as f64, y as f64) as f32
     }
+}
+
+/// `e^x` for `x ≤ 0`, with NaN giving 0 (the exponential of the online `Σ exp(x - max)`
+/// below, whose arguments are never positive and are NaN only where the term must vanish):
+/// [`exp`] with its upper clamp dropped and a lower clamp that also catches NaN.
+pub fn exp_or_zero<A: Arith>(a: &mut A, x: A::F) -> A::F {
+    let lo = a.f(-104.0);
+    let above = a.cmp(Cmp::Ge, x, lo);
+    let x = a.select(above, x, lo);
+    exp_reduced(a, x)
+}
+
+/// The online `Σ exp(x - max)` of a `sumexp` accumulator (the kernel IR's docs), one value at a
+/// time: the state is the running maximum `m` (the NaN-propagating `max`, from `-inf`; a stage
+/// with a `max` accumulator fed the same values shares it) and `s`, the sum of `exp(y - m)`
+/// over the values `y` seen (from 0). This step returns the new `s` for the value `x`, given the
+/// maximum `m` *before* `x`: a larger `x` rescales the sum, `s·exp(m - x) + 1`; any other adds
+/// `exp(x - m)`; so one exponential per value, of `-|x - m|`, and every term stays at most 1.
+/// `exp0` is [`exp_or_zero`] of the lane type. Special values: NaN differences (equal
+/// infinities, a NaN `x` or `m`) add 0, so `s` is always finite; the maximum itself tells
+/// [`sum_exp_finish`] what the result is then. While `m` is `-inf`, `s` stays 0, and the first
+/// larger value makes it `0·0 + 1`.
+pub fn sum_exp_step<A: Arith, E: FnMut(&mut A, A::F) -> A::F + ?Sized>(
+    a: &mut A,
+    m: A::F,
+    s: A::F,
+    x: A::F,
+    exp0: &mut E,
+) -> A::F {
+    // `-|x - m|`: the difference with its sign bit set.
+    let d = a.sub(x, m);
+    let d = a.to_bits(d);
+    let sign = a.i(if a.bits() == 32 { i32::MIN as i64 } else { i64::MIN });
+    let d = a.ior(d, sign);
+    let d = a.bits_to_float(d);
+    let e = exp0(a, d);
+    let one = a.f(1.0);
+    // `m > x` is the comparison the `max` update makes (one compare for both when shared).
+    let below = a.cmp(Cmp::Gt, m, x);
+    let grown = a.mul_add(s, e, one);
+    let kept = a.add(s, e);
+    a.select(below, kept, grown)
+}
+
+/// [`sum_exp_step`] where `x` is known not to exceed `m` (or is NaN): `s + exp(x - m)`.
+pub fn sum_exp_add<A: Arith, E: FnMut(&mut A, A::F) -> A::F + ?Sized>(
+    a: &mut A,
+    m: A::F,
+    s: A::F,
+    x: A::F,
+    exp0: &mut E,
+) -> A::F {
+    let d = a.sub(x, m);
+    let e = exp0(a, d);
+    a.add(s, e)
+}
+
+/// A partial sum `s` of [`sum_exp_step`] (over some of the values, with their maximum `mi`)
+/// rescaled to the maximum `m` of all the values: `s·exp(mi - m)`, exactly `s` where
+/// `mi = m` (equal infinities included). The partial sums of a row, rescaled and added, give
+/// its sum; `m` must be the NaN-propagating maximum of the `mi` (where it is NaN, the result
+/// is left to [`sum_exp_finish`]).
+pub fn sum_exp_rescale<A: Arith, E: FnMut(&mut A, A::F) -> A::F + ?Sized>(
+    a: &mut A,
+    mi: A::F,
+    s: A::F,
+    m: A::F,
+    exp0: &mut E,
+) -> A::F {
+    let d = a.sub(mi, m);
+    let w = exp0(a, d);
+    let ws = a.mul(s, w);
+    let same = a.cmp(Cmp::Eq, mi, m);
+    a.select(same, s, ws)
+}
+
+/// The accumulator's result from the final state (`empty`: no value was fed): `s` where the
+/// maximum is finite; where it is not, what the two stages it stands for compute: NaN for a
+/// NaN maximum (a NaN was fed); for `+inf`, NaN (`exp(inf - inf)` is a term), or `+inf` with
+/// the finite shift (`exp(inf - 0)` is); for `-inf`, NaN for a non-empty range
+/// (`exp(-inf - -inf)`) and `+0` for an empty one, or 0 with the finite shift.
+pub fn sum_exp_finish<A: Arith>(a: &mut A, m: A::F, s: A::F, empty: A::M, finite_shift: bool) -> A::F {
+    let inf = a.f(f64::INFINITY);
+    let zero = a.f(0.0);
+    let nan = a.f(f64::NAN);
+    let am = a.abs(m);
+    let finite = a.cmp(Cmp::Lt, am, inf);
+    let pos = a.cmp(Cmp::Gt, m, zero);
+    let beyond = if finite_shift {
+        a.select(pos, inf, zero)
+    } else {
+        let low = a.select(empty, zero, nan);
+        a.select(pos, nan, low)
+    };
+    let r = a.select(finite, s, beyond);
+    let m_nan = a.cmp(Cmp::Uno, m, m);
+    a.select(m_nan, nan, r)
 }
 
 /// The IR's `max` (`max = true`) or `min`: NaN propagates (as the canonical NaN) and

@@ -24,7 +24,7 @@
 //! What is compiled (see [`CpuCompiler::supports`]): dtypes f32, f64, i32, i64 and bool
 //! (stored as one byte, 0 or 1); every unary and binary elementwise prim, `where`, converts,
 //! loads/stores with affine indices, `LoadAt`, loop variables, and sum/prod/max/min/argmax
-//! accumulators. f16/bf16 are not supported yet. f32 transcendentals are inline polynomial
+//! and (f32/f64) `sumexp` accumulators. f16/bf16 are not supported yet. f32 transcendentals are inline polynomial
 //! approximations ([`math`]); f64 transcendentals, float `rem` and integer `pow` call the Rust
 //! function of the reference per element (exact, scalar, slow).
 
