@@ -293,7 +293,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // 355/512
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let xc = x.clamp(-104.0, 89.0);
+    let xc = if x < -104.0 { 0.0 } else { x.min(89.0) };
     // n = round(x log2 e), and its integer value read from the bits of n + ROUND_MAGIC.
     let t = xc * LOG2E + ROUND_MAGIC;
     let n = t - ROUND_MAGIC;
@@ -303,7 +303,10 @@ pub(crate) fn exp(x: f32) -> f32 {
     let p = 1.0 + (r + (r * r) * q);
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
-    select_nan(x, p * pow2i(n1) * pow2i(n2))
+    // Below -104 the result is 0, selected rather than scaled down through subnormals (a
+    // microcode assist per lane on x86; `-inf` arguments are common in masked attention).
+    let y = p * pow2i(n1) * pow2i(n2);
+    select_nan(x, if x < -104.0 { 0.0 } else { y })
 }
 
 #[inline(always)]
