@@ -172,3 +172,53 @@ fn a_later_reader_sees_the_whole_product_and_batched_loops_stay_separate() {
         }
     }
 }
+
+#[test]
+fn a_recovered_gelu_runs_in_the_gemm_after_its_epilogue() {
+    // Native mode recovers gelu into a library call; after the bias kernel it runs on each
+    // finished row tile too: linear → gelu is one GEMM call. Also without a bias (gelu on the
+    // product itself).
+    let g = parse(
+        "graph mlp(%x: f32[n, 16], %w1: f32[256, 16], %b1: f32[256], %w2: f32[16, 256]) {
+  %h = linear(%x, %w1, %b1)
+  %a = gelu(%h)
+  %o = linear(%a, %w2)
+  %t = gelu(%o) {approximate=\"tanh\"}
+  return %t
+}",
+    );
+    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    for threads in [1, 2] {
+        let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+        let p = plan.program().unwrap();
+        let fused: Vec<(bool, String)> = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Matmul(m) => Some((m.epilogue.is_some(), m.activation.as_ref()?.op.to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(fused, vec![(true, "gelu".to_string()), (false, "gelu".to_string())], "{p}");
+        assert_eq!(p.steps.len(), 2, "{p}");
+        assert!(p.to_string().contains("then library"), "{p}");
+        for n in [1usize, 9, 2048] {
+            let mut rng = Rng::new(n as u64 + 100 * threads as u64);
+            let mut inputs: Vec<Tensor> = [vec![n, 16], vec![256, 16], vec![256], vec![16, 256]]
+                .iter()
+                .map(|s| random_tensor(&mut rng, DType::F32, s).unwrap())
+                .collect();
+            if n > 4 {
+                let mut x = inputs[0].to_f64_vec();
+                x[..16].fill(f64::NAN);
+                x[16..32].fill(f64::NEG_INFINITY);
+                x[32..48].iter_mut().for_each(|v| *v *= 1e3);
+                inputs[0] = Tensor::from_f32(&[n, 16], x.iter().map(|&v| v as f32).collect()).unwrap();
+            }
+            let want = reference.run(&inputs).unwrap();
+            let got = plan.run(&inputs).unwrap();
+            let err = max_rel(&got.outputs[0], &want.outputs[0]);
+            assert!(err <= 1e-5, "n={n} threads={threads}: max rel {err}");
+        }
+    }
+}

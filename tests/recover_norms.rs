@@ -39,9 +39,11 @@ fn library_ops(p: &Plan) -> Vec<OpKind> {
         .unwrap()
         .steps
         .iter()
-        .filter_map(|s| match s {
-            Step::Library(l) => Some(l.op),
-            _ => None,
+        .flat_map(|s| match s {
+            Step::Library(l) => vec![l.op],
+            // A recovered activation that runs inside a GEMM is a library call too.
+            Step::Matmul(m) => m.activation.iter().map(|l| l.op).collect(),
+            _ => vec![],
         })
         .collect()
 }

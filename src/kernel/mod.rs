@@ -257,6 +257,11 @@ pub struct MatmulCall {
     /// `r` of `out` (see `crate::sched::epilogue`). A backend may run it per finished row
     /// tile of the product; running it after the whole product means the same.
     pub epilogue: Option<Box<Kernel>>,
+    /// An elementwise library op (a recovered `gelu`) after the epilogue: its argument is
+    /// `out` (without an epilogue kernel) or a buffer the epilogue kernel stores row by row,
+    /// so row `r` of its result needs only row `r` of the product, and a backend may run it on
+    /// each finished row tile too. Running it after the whole step means the same.
+    pub activation: Option<LibraryCall>,
 }
 
 /// A convolution through a library kernel, with the `conv` op's attributes.

@@ -33,6 +33,18 @@ impl fmt::Display for Program {
                     if let Some(k) = &m.epilogue {
                         write!(f, "{k}")?;
                     }
+                    if let Some(l) = &m.activation {
+                        let args: Vec<String> = l.args.iter().map(|b| b.to_string()).collect();
+                        let attrs: Vec<String> = l.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        writeln!(
+                            f,
+                            "  then library {} = {}({}) {{{}}} per row tile",
+                            l.out,
+                            l.op,
+                            args.join(", "),
+                            attrs.join(", ")
+                        )?;
+                    }
                 }
                 Step::Conv(c) => writeln!(
                     f,

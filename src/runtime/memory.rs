@@ -55,6 +55,9 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
                         touch(buf.index(), i);
                     }
                 }
+                if let Some(l) = &m.activation {
+                    l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i));
+                }
             }
             Step::Conv(c) => [c.x, c.w, c.out].iter().for_each(|b| touch(b.index(), i)),
             Step::Library(l) => l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i)),

@@ -685,9 +685,12 @@ impl Plan {
                 }
                 Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
                     let epilogue = self.kernels[step].as_ref();
-                    let fused = self.run_gemm(p, st, inputs, m, epilogue).map_err(at)?;
-                    if let (Some(k), false) = (epilogue, fused) {
+                    let (kernel_done, activation_done) = self.run_gemm(p, st, inputs, m, epilogue).map_err(at)?;
+                    if let (Some(k), false) = (epilogue, kernel_done) {
                         self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                    }
+                    if let (Some(l), false) = (&m.activation, activation_done) {
+                        self.run_library(p, st, inputs, l).map_err(at)?;
                     }
                 }
                 Step::Matmul(m) => {
@@ -701,6 +704,9 @@ impl Plan {
                     if let Some(k) = &self.kernels[step] {
                         self.run_kernel_step(p, st, k, inputs).map_err(at)?;
                     }
+                    if let Some(l) = &m.activation {
+                        self.run_library(p, st, inputs, l).map_err(at)?;
+                    }
                 }
                 Step::Conv(c) => {
                     let x = self.tensor(p, st, inputs, c.x).map_err(at)?;
@@ -711,33 +717,7 @@ impl Plan {
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                     self.write(p, st, c.out, &t).map_err(at)?;
                 }
-                Step::Library(l)
-                    if self.native_library
-                        && crate::backend::cpu::copy::supports(
-                            l.op,
-                            l.args.iter().map(|b| p.buffers[*b].dtype),
-                            p.buffers[l.out].dtype,
-                        ) =>
-                {
-                    self.run_copy(p, st, inputs, l).map_err(at)?;
-                }
-                Step::Library(l)
-                    if self.native_library
-                        && crate::recover::RECOVERABLE.contains(&l.op)
-                        && self.native_operands(p, l) =>
-                {
-                    self.run_rows(p, st, inputs, l).map_err(at)?;
-                }
-                Step::Library(l) => {
-                    let args: Vec<Tensor> =
-                        l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>().map_err(at)?;
-                    let refs: Vec<&Tensor> = args.iter().collect();
-                    let out = &p.buffers[l.out];
-                    let shape = self.shape(p, st, l.out).map_err(at)?;
-                    let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
-                        .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
-                    self.write(p, st, l.out, &t).map_err(at)?;
-                }
+                Step::Library(l) => self.run_library(p, st, inputs, l).map_err(at)?,
                 Step::Interp(call) => {
                     let args: Vec<Tensor> = call
                         .args
@@ -986,9 +966,34 @@ impl Plan {
         result
     }
 
+    /// A library step: data movement through `backend::cpu::copy`, a recovered op through its
+    /// row kernel (native mode, supported dtypes), else the op's reference meaning.
+    fn run_library(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], l: &LibraryCall) -> Result<(), ExecError> {
+        let copy = crate::backend::cpu::copy::supports(
+            l.op,
+            l.args.iter().map(|b| p.buffers[*b].dtype),
+            p.buffers[l.out].dtype,
+        );
+        if self.native_library && copy {
+            return self.run_copy(p, st, inputs, l);
+        }
+        if self.native_library && crate::recover::RECOVERABLE.contains(&l.op) && self.native_operands(p, l) {
+            return self.run_rows(p, st, inputs, l);
+        }
+        let args: Vec<Tensor> = l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>()?;
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let out = &p.buffers[l.out];
+        let shape = self.shape(p, st, l.out)?;
+        let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
+            .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
+        self.write(p, st, l.out, &t)
+    }
+
     /// An f32 matmul step through the GEMM library, in place in the plan's memory. With a
     /// native epilogue kernel whose rows match the product's, the kernel runs per finished
-    /// row tile inside the GEMM, and the result is `true`; otherwise the caller runs it after.
+    /// row tile inside the GEMM; so does the step's elementwise activation (`gelu`) on f32
+    /// buffers, after the kernel (only when the kernel, if any, runs there too). Returns which
+    /// of the two ran inside; the caller runs the others after.
     fn run_gemm(
         &self,
         p: &Program,
@@ -996,43 +1001,83 @@ impl Plan {
         inputs: &[Tensor],
         m: &MatmulCall,
         epilogue: Option<&KernelStep>,
-    ) -> Result<bool, ExecError> {
+    ) -> Result<(bool, bool), ExecError> {
         let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
         self.shape_into(p, st, m.a, &mut a_shape)?;
         self.shape_into(p, st, m.b, &mut b_shape)?;
-        let fused = match epilogue {
+        let row_len = |b: BufferId| p.buffers[b].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
+        let kernel = match epilogue {
             Some(k) => self.prepare_native(p, st, k, inputs)?.filter(|&(_, count, _)| {
-                let n = p.buffers[m.out].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
+                let n = row_len(m.out);
                 n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
             }),
             None => None,
         };
-        let result = match (fused, epilogue.map(|k| &k.exec)) {
-            (Some((args, _, _)), Some(KernelExec::Native(native))) => {
-                let failed: Mutex<Option<String>> = Mutex::new(None);
-                let hook = |tile: crate::backend::cpu::gemm::Tile<'_, f32>| {
-                    let (begin, end) = (tile.row0 as i64, (tile.row0 + tile.rows) as i64);
-                    if let Some(e) = call_native(native, args, begin, end) {
-                        let mut slot = failed.lock().unwrap_or_else(|p| p.into_inner());
-                        slot.get_or_insert(e);
-                    }
-                };
-                let epi = crate::backend::cpu::gemm::Epilogue {
-                    hook: Some(&hook),
-                    whole_rows: true,
-                    ..crate::backend::cpu::gemm::Epilogue::none()
-                };
-                self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi).and_then(|()| {
-                    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                        None => Ok(true),
-                        Some(message) => Err(ExecError::Native { kernel: epilogue_name(epilogue), message }),
-                    }
-                })
+        let native = match (epilogue.map(|k| &k.exec), kernel) {
+            (Some(KernelExec::Native(native)), Some((args, _, _))) => Some((native, args)),
+            _ => None,
+        };
+        // The activation runs inside only after a kernel that does, or on the product itself.
+        let activation = m
+            .activation
+            .as_ref()
+            .filter(|l| (native.is_some() || epilogue.is_none()) && l.op == OpKind::Gelu && self.native_operands(p, l));
+        let activation = match activation {
+            Some(l) => {
+                let (x, out, n) = (l.args[0], l.out, row_len(l.args[0]));
+                let rows = st.lens[m.out.index()] / row_len(m.out).max(1);
+                let fits = n > 0
+                    && rows.checked_mul(n) == Some(st.lens[x.index()])
+                    && st.lens[out.index()] == st.lens[x.index()];
+                fits.then(|| (l, self.address(st, inputs, x), self.address(st, inputs, out), n))
             }
-            _ => {
-                let none = crate::backend::cpu::gemm::Epilogue::none();
-                self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none).map(|()| false)
-            }
+            None => None,
+        };
+        let result = if native.is_none() && activation.is_none() {
+            let none = crate::backend::cpu::gemm::Epilogue::none();
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none).map(|()| (false, false))
+        } else {
+            let failed: Mutex<Option<(String, String)>> = Mutex::new(None);
+            let fail = |kernel: String, message: String| {
+                let mut slot = failed.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert((kernel, message));
+            };
+            let hook = |tile: crate::backend::cpu::gemm::Tile<'_, f32>| {
+                let (r0, r1) = (tile.row0, tile.row0 + tile.rows);
+                if let Some((native, args)) = native {
+                    if let Some(e) = call_native(native, args, r0 as i64, r1 as i64) {
+                        return fail(epilogue_name(epilogue), e);
+                    }
+                }
+                if let Some((l, x, out, n)) = activation {
+                    // SAFETY: `x` and `out` are the starts of f32 buffers of `rows * n`
+                    // elements (checked above); rows `r0..r1` of `x` are final (written by the
+                    // GEMM or by the kernel just above for these rows), `out` is disjoint
+                    // from every buffer of this step (the memory plan keeps the activation's
+                    // buffers alive for the whole step), and distinct tiles take distinct rows.
+                    let (x, y) = unsafe {
+                        (
+                            std::slice::from_raw_parts((x as *const f32).add(r0 * n), (r1 - r0) * n),
+                            std::slice::from_raw_parts_mut((out as *mut f32).add(r0 * n), (r1 - r0) * n),
+                        )
+                    };
+                    let shape = [r1 - r0, n];
+                    if let Err(e) = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &[x], &[&shape], y, 1) {
+                        fail(l.op.name().into(), e.to_string());
+                    }
+                }
+            };
+            let epi = crate::backend::cpu::gemm::Epilogue {
+                hook: Some(&hook),
+                whole_rows: true,
+                ..crate::backend::cpu::gemm::Epilogue::none()
+            };
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi).and_then(|()| {
+                match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    None => Ok((native.is_some(), activation.is_some())),
+                    Some((kernel, message)) => Err(ExecError::Native { kernel, message }),
+                }
+            })
         };
         (st.shape_a, st.shape_b) = (a_shape, b_shape);
         result
@@ -1214,10 +1259,16 @@ pub struct StepTime {
 fn step_label(s: &Step) -> String {
     match s {
         Step::Kernel(k) => format!("kernel {}", k.name),
-        Step::Matmul(m) => match &m.epilogue {
-            Some(k) => format!("matmul {} + epilogue {}", m.out, k.name),
-            None => format!("matmul {}", m.out),
-        },
+        Step::Matmul(m) => {
+            let mut label = format!("matmul {}", m.out);
+            if let Some(k) = &m.epilogue {
+                label.push_str(&format!(" + epilogue {}", k.name));
+            }
+            if let Some(l) = &m.activation {
+                label.push_str(&format!(" + {} {}", l.op, l.out));
+            }
+            label
+        }
         Step::Conv(c) => format!("conv {}", c.out),
         Step::Library(l) => format!("{} {}", l.op, l.out),
         Step::Interp(i) => format!("interp {}", i.results.first().map_or_else(String::new, |b| b.to_string())),

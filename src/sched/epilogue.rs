@@ -11,6 +11,10 @@
 //!   is `n·o0 + Σ strideᵢ·varᵢ` with static non-negative strides and extents whose span is
 //!   below `n`.
 //!
+//! An elementwise library op (a recovered `gelu`) right after such a matmul whose argument is
+//! the product, or a buffer the epilogue kernel stores row by row (the same index test), runs
+//! per row tile too, after the kernel: an MLP's `matmul → bias → gelu` is one GEMM call.
+//!
 //! Then iteration `r` of the kernel needs only row `r` of the product, so a backend can run
 //! the kernel for rows `r0..r1` as soon as the GEMM has written them (bias adds, activations,
 //! residual adds, a following layer norm's row statistics: whatever the scheduler fused into
@@ -22,6 +26,7 @@ use std::fmt::Write;
 
 use crate::ir::Dim;
 use crate::kernel::{BufferId, Instr, Kernel, Program, Step, Var};
+use crate::ops::OpKind;
 
 /// Fuses every eligible (matmul, consumer kernel) pair of `p`; returns one line per fusion,
 /// and per refusal of an adjacent pair, for `--explain`.
@@ -54,7 +59,114 @@ pub fn fuse(p: &mut Program) -> String {
         }
         i += 1;
     }
+    // Then an elementwise library op right after a matmul (with or without its epilogue
+    // kernel) whose argument is produced row by row.
+    let mut i = 0;
+    while i + 1 < p.steps.len() {
+        let verdict = match (&p.steps[i], &p.steps[i + 1]) {
+            (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && l.op == OpKind::Gelu => {
+                Some(activation_eligible(p, m, l))
+            }
+            _ => None,
+        };
+        match verdict {
+            Some(Ok(())) => {
+                let Step::Library(l) = p.steps.remove(i + 1) else { unreachable!("checked above") };
+                if let Step::Matmul(m) = &mut p.steps[i] {
+                    let _ = writeln!(
+                        notes,
+                        "; {} {} runs after the epilogue of matmul {} (per finished row tile)",
+                        l.op, l.out, m.out
+                    );
+                    m.activation = Some(l);
+                }
+            }
+            Some(Err(why)) => {
+                if let (Step::Matmul(m), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) {
+                    let _ = writeln!(notes, "; {} {} does not run in matmul {}: {why}", l.op, l.out, m.out);
+                }
+            }
+            None => {}
+        }
+        i += 1;
+    }
     notes
+}
+
+/// Whether the elementwise library op `l` (the step after matmul `m`) can run per row tile:
+/// its argument is `m`'s output, or a buffer `m`'s epilogue kernel stores at `n·o0 + (a span
+/// below n)`, `n` its static last dim, with the product's rows as its leading dims.
+fn activation_eligible(
+    p: &Program,
+    m: &crate::kernel::MatmulCall,
+    l: &crate::kernel::LibraryCall,
+) -> Result<(), String> {
+    let [x] = l.args[..] else { return Err("it does not take one argument".into()) };
+    if x == m.out {
+        return if m.epilogue.is_none() { Ok(()) } else { Err(format!("it reads {x} before the epilogue kernel")) };
+    }
+    let Some(k) = &m.epilogue else { return Err(format!("its argument {x} is not the product")) };
+    let rows_of = |b: BufferId| -> Option<(Dim, u64)> {
+        let (last, lead) = p.buffers[b].shape.dims().split_last()?;
+        let mut rows = Dim::from(1u64);
+        for d in lead {
+            rows = rows.mul(d).ok()?;
+        }
+        Some((rows, last.as_const().filter(|&n| n > 0)?))
+    };
+    let (Some((rows, _)), Some((x_rows, n))) = (rows_of(m.out), rows_of(x)) else {
+        return Err(format!("{x} or {} has no static row length", m.out));
+    };
+    if rows != x_rows {
+        return Err(format!("{x} does not have the product's rows"));
+    }
+    let mut stored = false;
+    for stage in &k.stages {
+        for instr in &stage.body {
+            if let Instr::Store { buf, index, .. } = instr {
+                if *buf != x {
+                    continue;
+                }
+                row_local(index, n, k, stage).map_err(|e| format!("the epilogue kernel stores {x} {e}"))?;
+                stored = true;
+            }
+        }
+    }
+    if stored {
+        Ok(())
+    } else {
+        Err(format!("the epilogue kernel does not store {x}"))
+    }
+}
+
+/// Whether `index` is `n·o0 + Σ strideᵢ·varᵢ` with static strides and extents spanning less
+/// than `n`: iteration `o0` of the outermost loop touches only row `o0`.
+fn row_local(index: &crate::kernel::Index, n: u64, k: &Kernel, stage: &crate::kernel::Stage) -> Result<(), String> {
+    if index.offset.as_const() != Some(0) {
+        return Err("at an offset".into());
+    }
+    let (mut row_term, mut span) = (false, 0u64);
+    for (var, stride) in &index.terms {
+        let stride = stride.as_const().ok_or("with a symbolic stride")?;
+        if *var == Var::Outer(0) {
+            if stride != n || row_term {
+                return Err("not one row per outer iteration".into());
+            }
+            row_term = true;
+            continue;
+        }
+        let extent = match var {
+            Var::Outer(j) => k.outer.get(*j as usize),
+            Var::Inner(j) => stage.inner.get(*j as usize),
+        };
+        let extent = extent.and_then(Dim::as_const).ok_or("over a symbolic extent")?;
+        span = span.saturating_add(stride.saturating_mul(extent.saturating_sub(1)));
+    }
+    if row_term && span < n {
+        Ok(())
+    } else {
+        Err("outside its row".into())
+    }
 }
 
 /// Whether kernel `k` (the step after a matmul writing `out`) can run per row tile. Later
@@ -78,33 +190,7 @@ fn eligible(p: &Program, out: BufferId, k: &Kernel) -> Result<(), String> {
                     return Err(format!("it reads {out} at computed offsets"));
                 }
                 Instr::Load { buf, index, .. } if *buf == out => {
-                    if index.offset.as_const() != Some(0) {
-                        return Err(format!("a load of {out} has an offset"));
-                    }
-                    let mut row_term = false;
-                    let mut span: u64 = 0;
-                    for (var, stride) in &index.terms {
-                        let stride =
-                            stride.as_const().ok_or_else(|| format!("a load of {out} has a symbolic stride"))?;
-                        if *var == Var::Outer(0) {
-                            if stride != n || row_term {
-                                return Err(format!("a load of {out} does not step one row per outer iteration"));
-                            }
-                            row_term = true;
-                            continue;
-                        }
-                        let extent = match var {
-                            Var::Outer(j) => k.outer.get(*j as usize),
-                            Var::Inner(j) => stage.inner.get(*j as usize),
-                        };
-                        let extent = extent
-                            .and_then(Dim::as_const)
-                            .ok_or_else(|| format!("a load of {out} runs over a symbolic extent"))?;
-                        span = span.saturating_add(stride.saturating_mul(extent.saturating_sub(1)));
-                    }
-                    if !row_term || span >= n {
-                        return Err(format!("a load of {out} reaches outside its row"));
-                    }
+                    row_local(index, n, k, stage).map_err(|e| format!("it loads {out} {e}"))?;
                 }
                 _ => {}
             }

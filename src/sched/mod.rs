@@ -835,6 +835,7 @@ impl<'g> Sched<'g> {
                             transpose_a: node.attrs.bool("transpose_a"),
                             transpose_b: node.attrs.bool("transpose_b"),
                             epilogue: None,
+                            activation: None,
                         })
                     } else {
                         Step::Conv(ConvCall {
