@@ -288,21 +288,7 @@ fn layer_norm_anchor(g: &Graph, root: Value) -> Option<Value> {
         return None;
     }
     let ty = g.ty(root);
-    let mut stack = vec![(root, 0u32)];
-    let mut seen = std::collections::HashSet::new();
-    while let Some((v, depth)) = stack.pop() {
-        if !seen.insert(v) || depth > 24 {
-            continue;
-        }
-        let n = g.node(v);
-        if n.op == OpKind::Abs && g.ty(n.args[0]) == ty {
-            return Some(n.args[0]);
-        }
-        for &a in &n.args {
-            stack.push((a, depth + 1));
-        }
-    }
-    None
+    find_in_cone(g, root, 24, |n| (n.op == OpKind::Abs && g.ty(n.args[0]) == ty).then(|| n.args[0]))
 }
 
 fn layer_norm_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
@@ -331,20 +317,26 @@ fn layer_norm_onnx_anchor(g: &Graph, root: Value) -> Option<Value> {
         return None;
     }
     let ty = g.ty(root);
+    let x = find_in_cone(g, root, 16, |n| {
+        (n.op == OpKind::Pow && g.node(n.args[0]).op == OpKind::Sub).then(|| g.node(n.args[0]).args[0])
+    })?;
+    (g.ty(x) == ty).then_some(x)
+}
+
+/// The first node within `depth` steps of `root`'s cone (depth first, arguments in order)
+/// for which `f` gives a value, and that value.
+fn find_in_cone(g: &Graph, root: Value, depth: u32, f: impl Fn(&crate::ir::Node) -> Option<Value>) -> Option<Value> {
     let mut stack = vec![(root, 0u32)];
     let mut seen = std::collections::HashSet::new();
-    while let Some((v, depth)) = stack.pop() {
-        if !seen.insert(v) || depth > 16 {
+    while let Some((v, d)) = stack.pop() {
+        if !seen.insert(v) || d > depth {
             continue;
         }
         let n = g.node(v);
-        if n.op == OpKind::Pow && g.node(n.args[0]).op == OpKind::Sub {
-            let x = g.node(n.args[0]).args[0];
-            return (g.ty(x) == ty).then_some(x);
+        if let Some(x) = f(n) {
+            return Some(x);
         }
-        for &a in &n.args {
-            stack.push((a, depth + 1));
-        }
+        stack.extend(n.args.iter().map(|&a| (a, d + 1)));
     }
     None
 }
