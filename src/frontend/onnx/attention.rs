@@ -31,62 +31,13 @@
 //!   cos/sin (`embedding` of the caches at `position_ids` when given), and concatenates the
 //!   untouched rest. Negative position ids are an error (the interpreter's `embedding` rule).
 
+use super::build::{bin, bin_scalar, convert, dims_attr, dtype, invalid, permute, reshape, shape, unsupported, Outs};
 use super::import::{a_float, a_int, attr, Importer, NResult, Slot};
 use super::proto::NodeProto;
 use super::tensor::dtype_of;
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind as K;
-
-type Outs = Vec<Option<Slot>>;
-
-fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
-fn shape(imp: &Importer, v: Value) -> Vec<Dim> {
-    imp.ty(v).shape.dims().to_vec()
-}
-
-fn dtype(imp: &Importer, v: Value) -> DType {
-    imp.ty(v).dtype
-}
-
-fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
-    if shape(imp, v) == dims {
-        return Ok(v);
-    }
-    imp.emit(K::Reshape, &[v], &[("shape", dims_attr(dims))])
-}
-
-fn permute(imp: &mut Importer, v: Value, perm: &[i64]) -> NResult<Value> {
-    imp.emit(K::Permute, &[v], &[("perm", AttrValue::Ints(perm.to_vec()))])
-}
-
-fn bin(imp: &mut Importer, op: K, a: Value, b: Value) -> NResult<Value> {
-    imp.emit(op, &[a, b], &[])
-}
-
-/// `v op c` with `c` a scalar of `v`'s dtype.
-fn bin_scalar(imp: &mut Importer, op: K, v: Value, c: f64) -> NResult<Value> {
-    let s = imp.scalar(dtype(imp, v), c)?;
-    bin(imp, op, v, s)
-}
-
-fn convert(imp: &mut Importer, v: Value, to: DType) -> NResult<Value> {
-    if dtype(imp, v) == to {
-        return Ok(v);
-    }
-    imp.emit(K::ConvertElementType, &[v], &[("dtype", AttrValue::DType(to))])
-}
 
 /// `x[start..end]` along `axis`.
 fn slice(imp: &mut Importer, v: Value, axis: usize, start: u64, end: u64) -> NResult<Value> {

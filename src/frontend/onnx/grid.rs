@@ -21,7 +21,7 @@
 use super::import::{a_float, a_int, a_ints, a_str, Importer, NResult};
 use super::proto::NodeProto;
 use super::spatial::{
-    bin, bin_s, check_table, const_float, convert, dims_attr, dims_of, dtype_of, int, ints, invalid, one, reshape,
+    bin, bin_scalar, check_table, const_float, convert, dims_attr, dtype, int, ints, invalid, one, reshape, shape,
     slice, static_dim, sum_axes, un, unsupported, Outs,
 };
 use super::NodeError;
@@ -52,48 +52,48 @@ fn clamp(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
 
 /// `((a3 u + a2) u + a1) u + a0`.
 fn horner(imp: &mut Importer, u: Value, a: [f64; 4]) -> NResult<Value> {
-    let mut acc = bin_s(imp, OpKind::Mul, u, a[0])?;
+    let mut acc = bin_scalar(imp, OpKind::Mul, u, a[0])?;
     for &c in &a[1..3] {
-        acc = bin_s(imp, OpKind::Add, acc, c)?;
+        acc = bin_scalar(imp, OpKind::Add, acc, c)?;
         acc = bin(imp, OpKind::Mul, acc, u)?;
     }
-    bin_s(imp, OpKind::Add, acc, a[3])
+    bin_scalar(imp, OpKind::Add, acc, a[3])
 }
 
 /// Reflects `v` into `[lo, hi]` by its nearer border, repeatedly (the reference rule); values
 /// inside are kept.
 fn reflect(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
     let rng = hi - lo;
-    let below = bin_s(imp, OpKind::Lt, v, lo)?;
-    let above = bin_s(imp, OpKind::Gt, v, hi)?;
+    let below = bin_scalar(imp, OpKind::Lt, v, lo)?;
+    let above = bin_scalar(imp, OpKind::Gt, v, hi)?;
     if rng <= 0.0 {
-        let l = imp.scalar(dtype_of(imp, v), lo)?;
+        let l = imp.scalar(dtype(imp, v), lo)?;
         let out = bin(imp, OpKind::Or, below, above)?;
         return where_(imp, out, l, v);
     }
     // Distance past the border, whole ranges crossed and the rest.
     let parts = |imp: &mut Importer, dx: Value| -> NResult<(Value, Value)> {
-        let q = bin_s(imp, OpKind::Div, dx, rng)?;
+        let q = bin_scalar(imp, OpKind::Div, dx, rng)?;
         let n = un(imp, OpKind::Floor, q)?;
-        let nr = bin_s(imp, OpKind::Mul, n, rng)?;
+        let nr = bin_scalar(imp, OpKind::Mul, n, rng)?;
         let r = bin(imp, OpKind::Sub, dx, nr)?;
-        let half = bin_s(imp, OpKind::Mul, n, 0.5)?;
+        let half = bin_scalar(imp, OpKind::Mul, n, 0.5)?;
         let fh = un(imp, OpKind::Floor, half)?;
         let even = bin(imp, OpKind::Eq, half, fh)?;
         Ok((r, even))
     };
-    let lo_s = imp.scalar(dtype_of(imp, v), lo)?;
+    let lo_s = imp.scalar(dtype(imp, v), lo)?;
     let dx_lo = bin(imp, OpKind::Sub, lo_s, v)?;
     let (r, even) = parts(imp, dx_lo)?;
-    let a = bin_s(imp, OpKind::Add, r, lo)?;
+    let a = bin_scalar(imp, OpKind::Add, r, lo)?;
     let nr = un(imp, OpKind::Neg, r)?;
-    let b = bin_s(imp, OpKind::Add, nr, hi)?;
+    let b = bin_scalar(imp, OpKind::Add, nr, hi)?;
     let from_lo = where_(imp, even, a, b)?;
-    let dx_hi = bin_s(imp, OpKind::Sub, v, hi)?;
+    let dx_hi = bin_scalar(imp, OpKind::Sub, v, hi)?;
     let (r, even) = parts(imp, dx_hi)?;
     let nr = un(imp, OpKind::Neg, r)?;
-    let a = bin_s(imp, OpKind::Add, nr, hi)?;
-    let b = bin_s(imp, OpKind::Add, r, lo)?;
+    let a = bin_scalar(imp, OpKind::Add, nr, hi)?;
+    let b = bin_scalar(imp, OpKind::Add, r, lo)?;
     let from_hi = where_(imp, even, a, b)?;
     let inner = where_(imp, above, from_hi, v)?;
     where_(imp, below, from_lo, inner)
@@ -109,16 +109,16 @@ struct AxisTaps {
 }
 
 fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, align: bool) -> NResult<AxisTaps> {
-    let dt = dtype_of(imp, g);
+    let dt = dtype(imp, g);
     let l = len as f64;
     // Denormalize.
-    let g1 = bin_s(imp, OpKind::Add, g, 1.0)?;
+    let g1 = bin_scalar(imp, OpKind::Add, g, 1.0)?;
     let mut x = if align {
-        bin_s(imp, OpKind::Mul, g1, (l - 1.0) / 2.0)?
+        bin_scalar(imp, OpKind::Mul, g1, (l - 1.0) / 2.0)?
     } else {
-        let a = bin_s(imp, OpKind::Mul, g1, l)?;
-        let b = bin_s(imp, OpKind::Sub, a, 1.0)?;
-        bin_s(imp, OpKind::Mul, b, 0.5)?
+        let a = bin_scalar(imp, OpKind::Mul, g1, l)?;
+        let b = bin_scalar(imp, OpKind::Sub, a, 1.0)?;
+        bin_scalar(imp, OpKind::Mul, b, 0.5)?
     };
     if mode == Mode::Nearest {
         x = un(imp, OpKind::Round, x)?;
@@ -127,8 +127,8 @@ fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, a
     match pad {
         Padding::Zeros => {}
         Padding::Border => {
-            let below = bin_s(imp, OpKind::Lt, x, lo)?;
-            let above = bin_s(imp, OpKind::Gt, x, hi)?;
+            let below = bin_scalar(imp, OpKind::Lt, x, lo)?;
+            let above = bin_scalar(imp, OpKind::Gt, x, hi)?;
             let out = bin(imp, OpKind::Or, below, above)?;
             let c = clamp(imp, x, 0.0, l - 1.0)?;
             x = where_(imp, out, c, x)?;
@@ -149,7 +149,7 @@ fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, a
                 vec![bin(imp, OpKind::Sub, one_s, f)?, f]
             } else {
                 let a = -0.75;
-                let u = bin_s(imp, OpKind::Add, f, 1.0)?;
+                let u = bin_scalar(imp, OpKind::Add, f, 1.0)?;
                 let c0 = horner(imp, u, [a, -5.0 * a, 8.0 * a, -4.0 * a])?;
                 let c1 = horner(imp, f, [a + 2.0, -(a + 3.0), 0.0, 1.0])?;
                 let one_s = imp.scalar(dt, 1.0)?;
@@ -170,8 +170,8 @@ fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, a
     let pos = bin(imp, OpKind::Add, base, off)?;
     let (pos, valid) = match pad {
         Padding::Zeros => {
-            let ge = bin_s(imp, OpKind::Ge, pos, 0.0)?;
-            let le = bin_s(imp, OpKind::Le, pos, l - 1.0)?;
+            let ge = bin_scalar(imp, OpKind::Ge, pos, 0.0)?;
+            let le = bin_scalar(imp, OpKind::Le, pos, l - 1.0)?;
             (pos, Some(bin(imp, OpKind::And, ge, le)?))
         }
         Padding::Border => (pos, None),
@@ -189,8 +189,8 @@ fn axis_taps(imp: &mut Importer, g: Value, len: u64, mode: Mode, pad: Padding, a
 pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let grid = imp.input(node, 1)?;
-    let xs = dims_of(imp, x);
-    let gs = dims_of(imp, grid);
+    let xs = shape(imp, x);
+    let gs = shape(imp, grid);
     let r = xs.len();
     if !(3..=5).contains(&r) || gs.len() != r {
         return invalid(format!(
@@ -218,11 +218,11 @@ pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
         m => return invalid(format!("unknown padding_mode `{m}`")),
     };
     let align = a_int(node, "align_corners", 0) != 0;
-    let xdt = dtype_of(imp, x);
+    let xdt = dtype(imp, x);
     if !xdt.is_float() {
         return unsupported(format!("GridSample of {xdt}"));
     }
-    let gdt = dtype_of(imp, grid);
+    let gdt = dtype(imp, grid);
     let work = match gdt {
         DType::F64 | DType::F32 => gdt,
         t if t.is_float() => DType::F32,
@@ -254,7 +254,7 @@ pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
         shape.extend((0..d).map(|j| Dim::new(if j == i { t.taps as u64 } else { 1 })));
         shape.push(p.clone());
         let idx = reshape(imp, t.idx, &shape)?;
-        let idx = if stride != 1 { bin_s(imp, OpKind::Mul, idx, stride as f64)? } else { idx };
+        let idx = if stride != 1 { bin_scalar(imp, OpKind::Mul, idx, stride as f64)? } else { idx };
         flat = Some(match flat {
             None => idx,
             Some(f) => bin(imp, OpKind::Add, f, idx)?,
@@ -307,7 +307,7 @@ pub(super) fn grid_sample(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
 
 pub(super) fn affine_grid(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let theta = imp.input(node, 0)?;
-    let ts = dims_of(imp, theta);
+    let ts = shape(imp, theta);
     let size = imp.ints_input(node, 1, "size")?.ok_or_else(|| NodeError::Invalid("size is required".into()))?;
     if size.len() != 4 && size.len() != 5 {
         return invalid(format!("size must be [N, C, H, W] or [N, C, D, H, W], got {size:?}"));
@@ -351,7 +351,7 @@ pub(super) fn affine_grid(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
             pos[j] = 0;
         }
     }
-    let dt = dtype_of(imp, theta);
+    let dt = dtype(imp, theta);
     if !dt.is_float() {
         return invalid(format!("theta of {dt}"));
     }
@@ -373,30 +373,30 @@ fn roi_axis(
     grid: usize,
     len: u64,
 ) -> NResult<(Value, Value)> {
-    let dt = dtype_of(imp, start);
+    let dt = dtype(imp, start);
     let l = len as f64;
     // Sample v = start + bin_size * (p + (g + 0.5) / G), [R, P, G].
     let t: Vec<f64> =
         (0..pooled).flat_map(|p| (0..grid).map(move |g| p as f64 + (g as f64 + 0.5) / grid as f64)).collect();
     let t = const_float(imp, "roi_steps", &[1, pooled, grid], t, dt)?;
     let v = bin_mul_add(imp, bin_size, t, start)?;
-    let ge = bin_s(imp, OpKind::Ge, v, -1.0)?;
-    let le = bin_s(imp, OpKind::Le, v, l)?;
+    let ge = bin_scalar(imp, OpKind::Ge, v, -1.0)?;
+    let le = bin_scalar(imp, OpKind::Le, v, l)?;
     let valid = bin(imp, OpKind::And, ge, le)?;
     let zero = imp.scalar(dt, 0.0)?;
     let v = bin(imp, OpKind::Max, v, zero)?;
     let low = un(imp, OpKind::Floor, v)?;
-    let edge = bin_s(imp, OpKind::Ge, low, l - 1.0)?;
+    let edge = bin_scalar(imp, OpKind::Ge, low, l - 1.0)?;
     let last = imp.scalar(dt, l - 1.0)?;
     let low = where_(imp, edge, last, low)?;
-    let up = bin_s(imp, OpKind::Add, low, 1.0)?;
+    let up = bin_scalar(imp, OpKind::Add, low, 1.0)?;
     let high = where_(imp, edge, last, up)?;
     let v = where_(imp, edge, low, v)?;
     let lw = bin(imp, OpKind::Sub, v, low)?;
     let one_s = imp.scalar(dt, 1.0)?;
     let hw = bin(imp, OpKind::Sub, one_s, lw)?;
     let u = |imp: &mut Importer, x: Value| -> NResult<Value> {
-        let mut d = dims_of(imp, x);
+        let mut d = shape(imp, x);
         d.push(Dim::new(1));
         reshape(imp, x, &d)
     };
@@ -423,9 +423,9 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let rois = imp.input(node, 1)?;
     let bidx = imp.input(node, 2)?;
-    let xs = dims_of(imp, x);
-    let rs = dims_of(imp, rois);
-    if xs.len() != 4 || rs.len() != 2 || rs[1].as_const() != Some(4) || dims_of(imp, bidx).len() != 1 {
+    let xs = shape(imp, x);
+    let rs = shape(imp, rois);
+    if xs.len() != 4 || rs.len() != 2 || rs[1].as_const() != Some(4) || shape(imp, bidx).len() != 1 {
         return invalid("RoiAlign needs X [N, C, H, W], rois [R, 4] and batch_indices [R]");
     }
     let avg = match a_str(node, "mode", "avg").as_str() {
@@ -458,7 +458,7 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let (ph, pw, g) = (ph as usize, pw as usize, g as usize);
     let h = static_dim(&xs[2], "RoiAlign")?;
     let w = static_dim(&xs[3], "RoiAlign")?;
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if !dt.is_float() {
         return invalid(format!("RoiAlign of {dt}"));
     }
@@ -467,8 +467,8 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let rois = convert(imp, rois, work)?;
     let col = |imp: &mut Importer, k: i64| -> NResult<Value> {
         let c = slice(imp, rois, 1, k, k + 1, 1)?;
-        let c = bin_s(imp, OpKind::Mul, c, scale)?;
-        let c = if half { bin_s(imp, OpKind::Sub, c, 0.5)? } else { c };
+        let c = bin_scalar(imp, OpKind::Mul, c, scale)?;
+        let c = if half { bin_scalar(imp, OpKind::Sub, c, 0.5)? } else { c };
         reshape(imp, c, &[r.clone(), Dim::new(1), Dim::new(1)])
     };
     let (sw, sh, ew, eh) = (col(imp, 0)?, col(imp, 1)?, col(imp, 2)?, col(imp, 3)?);
@@ -479,8 +479,8 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         rw = bin(imp, OpKind::Max, rw, one_s)?;
         rh = bin(imp, OpKind::Max, rh, one_s)?;
     }
-    let bh = bin_s(imp, OpKind::Div, rh, ph as f64)?;
-    let bw = bin_s(imp, OpKind::Div, rw, pw as f64)?;
+    let bh = bin_scalar(imp, OpKind::Div, rh, ph as f64)?;
+    let bw = bin_scalar(imp, OpKind::Div, rw, pw as f64)?;
     let (iy, wy) = roi_axis(imp, sh, bh, ph, g, h)?;
     let (ix, wx) = roi_axis(imp, sw, bw, pw, g, w)?;
     // Combine to [R, PH, G, 2, PW, G, 2].
@@ -488,7 +488,7 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let ysh = [r.clone(), d(ph as u64), d(g as u64), d(2), d(1), d(1), d(1)];
     let xsh = [r.clone(), d(1), d(1), d(1), d(pw as u64), d(g as u64), d(2)];
     let iy = reshape(imp, iy, &ysh)?;
-    let iy = bin_s(imp, OpKind::Mul, iy, w as f64)?;
+    let iy = bin_scalar(imp, OpKind::Mul, iy, w as f64)?;
     let ix = reshape(imp, ix, &xsh)?;
     let flat = bin(imp, OpKind::Add, iy, ix)?;
     let wy = reshape(imp, wy, &ysh)?;
@@ -513,7 +513,7 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let prod = bin(imp, OpKind::Mul, got, wt)?;
     let y = if avg {
         let s = sum_axes(imp, prod, &[3, 4, 6, 7], false)?;
-        bin_s(imp, OpKind::Div, s, (g * g) as f64)?
+        bin_scalar(imp, OpKind::Div, s, (g * g) as f64)?
     } else {
         // Each sample is the largest of its four weighted corners; the bin the largest sample.
         let m = imp.emit(OpKind::Amax, &[prod], &[("axes", ints(&[4, 7])), ("keepdim", AttrValue::Bool(false))])?;
@@ -526,20 +526,20 @@ pub(super) fn roi_align(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 /// rows (or columns) `floor(v)`, `floor(v) + 1` clamped into the input, their weights, and
 /// whether each is inside (outside taps read 0).
 fn deform_axis(imp: &mut Importer, v: Value, len: u64) -> NResult<(Value, Value, Value)> {
-    let dt = dtype_of(imp, v);
+    let dt = dtype(imp, v);
     let l = len as f64;
     let v0 = un(imp, OpKind::Floor, v)?;
     let f = bin(imp, OpKind::Sub, v, v0)?;
     let one_s = imp.scalar(dt, 1.0)?;
     let g = bin(imp, OpKind::Sub, one_s, f)?;
-    let v1 = bin_s(imp, OpKind::Add, v0, 1.0)?;
-    let mut d = dims_of(imp, v);
+    let v1 = bin_scalar(imp, OpKind::Add, v0, 1.0)?;
+    let mut d = shape(imp, v);
     d.insert(2, Dim::new(1));
     let (v0, v1, f, g) = (reshape(imp, v0, &d)?, reshape(imp, v1, &d)?, reshape(imp, f, &d)?, reshape(imp, g, &d)?);
     let pos = imp.emit(OpKind::Cat, &[v0, v1], &[("axis", int(2))])?;
     let w = imp.emit(OpKind::Cat, &[g, f], &[("axis", int(2))])?;
-    let ge = bin_s(imp, OpKind::Ge, pos, 0.0)?;
-    let le = bin_s(imp, OpKind::Le, pos, l - 1.0)?;
+    let ge = bin_scalar(imp, OpKind::Ge, pos, 0.0)?;
+    let le = bin_scalar(imp, OpKind::Le, pos, l - 1.0)?;
     let valid = bin(imp, OpKind::And, ge, le)?;
     let pos = clamp(imp, pos, 0.0, (l - 1.0).max(0.0))?;
     Ok((convert(imp, pos, DType::I64)?, w, valid))
@@ -554,12 +554,12 @@ pub(super) fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     let off = imp.input(node, 2)?;
     let bias = imp.opt_input(node, 3)?;
     let mask = imp.opt_input(node, 4)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() != 4 {
         return unsupported(format!("DeformConv on {} spatial dims (2 only)", xs.len().saturating_sub(2)));
     }
     let st = |v: Value, what: &str, imp: &Importer| -> NResult<Vec<u64>> {
-        dims_of(imp, v).iter().map(|d| static_dim(d, what)).collect()
+        shape(imp, v).iter().map(|d| static_dim(d, what)).collect()
     };
     let xd = st(x, "DeformConv", imp)?;
     let wd = st(wt, "DeformConv weights", imp)?;
@@ -600,7 +600,7 @@ pub(super) fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     }
     let p = oh * ow;
     check_table(imp, k.saturating_mul(p), 16, "the DeformConv tap positions")?;
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if !dt.is_float() {
         return invalid(format!("DeformConv of {dt}"));
     }
@@ -634,7 +634,7 @@ pub(super) fn deform_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs>
     let ysh = dm(&[n, og, 2, 1, k, p]);
     let xsh = dm(&[n, og, 1, 2, k, p]);
     let iy = reshape(imp, iy, &ysh)?;
-    let iy = bin_s(imp, OpKind::Mul, iy, w as f64)?;
+    let iy = bin_scalar(imp, OpKind::Mul, iy, w as f64)?;
     let ix = reshape(imp, ix, &xsh)?;
     let flat = bin(imp, OpKind::Add, iy, ix)?;
     let (wy, wx) = (reshape(imp, wy, &ysh)?, reshape(imp, wx, &xsh)?);

@@ -35,6 +35,10 @@
 //! - `BatchNormalization` in training mode normalises with the batch's mean and (population)
 //!   variance and returns the momentum-updated running statistics.
 
+use super::build::{
+    bin, bin_scalar, convert as cast, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape,
+    unsupported, Outs,
+};
 use super::import::{a_float, a_int, attr, Importer, NResult, Slot};
 use super::proto::NodeProto;
 use super::NodeError;
@@ -46,75 +50,16 @@ use crate::tensor::Tensor;
 /// build for one node.
 pub const DENSE_LIMIT: u64 = 1 << 24;
 
-type Outs = Vec<Option<Slot>>;
-
-fn one(v: Value) -> NResult<Outs> {
-    Ok(vec![Some(Slot::Val(v))])
-}
-
-fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-fn ints(v: &[i64]) -> AttrValue {
-    AttrValue::Ints(v.to_vec())
-}
-
-fn int(v: i64) -> AttrValue {
-    AttrValue::Int(v)
-}
-
-fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
 fn dim_err(e: crate::ir::DimError) -> NodeError {
     NodeError::Unsupported(format!("size arithmetic: {e}"))
-}
-
-fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        return invalid(format!("axis {axis} is out of range for rank {rank}"));
-    }
-    Ok(a as usize)
-}
-
-fn shape(imp: &Importer, v: Value) -> Vec<Dim> {
-    imp.ty(v).shape.dims().to_vec()
-}
-
-fn dtype(imp: &Importer, v: Value) -> DType {
-    imp.ty(v).dtype
 }
 
 fn un(imp: &mut Importer, op: K, v: Value) -> NResult<Value> {
     imp.emit(op, &[v], &[])
 }
 
-fn bin(imp: &mut Importer, op: K, a: Value, b: Value) -> NResult<Value> {
-    imp.emit(op, &[a, b], &[])
-}
-
-fn bin_scalar(imp: &mut Importer, op: K, v: Value, c: f64) -> NResult<Value> {
-    let s = imp.scalar(dtype(imp, v), c)?;
-    bin(imp, op, v, s)
-}
-
 fn select(imp: &mut Importer, c: Value, a: Value, b: Value) -> NResult<Value> {
     imp.emit(K::Where, &[c, a, b], &[])
-}
-
-fn reshape(imp: &mut Importer, v: Value, d: &[Dim]) -> NResult<Value> {
-    if shape(imp, v) == d {
-        return Ok(v);
-    }
-    imp.emit(K::Reshape, &[v], &[("shape", dims_attr(d))])
 }
 
 fn expand(imp: &mut Importer, v: Value, d: &[Dim]) -> NResult<Value> {
@@ -122,13 +67,6 @@ fn expand(imp: &mut Importer, v: Value, d: &[Dim]) -> NResult<Value> {
         return Ok(v);
     }
     imp.emit(K::Expand, &[v], &[("shape", dims_attr(d))])
-}
-
-fn cast(imp: &mut Importer, v: Value, dt: DType) -> NResult<Value> {
-    if dtype(imp, v) == dt {
-        return Ok(v);
-    }
-    imp.emit(K::ConvertElementType, &[v], &[("dtype", AttrValue::DType(dt))])
 }
 
 fn permute(imp: &mut Importer, v: Value, perm: &[usize]) -> NResult<Value> {

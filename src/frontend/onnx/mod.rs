@@ -39,6 +39,7 @@
 pub mod proto;
 
 mod attention;
+mod build;
 pub mod conformance;
 mod grid;
 mod import;

@@ -46,6 +46,7 @@
 //!   integer products (`MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`),
 //!   `BitShift` and the `Bitwise*` ops are in `quant.rs`.
 
+use super::build::{dims_attr, int, ints, invalid, one, unsupported, Outs};
 use super::import::{a_float, a_int, a_ints, a_str, attr, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
 use super::tensor::{dtype_name, dtype_of};
@@ -233,32 +234,6 @@ pub const SUPPORTED: &[&str] = &[
 
 pub fn is_supported(op_type: &str, _opset: i64) -> bool {
     SUPPORTED.contains(&op_type)
-}
-
-type Outs = Vec<Option<Slot>>;
-
-fn one(v: Value) -> NResult<Outs> {
-    Ok(vec![Some(Slot::Val(v))])
-}
-
-fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-fn ints(v: &[i64]) -> AttrValue {
-    AttrValue::Ints(v.to_vec())
-}
-
-fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
-fn int(v: i64) -> AttrValue {
-    AttrValue::Int(v)
 }
 
 fn dim_err(e: crate::ir::DimError) -> NodeError {

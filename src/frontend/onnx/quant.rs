@@ -25,6 +25,9 @@
 //!   on integers; `Xor` is `or - and` and `Not` is `-x - 1` (both exact in wrapping
 //!   arithmetic).
 
+use super::build::{
+    bin, bin_scalar, convert, dims_attr, dtype, invalid, norm_axis, one, reshape, shape, unsupported, Outs,
+};
 use super::import::{a_int, a_str, Importer, NResult, Slot};
 use super::proto::NodeProto;
 use super::tensor::{dtype_name, dtype_of};
@@ -32,79 +35,19 @@ use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
 
-type Outs = Vec<Option<Slot>>;
-
-fn one(v: Value) -> NResult<Outs> {
-    Ok(vec![Some(Slot::Val(v))])
-}
-
-fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
-fn dims(imp: &Importer, v: Value) -> Vec<Dim> {
-    imp.ty(v).shape.dims().to_vec()
-}
-
-fn dtype(imp: &Importer, v: Value) -> DType {
-    imp.ty(v).dtype
-}
-
-fn reshape(imp: &mut Importer, v: Value, to: &[Dim]) -> NResult<Value> {
-    if dims(imp, v) == to {
-        return Ok(v);
-    }
-    imp.emit(OpKind::Reshape, &[v], &[("shape", dims_attr(to))])
-}
-
-fn convert(imp: &mut Importer, v: Value, to: DType) -> NResult<Value> {
-    if dtype(imp, v) == to {
-        return Ok(v);
-    }
-    imp.emit(OpKind::ConvertElementType, &[v], &[("dtype", AttrValue::DType(to))])
-}
-
-fn bin(imp: &mut Importer, op: OpKind, a: Value, b: Value) -> NResult<Value> {
-    imp.emit(op, &[a, b], &[])
-}
-
-/// `v op c` with `c` a scalar of `v`'s dtype.
-fn bin_scalar(imp: &mut Importer, op: OpKind, v: Value, c: f64) -> NResult<Value> {
-    let s = imp.scalar(dtype(imp, v), c)?;
-    bin(imp, op, v, s)
-}
-
 fn clamp(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
     imp.emit(OpKind::Clamp, &[v], &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))])
 }
 
 /// The statically known number of elements of `v`.
 fn static_numel(imp: &Importer, v: Value) -> Option<u64> {
-    dims(imp, v).iter().try_fold(1u64, |a, d| a.checked_mul(d.as_const()?))
-}
-
-/// `axis` normalised against `rank`.
-fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        return invalid(format!("axis {axis} is out of range for rank {rank}"));
-    }
-    Ok(a as usize)
+    shape(imp, v).iter().try_fold(1u64, |a, d| a.checked_mul(d.as_const()?))
 }
 
 /// A quantization parameter (scale or zero point) shaped to broadcast against `x_dims`: per
 /// tensor, per axis or per block (see the module doc).
 fn param_for(imp: &mut Importer, p: Value, x_dims: &[Dim], axis: i64, block: i64, what: &str) -> NResult<Value> {
-    let pd = dims(imp, p);
+    let pd = shape(imp, p);
     if pd.is_empty() {
         return Ok(p);
     }
@@ -208,7 +151,7 @@ pub fn quantize_linear(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if !st.is_float() || !(xt.is_float() || xt == DType::I32) {
         return invalid(format!("QuantizeLinear of {xt} by a {st} scale"));
     }
-    let xd = dims(imp, x);
+    let xd = shape(imp, x);
     let s = param_for(imp, scale, &xd, axis, block, "y_scale")?;
     // The division's type: `precision`, else x's (an integer x divides in f64, as NumPy does).
     let cdt = match output_dtype_attr(node, "precision")? {
@@ -248,7 +191,7 @@ pub fn dequantize_linear(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
         return invalid(format!("output_dtype must be a float type, not {out}"));
     }
     let cdt = if xt == DType::I32 || st == DType::F64 { DType::F64 } else { DType::F32 };
-    let xd = dims(imp, x);
+    let xd = shape(imp, x);
     let mut d = convert(imp, x, cdt)?;
     if let Some(z) = zp {
         if dtype(imp, z) != xt {
@@ -270,7 +213,7 @@ pub fn dynamic_quantize_linear(imp: &mut Importer, node: &NodeProto) -> NResult<
     if xt != DType::F32 {
         return invalid(format!("DynamicQuantizeLinear takes f32, not {xt}"));
     }
-    let all: Vec<i64> = (0..dims(imp, x).len() as i64).collect();
+    let all: Vec<i64> = (0..shape(imp, x).len() as i64).collect();
     let axes = [("axes", AttrValue::Ints(all))];
     // Over everything, with 0 included (the reduce prims' identities make an empty x give 0).
     let hi = imp.emit(OpKind::ReduceMax, &[x], &axes)?;
@@ -322,7 +265,7 @@ fn widen_minus_zero(
 /// A scale or zero point: a scalar when it has one element, else a 1-D tensor reshaped by
 /// `to` (which places its entries on the axis they belong to).
 fn per_entry(imp: &mut Importer, p: Value, to: &dyn Fn(Dim) -> Vec<Dim>) -> NResult<Value> {
-    let pd = dims(imp, p);
+    let pd = shape(imp, p);
     if pd.is_empty() {
         return Ok(p);
     }
@@ -338,19 +281,19 @@ fn per_entry(imp: &mut Importer, p: Value, to: &dyn Fn(Dim) -> Vec<Dim>) -> NRes
 
 /// NumPy `matmul` of two i32 operands (1-D operands get a unit axis, removed after).
 fn matmul(imp: &mut Importer, a: Value, b: Value) -> NResult<Value> {
-    let (ra, rb) = (dims(imp, a).len(), dims(imp, b).len());
+    let (ra, rb) = (shape(imp, a).len(), shape(imp, b).len());
     if ra == 0 || rb == 0 {
         return invalid("matmul operands must have rank >= 1");
     }
     let unit = |imp: &mut Importer, v: Value, at: usize| {
-        let mut d = dims(imp, v);
+        let mut d = shape(imp, v);
         d.insert(at, Dim::new(1));
         reshape(imp, v, &d)
     };
     let a2 = if ra == 1 { unit(imp, a, 0)? } else { a };
     let b2 = if rb == 1 { unit(imp, b, 1)? } else { b };
     let y = bin(imp, OpKind::Matmul, a2, b2)?;
-    let mut yd = dims(imp, y);
+    let mut yd = shape(imp, y);
     if rb == 1 {
         yd.pop();
     }
@@ -387,7 +330,7 @@ fn out_channels(rank: usize) -> impl Fn(Dim) -> Vec<Dim> {
 pub fn conv_integer(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let w = imp.input(node, 1)?;
-    let wr = dims(imp, w).len();
+    let wr = shape(imp, w).len();
     let x = widen_minus_zero(imp, node, x, 2, |d| vec![d])?;
     let w = widen_minus_zero(imp, node, w, 3, out_channels(wr))?;
     one(int_conv(imp, node, x, w)?)
@@ -471,16 +414,16 @@ pub fn qlinear_matmul(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 pub fn qlinear_conv(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let w = imp.input(node, 3)?;
-    let (xt, r) = (dtype(imp, x), dims(imp, x).len());
-    let wr = dims(imp, w).len();
+    let (xt, r) = (dtype(imp, x), shape(imp, x).len());
+    let wr = shape(imp, w).len();
     let x = widen_minus_zero(imp, node, x, 2, |d| vec![d])?;
     let w = widen_minus_zero(imp, node, w, 5, out_channels(wr))?;
     let mut acc = int_conv(imp, node, x, w)?;
     if let Some(bias) = imp.opt_input(node, 8)? {
-        if dtype(imp, bias) != DType::I32 || dims(imp, bias).len() != 1 {
+        if dtype(imp, bias) != DType::I32 || shape(imp, bias).len() != 1 {
             return invalid("the bias must be a 1-D i32 tensor");
         }
-        let bd = dims(imp, bias);
+        let bd = shape(imp, bias);
         let bias = reshape(imp, bias, &out_channels(r.saturating_sub(1))(bd[0].clone()))?;
         acc = bin(imp, OpKind::Add, acc, bias)?;
     }

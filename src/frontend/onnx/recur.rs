@@ -30,6 +30,9 @@
 //!   `OptionalGetElement` of a tensor is that tensor. Optional and sequence values are not
 //!   represented.
 
+use super::build::{
+    bin, bin_scalar, convert, dims_attr, dtype, int, invalid, norm_axis, permute, reshape, shape, unsupported, Outs,
+};
 use super::import::{a_float, a_int, a_str, attr, Importer, NResult, Slot};
 use super::proto::{GraphProto, NodeProto};
 use super::tensor::dtype_of;
@@ -38,65 +41,12 @@ use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind as K;
 use crate::tensor::Tensor;
 
-type Outs = Vec<Option<Slot>>;
-
 /// Most unrolled steps (sequence steps × directions, or loop iterations) one node may expand to.
 pub const MAX_STEPS: u64 = 4096;
 
 /// The ops of non-default domains the importer converts.
 pub fn is_supported_in(domain: &str, op_type: &str) -> bool {
     domain == "ai.onnx.preview" && op_type == "FlexAttention"
-}
-
-pub(super) fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-pub(super) fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-pub(super) fn int(v: i64) -> AttrValue {
-    AttrValue::Int(v)
-}
-
-pub(super) fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
-pub(super) fn shape(imp: &Importer, v: Value) -> Vec<Dim> {
-    imp.ty(v).shape.dims().to_vec()
-}
-
-pub(super) fn dtype(imp: &Importer, v: Value) -> DType {
-    imp.ty(v).dtype
-}
-
-pub(super) fn bin(imp: &mut Importer, op: K, a: Value, b: Value) -> NResult<Value> {
-    imp.emit(op, &[a, b], &[])
-}
-
-pub(super) fn bin_scalar(imp: &mut Importer, op: K, v: Value, c: f64) -> NResult<Value> {
-    let s = imp.scalar(dtype(imp, v), c)?;
-    bin(imp, op, v, s)
-}
-
-pub(super) fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
-    if shape(imp, v) == dims {
-        return Ok(v);
-    }
-    imp.emit(K::Reshape, &[v], &[("shape", dims_attr(dims))])
-}
-
-pub(super) fn permute(imp: &mut Importer, v: Value, perm: &[i64]) -> NResult<Value> {
-    imp.emit(K::Permute, &[v], &[("perm", AttrValue::Ints(perm.to_vec()))])
-}
-
-pub(super) fn convert(imp: &mut Importer, v: Value, to: DType) -> NResult<Value> {
-    if dtype(imp, v) == to {
-        return Ok(v);
-    }
-    imp.emit(K::ConvertElementType, &[v], &[("dtype", AttrValue::DType(to))])
 }
 
 pub(super) fn select(imp: &mut Importer, v: Value, axis: usize, index: u64) -> NResult<Value> {
@@ -651,15 +601,6 @@ fn lstm_step(
 
 // ---------------------------------------------------------------------------------------------
 // Scan
-
-pub(super) fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        return invalid(format!("axis {axis} is out of range for rank {rank}"));
-    }
-    Ok(a as usize)
-}
 
 fn ints_attr(node: &NodeProto, name: &str, n: usize, default: i64) -> NResult<Vec<i64>> {
     match attr(node, name) {

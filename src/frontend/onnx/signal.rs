@@ -16,7 +16,7 @@
 use super::import::{a_int, Importer, NResult};
 use super::proto::NodeProto;
 use super::spatial::{
-    check_table, const_float, convert, dims_of, dtype_of, invalid, norm_axis, one, permute, reshape, static_dim, take,
+    check_table, const_float, convert, dtype, invalid, norm_axis, one, permute, reshape, shape, static_dim, take,
     unsupported, Outs,
 };
 use super::tensor::{dtype_name, dtype_of as onnx_dtype};
@@ -34,7 +34,7 @@ fn angle(k: usize, t: usize, n: usize) -> f64 {
 /// The DFT of `x [.., L, c]` (c = 1 real, 2 complex pairs) along `axis` with length `n`.
 /// Returns `[.., K, 2]` (or `[.., n, 1]` for the one-sided inverse).
 fn dft_core(imp: &mut Importer, x: Value, axis: usize, n: usize, inverse: bool, onesided: bool) -> NResult<Value> {
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     let r = xs.len();
     if r < 2 || axis >= r - 1 {
         return invalid(format!(
@@ -49,7 +49,7 @@ fn dft_core(imp: &mut Importer, x: Value, axis: usize, n: usize, inverse: bool, 
     if n == 0 {
         return invalid("dft_length must be positive");
     }
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     let work = match dt {
         DType::F64 | DType::F32 => dt,
         d if d.is_float() => DType::F32,
@@ -155,12 +155,12 @@ fn size_of(imp: &Importer, v: i64, what: &str) -> NResult<usize> {
 
 pub(super) fn dft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let r = dims_of(imp, x).len();
+    let r = shape(imp, x).len();
     let axis = if imp.opset >= 20 { int_scalar(imp, node, 2, "axis")?.unwrap_or(-2) } else { a_int(node, "axis", 1) };
     let axis = norm_axis(axis, r)?;
     let inverse = a_int(node, "inverse", 0) != 0;
     let onesided = a_int(node, "onesided", 0) != 0;
-    let l = static_dim(&dims_of(imp, x)[axis], "DFT")? as i64;
+    let l = static_dim(&shape(imp, x)[axis], "DFT")? as i64;
     let n = match int_scalar(imp, node, 1, "dft_length")? {
         Some(n) if n > 0 => n,
         Some(n) => return invalid(format!("dft_length {n}")),
@@ -173,7 +173,7 @@ pub(super) fn dft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 
 pub(super) fn stft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() != 3 {
         return invalid("STFT needs a signal [batch, length, 1 or 2]");
     }
@@ -183,7 +183,7 @@ pub(super) fn stft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let window = imp.opt_input(node, 2)?;
     let wlen = match window {
         Some(w) => {
-            let ws = dims_of(imp, w);
+            let ws = shape(imp, w);
             if ws.len() != 1 {
                 return invalid("the window must be 1-D");
             }
@@ -210,7 +210,7 @@ pub(super) fn stft(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if let Some(w) = window {
         fd = vec![Dim::new(1), Dim::new(1), Dim::new(fl as u64), Dim::new(1)];
         let w = reshape(imp, w, &fd)?;
-        let w = convert(imp, w, dtype_of(imp, y))?;
+        let w = convert(imp, w, dtype(imp, y))?;
         y = imp.emit(OpKind::Mul, &[y, w], &[])?;
     }
     let onesided = a_int(node, "onesided", 1) != 0;

@@ -23,6 +23,9 @@
 //!   a repeated index holding equal values (overlapping pool windows) gives that value;
 //!   a larger `output_shape` pads with zeros at the end of each axis, as the reference does.
 
+pub(super) use super::build::{
+    bin, bin_scalar, convert, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape, unsupported, Outs,
+};
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot};
 use super::proto::NodeProto;
 use super::{ImportError, NodeError};
@@ -30,52 +33,9 @@ use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
 
-pub(super) type Outs = Vec<Option<Slot>>;
-
-pub(super) fn one(v: Value) -> NResult<Outs> {
-    Ok(vec![Some(Slot::Val(v))])
-}
-
-pub(super) fn invalid<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Invalid(msg.into()))
-}
-
-pub(super) fn unsupported<T>(msg: impl Into<String>) -> NResult<T> {
-    Err(NodeError::Unsupported(msg.into()))
-}
-
-pub(super) fn ints(v: &[i64]) -> AttrValue {
-    AttrValue::Ints(v.to_vec())
-}
-
-pub(super) fn int(v: i64) -> AttrValue {
-    AttrValue::Int(v)
-}
-
-pub(super) fn dims_attr(d: &[Dim]) -> AttrValue {
-    AttrValue::Dims(d.iter().cloned().map(Some).collect())
-}
-
-pub(super) fn dims_of(imp: &Importer, v: Value) -> Vec<Dim> {
-    imp.ty(v).shape.dims().to_vec()
-}
-
-pub(super) fn dtype_of(imp: &Importer, v: Value) -> DType {
-    imp.ty(v).dtype
-}
-
 /// A dim that must be known at import.
 pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
     d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} on the symbolic dim {d}")))
-}
-
-pub(super) fn norm_axis(axis: i64, rank: usize) -> NResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        return invalid(format!("axis {axis} is out of range for rank {rank}"));
-    }
-    Ok(a as usize)
 }
 
 /// Checks that a constant table of `n` elements of `elem_bytes` fits the importer's limit
@@ -92,32 +52,8 @@ pub(super) fn check_table(imp: &Importer, n: u64, elem_bytes: u64, what: &str) -
     Ok(())
 }
 
-pub(super) fn reshape(imp: &mut Importer, v: Value, dims: &[Dim]) -> NResult<Value> {
-    if dims_of(imp, v) == dims {
-        return Ok(v);
-    }
-    imp.emit(OpKind::Reshape, &[v], &[("shape", dims_attr(dims))])
-}
-
-pub(super) fn convert(imp: &mut Importer, v: Value, dtype: DType) -> NResult<Value> {
-    if dtype_of(imp, v) == dtype {
-        return Ok(v);
-    }
-    imp.emit(OpKind::ConvertElementType, &[v], &[("dtype", AttrValue::DType(dtype))])
-}
-
 pub(super) fn un(imp: &mut Importer, op: OpKind, v: Value) -> NResult<Value> {
     imp.emit(op, &[v], &[])
-}
-
-pub(super) fn bin(imp: &mut Importer, op: OpKind, a: Value, b: Value) -> NResult<Value> {
-    imp.emit(op, &[a, b], &[])
-}
-
-/// `v op c` with `c` a scalar of `v`'s dtype.
-pub(super) fn bin_s(imp: &mut Importer, op: OpKind, v: Value, c: f64) -> NResult<Value> {
-    let s = imp.scalar(dtype_of(imp, v), c)?;
-    bin(imp, op, v, s)
 }
 
 pub(super) fn slice(imp: &mut Importer, v: Value, axis: usize, start: i64, end: i64, step: i64) -> NResult<Value> {
@@ -176,7 +112,7 @@ fn along(rank: usize, axis: usize, n: usize) -> Vec<usize> {
 
 /// `x` indexed along `axis` by the constant indices `idx` (each in range): NumPy `take`.
 pub(super) fn take(imp: &mut Importer, x: Value, axis: usize, idx: Vec<i64>) -> NResult<Value> {
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     let n = idx.len();
     let i = const_i64(imp, "take_index", &along(xs.len(), axis, n), idx)?;
     let mut full = xs.clone();
@@ -439,7 +375,7 @@ fn axis_table(
 
 /// Applies one axis table to `x` (float `x` unless nearest).
 fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: bool, ext: f64) -> NResult<Value> {
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     let r = xs.len();
     let in_w = static_dim(&xs[axis], "Resize")?;
     let mut y = if nearest {
@@ -468,7 +404,7 @@ fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: 
             take(imp, x, axis, picked)?
         }
     } else {
-        let dt = dtype_of(imp, x);
+        let dt = dtype(imp, x);
         let g = take(imp, x, axis, t.idx)?;
         let mut split = xs.clone();
         split[axis] = Dim::new(t.out as u64);
@@ -485,7 +421,7 @@ fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: 
     if let Some(mask) = t.extrapolated {
         if mask.iter().any(|&m| m) {
             let m = const_bool(imp, "resize_outside", &along(r, axis, t.out), mask)?;
-            let e = imp.scalar(dtype_of(imp, y), ext)?;
+            let e = imp.scalar(dtype(imp, y), ext)?;
             y = imp.emit(OpKind::Where, &[m, e, y], &[])?;
         }
     }
@@ -494,7 +430,7 @@ fn apply_axis(imp: &mut Importer, x: Value, axis: usize, t: AxisTable, nearest: 
 
 pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     let r = xs.len();
     let legacy = node.op_type == "Upsample" || imp.opset < 11;
     let mode = a_str(node, "mode", "nearest");
@@ -620,7 +556,7 @@ pub(super) fn resize(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     // Apply axis by axis, in the order the reference does (ascending axes).
     specs.sort_by_key(|(a, _)| *a);
     let nearest = matches!(interp, Interp::Nearest(_));
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     let work = if nearest || dt == DType::F64 || dt == DType::F32 {
         dt
     } else if dt.is_float() {
@@ -696,7 +632,7 @@ fn window_reduce(
     out: i64,
     op: Reduce,
 ) -> NResult<Value> {
-    let r = dims_of(imp, x).len();
+    let r = shape(imp, x).len();
     if out == 0 {
         return slice(imp, x, axis, 0, 0, 1);
     }
@@ -768,7 +704,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         _ => PoolKind::Lp { p: a_int(node, "p", 2) },
     };
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() < 3 {
         return invalid("pooling needs an input of rank >= 3");
     }
@@ -803,7 +739,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         return unsupported(format!("pads {pads:?} above {MAX_EXTENT}"));
     }
     let ceil = a_int(node, "ceil_mode", 0) != 0;
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if !matches!(kind, PoolKind::Max) && !dt.is_float() {
         return unsupported(format!("{} on {dt}", node.op_type));
     }
@@ -813,7 +749,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             2 => bin(imp, OpKind::Mul, x, x)?,
             p if p > 0 => {
                 let a = un(imp, OpKind::Abs, x)?;
-                bin_s(imp, OpKind::Pow, a, p as f64)?
+                bin_scalar(imp, OpKind::Pow, a, p as f64)?
             }
             p => return invalid(format!("LpPool p = {p}")),
         },
@@ -853,7 +789,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             y = match p {
                 1 => y,
                 2 => un(imp, OpKind::Sqrt, y)?,
-                p => bin_s(imp, OpKind::Pow, y, 1.0 / p as f64)?,
+                p => bin_scalar(imp, OpKind::Pow, y, 1.0 / p as f64)?,
             };
         }
         PoolKind::Max => {}
@@ -871,7 +807,7 @@ const MAX_WINDOW_POSITIONS: i64 = 1024;
 /// gives 0 and index -1.
 fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() < 3 {
         return invalid("pooling needs an input of rank >= 3");
     }
@@ -914,7 +850,7 @@ fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
     let n_out = outs.iter().try_fold(1u64, |a, &o| a.checked_mul(o as u64)).unwrap_or(u64::MAX);
     check_table(imp, n_out.saturating_mul(positions as u64), 9, "a MaxPool index table")?;
     let n_out = n_out as usize;
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if n_out == 0 || sizes.contains(&0) {
         let mut shape = vec![xs[0].clone(), xs[1].clone()];
         shape.extend(outs.iter().map(|&o| Dim::new(o as u64)));
@@ -965,9 +901,9 @@ fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
     let i0 = iota(imp, 0)?;
     let i1 = iota(imp, 1)?;
     let c = static_dim(&xs[1], "MaxPool")? as f64;
-    let plane = bin_s(imp, OpKind::Mul, i0, c)?;
+    let plane = bin_scalar(imp, OpKind::Mul, i0, c)?;
     let plane = bin(imp, OpKind::Add, plane, i1)?;
-    let plane = bin_s(imp, OpKind::Mul, plane, x_step as f64)?;
+    let plane = bin_scalar(imp, OpKind::Mul, plane, x_step as f64)?;
     let mut out_shape = vec![1usize, 1];
     out_shape.extend(outs.iter().map(|&o| o as usize));
     let mut best: Option<(Value, Value, Value)> = None; // (value, index, any valid)
@@ -1039,11 +975,11 @@ fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
 
 pub(super) fn lrn(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() < 3 {
         return invalid("LRN needs an input [N, C, d...]");
     }
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if !dt.is_float() {
         return invalid(format!("LRN on {dt}"));
     }
@@ -1056,20 +992,20 @@ pub(super) fn lrn(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let w = Window { k: size, s: 1, d: 1, begin: (size - 1) / 2, end: (size - 1) - (size - 1) / 2 };
     let sq = bin(imp, OpKind::Mul, x, x)?;
     let s = window_reduce(imp, sq, 1, c, &w, c, Reduce::Sum)?;
-    let s = bin_s(imp, OpKind::Mul, s, alpha / size as f64)?;
-    let s = bin_s(imp, OpKind::Add, s, bias)?;
-    let d = bin_s(imp, OpKind::Pow, s, beta)?;
+    let s = bin_scalar(imp, OpKind::Mul, s, alpha / size as f64)?;
+    let s = bin_scalar(imp, OpKind::Add, s, bias)?;
+    let d = bin_scalar(imp, OpKind::Pow, s, beta)?;
     one(bin(imp, OpKind::Div, x, d)?)
 }
 
 pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let i = imp.input(node, 1)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() < 3 {
         return invalid("MaxUnpool needs an input [N, C, d...]");
     }
-    if dims_of(imp, i) != xs {
+    if shape(imp, i) != xs {
         return invalid("MaxUnpool's indices must have the input's shape");
     }
     let n = xs.len() - 2;
@@ -1092,7 +1028,7 @@ pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
     }
     let total = inferred.iter().try_fold(1i64, |a, &d| a.checked_mul(d)).filter(|&t| t <= u32::MAX as i64 * 16);
     let Some(total) = total else { return unsupported("MaxUnpool to an output this large") };
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     if !dt.is_float() {
         return unsupported(format!("MaxUnpool on {dt}"));
     }
@@ -1147,7 +1083,7 @@ pub(super) fn max_unpool(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
 /// go to a dropped extra slot).
 pub(super) fn col2im(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     if xs.len() != 3 {
         return invalid("Col2Im needs an input [N, C * prod(block_shape), L]");
     }
@@ -1219,7 +1155,7 @@ pub(super) fn col2im(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x3 = reshape(imp, x, &[xs[0].clone(), c.clone(), kl.clone()])?;
     let i = const_i64(imp, "col2im_index", &[1, 1, (k * l) as usize], idx)?;
     let i = imp.emit(OpKind::Expand, &[i], &[("shape", dims_attr(&[xs[0].clone(), c.clone(), kl]))])?;
-    let dt = dtype_of(imp, x);
+    let dt = dtype(imp, x);
     let z = imp.emit(
         OpKind::Full,
         &[],
@@ -1238,7 +1174,7 @@ pub(super) fn col2im(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 
 pub(super) fn center_crop_pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
-    let xs = dims_of(imp, x);
+    let xs = shape(imp, x);
     let r = xs.len();
     let shape = imp.ints_input(node, 1, "shape")?.ok_or_else(|| NodeError::Invalid("shape is required".into()))?;
     let axes: Vec<usize> = match a_ints(node, "axes") {
