@@ -28,69 +28,61 @@ use crate::ir::Dim;
 use crate::kernel::{BufferId, Instr, Kernel, Program, Step, Var};
 use crate::ops::OpKind;
 
-/// Fuses every eligible (matmul, consumer kernel) pair of `p`; returns one line per fusion,
-/// and per refusal of an adjacent pair, for `--explain`.
+/// Fuses every eligible (matmul, consumer kernel) pair of `p`, then a recovered `gelu` right
+/// after; returns one line per fusion, and per refusal of an adjacent pair, for `--explain`.
 pub fn fuse(p: &mut Program) -> String {
     let mut notes = String::new();
     let mut i = 0;
     while i + 1 < p.steps.len() {
         let verdict = match (&p.steps[i], &p.steps[i + 1]) {
-            (Step::Matmul(m), Step::Kernel(k)) if m.epilogue.is_none() => Some(eligible(p, m.out, k)),
-            _ => None,
-        };
-        match verdict {
-            Some(Ok(())) => {
-                let Step::Kernel(k) = p.steps.remove(i + 1) else { unreachable!("checked above") };
-                if let Step::Matmul(m) = &mut p.steps[i] {
-                    let _ = writeln!(
-                        notes,
-                        "; {} runs as the epilogue of matmul {} (per finished row tile)",
-                        k.name, m.out
-                    );
-                    m.epilogue = Some(Box::new(k));
-                }
-            }
-            Some(Err(why)) => {
-                if let (Step::Matmul(m), Step::Kernel(k)) = (&p.steps[i], &p.steps[i + 1]) {
-                    let _ = writeln!(notes, "; {} is not the epilogue of matmul {}: {why}", k.name, m.out);
-                }
-            }
-            None => {}
-        }
-        i += 1;
-    }
-    // Then an elementwise library op right after a matmul (with or without its epilogue
-    // kernel) whose argument is produced row by row.
-    let mut i = 0;
-    while i + 1 < p.steps.len() {
-        let verdict = match (&p.steps[i], &p.steps[i + 1]) {
+            (Step::Matmul(m), Step::Kernel(k)) if m.epilogue.is_none() => eligible(p, m.out, k),
             (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && l.op == OpKind::Gelu => {
-                Some(activation_eligible(p, m, l))
+                activation_eligible(p, m, l)
             }
-            _ => None,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
-        match verdict {
-            Some(Ok(())) => {
-                let Step::Library(l) = p.steps.remove(i + 1) else { unreachable!("checked above") };
-                if let Step::Matmul(m) = &mut p.steps[i] {
-                    let _ = writeln!(
-                        notes,
-                        "; {} {} runs after the epilogue of matmul {} (per finished row tile)",
-                        l.op, l.out, m.out
-                    );
-                    m.activation = Some(l);
+        let (fused, refused) = match (&p.steps[i], &p.steps[i + 1]) {
+            (Step::Matmul(m), Step::Kernel(k)) => (
+                format!("{} runs as the epilogue of matmul {}", k.name, m.out),
+                format!("{} is not the epilogue of matmul {}", k.name, m.out),
+            ),
+            (Step::Matmul(m), Step::Library(l)) => (
+                format!("{} {} runs in matmul {} after its epilogue", l.op, l.out, m.out),
+                format!("{} {} does not run in matmul {}", l.op, l.out, m.out),
+            ),
+            _ => unreachable!("matched above"),
+        };
+        let Err(why) = verdict else {
+            let _ = writeln!(notes, "; {fused} (per finished row tile)");
+            let next = p.steps.remove(i + 1);
+            if let Step::Matmul(m) = &mut p.steps[i] {
+                match next {
+                    Step::Kernel(k) => m.epilogue = Some(Box::new(k)),
+                    Step::Library(l) => m.activation = Some(l),
+                    _ => unreachable!("matched above"),
                 }
             }
-            Some(Err(why)) => {
-                if let (Step::Matmul(m), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) {
-                    let _ = writeln!(notes, "; {} {} does not run in matmul {}: {why}", l.op, l.out, m.out);
-                }
-            }
-            None => {}
-        }
+            // The same matmul may take the step after too (a gelu after its kernel).
+            continue;
+        };
+        let _ = writeln!(notes, "; {refused}: {why}");
         i += 1;
     }
     notes
+}
+
+/// The rows and static row length (> 0) of buffer `b` viewed as `[rows, n]`.
+fn rows_of(p: &Program, b: BufferId) -> Result<(Dim, u64), String> {
+    let Some((last, lead)) = p.buffers[b].shape.dims().split_last() else { return Err(format!("{b} is a scalar")) };
+    let n = last.as_const().filter(|&n| n > 0).ok_or_else(|| format!("{b}'s last dim is not a static size > 0"))?;
+    let mut rows = Dim::from(1u64);
+    for d in lead {
+        rows = rows.mul(d).map_err(|e| format!("{b}'s row count: {e}"))?;
+    }
+    Ok((rows, n))
 }
 
 /// Whether the elementwise library op `l` (the step after matmul `m`) can run per row tile:
@@ -106,17 +98,7 @@ fn activation_eligible(
         return if m.epilogue.is_none() { Ok(()) } else { Err(format!("it reads {x} before the epilogue kernel")) };
     }
     let Some(k) = &m.epilogue else { return Err(format!("its argument {x} is not the product")) };
-    let rows_of = |b: BufferId| -> Option<(Dim, u64)> {
-        let (last, lead) = p.buffers[b].shape.dims().split_last()?;
-        let mut rows = Dim::from(1u64);
-        for d in lead {
-            rows = rows.mul(d).ok()?;
-        }
-        Some((rows, last.as_const().filter(|&n| n > 0)?))
-    };
-    let (Some((rows, _)), Some((x_rows, n))) = (rows_of(m.out), rows_of(x)) else {
-        return Err(format!("{x} or {} has no static row length", m.out));
-    };
+    let ((rows, _), (x_rows, n)) = (rows_of(p, m.out)?, rows_of(p, x)?);
     if rows != x_rows {
         return Err(format!("{x} does not have the product's rows"));
     }
@@ -172,13 +154,7 @@ fn row_local(index: &crate::kernel::Index, n: u64, k: &Kernel, stage: &crate::ke
 /// Whether kernel `k` (the step after a matmul writing `out`) can run per row tile. Later
 /// steps may read `out` too: the product is whole when the matmul step ends.
 fn eligible(p: &Program, out: BufferId, k: &Kernel) -> Result<(), String> {
-    let shape = p.buffers[out].shape.dims();
-    let Some((last, lead)) = shape.split_last() else { return Err(format!("{out} is a scalar")) };
-    let n = last.as_const().filter(|&n| n > 0).ok_or_else(|| format!("{out}'s last dim is not a static size > 0"))?;
-    let mut rows = Dim::from(1u64);
-    for d in lead {
-        rows = rows.mul(d).map_err(|e| format!("{out}'s row count: {e}"))?;
-    }
+    let (rows, n) = rows_of(p, out)?;
     if k.outer.first() != Some(&rows) {
         return Err(format!("its outermost loop does not run over {out}'s {rows} rows"));
     }
