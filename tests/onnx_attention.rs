@@ -35,26 +35,8 @@ fn run_both(g: &Graph, inputs: &[Tensor]) -> (Vec<Tensor>, Vec<Tensor>) {
     (hi, lo)
 }
 
-fn t(shape: &[usize], v: &[f32]) -> Tensor {
-    Tensor::from_f32(shape, v.to_vec()).unwrap()
-}
-
-fn ti(shape: &[usize], v: &[i64]) -> Tensor {
-    Tensor::from_i64(shape, v.to_vec()).unwrap()
-}
-
 fn tb(shape: &[usize], v: &[bool]) -> Tensor {
     Tensor::from_bool(shape, v.to_vec()).unwrap()
-}
-
-#[track_caller]
-fn close(got: &Tensor, shape: &[usize], want: &[f64]) {
-    assert_eq!(got.shape(), shape, "shape");
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len());
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs() || (a.is_nan() && b.is_nan()), "element {i}: {a} vs {b}\n{g:?}");
-    }
 }
 
 /// Output `i` checked on both the interpreter and the prims lowering.

@@ -7,26 +7,13 @@ mod onnx_build;
 use std::path::Path;
 
 use ladder::frontend::onnx::conformance::{run_case, Verdict};
-use ladder::frontend::onnx::{import, ImportError, ImportOptions, NodeError};
+use ladder::frontend::onnx::{import, ImportOptions, NodeError};
 use ladder::interp::{self, Options};
-use ladder::{compile, CompileOptions, Graph, Tensor};
+use ladder::{Graph, Tensor};
 use onnx_build::*;
 
 fn imp(bytes: &[u8]) -> Graph {
     import(bytes, &ImportOptions::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
-}
-
-fn imp_err(bytes: &[u8]) -> NodeError {
-    match import(bytes, &ImportOptions::default()) {
-        Err(ImportError::Node { error, .. }) => error,
-        Err(e) => panic!("expected a node error, got {e}"),
-        Ok(_) => panic!("expected a node error, the import succeeded"),
-    }
-}
-
-fn cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let plan = compile(g, &CompileOptions::default()).map_err(|e| e.to_string())?;
-    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
 /// Runs on the interpreter and on the CPU backend; both must agree (floats within 4 ulp-ish,
@@ -55,14 +42,6 @@ fn run_fails(g: &Graph, inputs: &[Tensor]) -> String {
     let Err(a) = interp::run(g, inputs, &Options::default()) else { panic!("the interpreter run should fail") };
     assert!(cpu(g, inputs).is_err(), "the cpu run should fail");
     a.to_string()
-}
-
-fn t(shape: &[usize], v: &[f32]) -> Tensor {
-    Tensor::from_f32(shape, v.to_vec()).unwrap()
-}
-
-fn ti(shape: &[usize], v: &[i64]) -> Tensor {
-    Tensor::from_i64(shape, v.to_vec()).unwrap()
 }
 
 #[track_caller]

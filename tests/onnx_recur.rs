@@ -11,19 +11,11 @@ use ladder::frontend::onnx::conformance::{run_case, Verdict};
 use ladder::frontend::onnx::proto::{AttributeProto, GraphProto, OperatorSetIdProto, TensorProto};
 use ladder::frontend::onnx::{import, ImportError, ImportOptions, NodeError};
 use ladder::interp::{self, Options};
-use ladder::{compile, CompileOptions, Graph, Tensor};
+use ladder::{Graph, Tensor};
 use onnx_build::*;
 
 fn imp(bytes: &[u8]) -> Graph {
     import(bytes, &ImportOptions::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
-}
-
-fn imp_err(bytes: &[u8]) -> NodeError {
-    match import(bytes, &ImportOptions::default()) {
-        Err(ImportError::Node { error, .. }) => error,
-        Err(e) => panic!("expected a node error, got {e}"),
-        Ok(_) => panic!("expected a node error, the import succeeded"),
-    }
 }
 
 #[track_caller]
@@ -40,11 +32,6 @@ fn invalid_with(bytes: &[u8], text: &str) {
         NodeError::Invalid(m) => assert!(m.contains(text), "`{m}` does not mention `{text}`"),
         e => panic!("expected invalid ({text}), got {e:?}"),
     }
-}
-
-fn cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let plan = compile(g, &CompileOptions::default()).map_err(|e| e.to_string())?;
-    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
 /// Runs on the interpreter and on the CPU backend; both must agree. Returns the
@@ -65,24 +52,6 @@ fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
         }
     }
     a
-}
-
-fn t(shape: &[usize], v: &[f32]) -> Tensor {
-    Tensor::from_f32(shape, v.to_vec()).unwrap()
-}
-
-fn ti(shape: &[usize], v: &[i64]) -> Tensor {
-    Tensor::from_i64(shape, v.to_vec()).unwrap()
-}
-
-#[track_caller]
-fn close(got: &Tensor, shape: &[usize], want: &[f64]) {
-    assert_eq!(got.shape(), shape, "shape");
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len());
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs() || (a.is_nan() && b.is_nan()), "element {i}: {a} vs {b}\n{g:?}");
-    }
 }
 
 /// One node of `op` over typed inputs (absent optional inputs as `""`), with initializers.

@@ -28,14 +28,6 @@ fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
     want
 }
 
-fn t(shape: &[usize], v: &[f32]) -> Tensor {
-    Tensor::from_f32(shape, v.to_vec()).unwrap()
-}
-
-fn ti(shape: &[usize], v: &[i64]) -> Tensor {
-    Tensor::from_i64(shape, v.to_vec()).unwrap()
-}
-
 #[track_caller]
 fn close(got: &Tensor, shape: &[usize], want: &[f64]) {
     assert_eq!(got.shape(), shape, "shape");

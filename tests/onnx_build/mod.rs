@@ -5,6 +5,8 @@ use ladder::frontend::onnx::proto::{
     self, attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, AttributeProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
+use ladder::frontend::onnx::{import, ImportError, ImportOptions, NodeError};
+use ladder::{compile, CompileOptions, Graph, Tensor};
 use prost::Message;
 
 pub const FLOAT: i32 = 1;
@@ -167,4 +169,40 @@ pub fn single(
     let n = node(op, &names, outputs, attrs);
     let outs = outputs.iter().map(|o| vi(o, FLOAT, &[])).collect();
     encode(&model_proto(graph(vec![n], inputs, outs, inits), opset))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running imported models in tests
+
+/// The node error an import must fail with.
+pub fn imp_err(bytes: &[u8]) -> NodeError {
+    match import(bytes, &ImportOptions::default()) {
+        Err(ImportError::Node { error, .. }) => error,
+        Err(e) => panic!("expected a node error, got {e}"),
+        Ok(_) => panic!("expected a node error, the import succeeded"),
+    }
+}
+
+/// `g` compiled for the CPU backend and run.
+pub fn cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let plan = compile(g, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
+}
+
+pub fn t(shape: &[usize], v: &[f32]) -> Tensor {
+    Tensor::from_f32(shape, v.to_vec()).unwrap()
+}
+
+pub fn ti(shape: &[usize], v: &[i64]) -> Tensor {
+    Tensor::from_i64(shape, v.to_vec()).unwrap()
+}
+
+#[track_caller]
+pub fn close(got: &Tensor, shape: &[usize], want: &[f64]) {
+    assert_eq!(got.shape(), shape, "shape");
+    let g = got.to_f64_vec();
+    assert_eq!(g.len(), want.len());
+    for (i, (a, b)) in g.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 + 1e-5 * b.abs() || (a.is_nan() && b.is_nan()), "element {i}: {a} vs {b}\n{g:?}");
+    }
 }
