@@ -463,6 +463,9 @@ fn adversarial_rows(n: usize) -> Vec<Vec<f32>> {
         fill(&|i| if i == 0 { inf } else { i as f32 }),
         fill(&|_| -inf),
         fill(&|i| if i == n / 2 { f32::NAN } else { i as f32 * 0.5 }),
+        // One infinity past the first element (layer_norm's statistics shift by the first).
+        fill(&|i| if i == n / 2 { -inf } else { i as f32 * 0.5 }),
+        fill(&|i| if i == n - 1 { inf } else { 1.0 - i as f32 }),
         fill(&|i| if i % 2 == 0 { -inf } else { i as f32 }),
         fill(&|i| if i % 3 == 0 { 3e38 } else { -3e38 }),
         fill(&|i| [1e-45, -1e-45, 1e-40, 0.0, -0.0][i % 5]),

@@ -27,9 +27,11 @@
 //!   f32 in [-88, 0]: at most 0.97 ulp for results of 2^-126 and above, below that within
 //!   2^-126 absolute; `exp_neg(0) = 1`, `exp_neg(-inf) = 0`, NaN stays NaN (the test
 //!   `exp_neg_bound` checks a sweep).
-//! - layer_norm: mean and variance in f64 (two passes over the row, from L1 after the first),
-//!   then `(x - mean) * rsqrt(var + eps) * w + b` in f32 with the statistics rounded to f32,
-//!   which is how the op's prims decomposition computes its output pass.
+//! - layer_norm: mean and variance in f64 from one pass over the row (sums of `x - x[0]` and
+//!   its square: see [`layer_norm_stats`] for why the shift keeps them exact to well below
+//!   f32's precision), then `(x - mean) * rsqrt(var + eps) * w + b` in f32 with the
+//!   statistics rounded to f32, which is how the op's prims decomposition computes its output
+//!   pass; that pass prefetches the next row.
 //! - rms_norm: the mean of squares in f64, then `x * rsqrt(ms + eps) * w` in f32 as the op's
 //!   decomposition computes its output pass; when `1 / sqrt(ms + eps)` is not a normal f32
 //!   (rows of subnormals, rows near the top of the range) the output pass is in f64 instead.
@@ -105,7 +107,7 @@ pub fn run_f32(
                 len("bias", b.len(), n)?;
             }
             let eps = attrs.float("eps");
-            rows(x, out, n, threads, |xr, yr| dispatch_layer_norm(xr, w, b, yr, eps));
+            rows(x, out, n, threads, |xr, yr| layer_norm_any(xr, w, b, yr, eps));
         }
         OpKind::RmsNorm => {
             if !last_axis(attrs.int("axis")) {
@@ -527,6 +529,57 @@ mod avx512 {
         _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])))
     }
 
+    /// Writes `y[i] = f(i)` for the row, 16 lanes at a time (`f` gets the first index and the
+    /// lanes' mask, and must load only those lanes).
+    #[inline(always)]
+    pub(super) unsafe fn write_row(y: *mut f32, n: usize, f: impl Fn(usize, __mmask16) -> __m512) {
+        let mut i = 0;
+        while i + W <= n {
+            _mm512_storeu_ps(y.add(i), f(i, 0xffff));
+            i += W;
+        }
+        if i < n {
+            let m = tail(n - i);
+            _mm512_mask_storeu_ps(y.add(i), m, f(i, m));
+        }
+    }
+
+    /// layer_norm's output pass, `((x - mean) * inv) * w + b` lane for lane as
+    /// `super::layer_norm_row` computes it.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `x`, `y` and the given `w`, `b` have the same length.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn layer_norm_out(
+        x: &[f32],
+        w: Option<&[f32]>,
+        b: Option<&[f32]>,
+        y: &mut [f32],
+        mean: f32,
+        inv: f32,
+    ) {
+        let (xp, wp, bp) = (x.as_ptr(), w.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
+        let (mv, iv) = (_mm512_set1_ps(mean), _mm512_set1_ps(inv));
+        let (n, yp) = (x.len().min(y.len()), y.as_mut_ptr());
+        let prefetch = n <= PREFETCH_MAX;
+        write_row(yp, n, |i, m| {
+            if prefetch {
+                // The next row, while this one's output is computed from L1 (a prefetch never
+                // faults, so the address may lie past the buffer).
+                _mm_prefetch::<_MM_HINT_T0>(xp.wrapping_add(n + i) as *const i8);
+                _mm_prefetch::<_MM_HINT_ET0>(yp.wrapping_add(n + i) as *const i8);
+            }
+            let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
+            match (wp, bp) {
+                (Some(w), Some(b)) => {
+                    _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
+                }
+                (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+                _ => v,
+            }
+        });
+    }
+
     /// # Safety
     /// The CPU must have AVX-512F and FMA. `y` has `x`'s length (else the shorter is used).
     #[target_feature(enable = "avx512f,fma")]
@@ -576,60 +629,107 @@ mod avx512 {
     }
 }
 
+/// Independent f64 accumulators in the norms' statistics passes: 32 lanes are four 512-bit
+/// (or eight 256-bit) add chains, enough to cover the add latency; 8 lanes left the passes
+/// latency-bound at a quarter of the load rate.
+const STAT_LANES: usize = 32;
+
+/// `Σ f(v)` over the row in f64, in [`STAT_LANES`] interleaved partial sums.
+#[inline(always)]
+fn stat_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; STAT_LANES];
+    let mut c = x.chunks_exact(STAT_LANES);
+    for ch in &mut c {
+        for j in 0..STAT_LANES {
+            acc[j] += f(ch[j] as f64);
+        }
+    }
+    let mut total: f64 = acc.iter().sum();
+    for &v in c.remainder() {
+        total += f(v as f64);
+    }
+    total
+}
+
+/// layer_norm's row statistics: the mean and `1 / sqrt(var + eps)`, rounded to f32, from one
+/// read of the row in f64: the sums of `d = x - x[0]` and of `d²`, then `mean = x[0] + Σd/n`
+/// and `var = Σd²/n - (Σd/n)²`. Shifting by an element of the row bounds the cancellation:
+/// `Σd² / (n var) = 1 + (x[0] - mean)² / var <= 1 + n`, so at most `log2(n + 1)` of f64's 53
+/// bits are lost (43 left at n = 1024), against the 24 of the f32 result. A non-finite
+/// element makes the sums, and so the row, NaN, as the op's two-pass definition does.
+#[inline(always)]
+fn layer_norm_stats(x: &[f32], eps: f64) -> (f32, f32) {
+    let n = x.len() as f64;
+    let k = x[0] as f64;
+    let (mut s1, mut s2) = ([0f64; STAT_LANES], [0f64; STAT_LANES]);
+    let mut c = x.chunks_exact(STAT_LANES);
+    for ch in &mut c {
+        for j in 0..STAT_LANES {
+            let d = ch[j] as f64 - k;
+            s1[j] += d;
+            s2[j] += d * d;
+        }
+    }
+    let (mut t1, mut t2): (f64, f64) = (s1.iter().sum(), s2.iter().sum());
+    for &v in c.remainder() {
+        let d = v as f64 - k;
+        t1 += d;
+        t2 += d * d;
+    }
+    let md = t1 / n;
+    // Rounding may leave a tiny negative for a constant row; NaN (from a non-finite element)
+    // stays NaN (`f64::max` would drop it).
+    let var = t2 / n - md * md;
+    let var = if var < 0.0 { 0.0 } else { var };
+    (((k + md) as f32), (1.0 / (var + eps).sqrt()) as f32)
+}
+
 #[inline(always)]
 fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64) {
     let n = x.len();
     if n == 0 {
         return;
     }
-    const D: usize = 8;
-    let mut acc = [0f64; D];
-    let mut c = x.chunks_exact(D);
-    for ch in &mut c {
-        for j in 0..D {
-            acc[j] += ch[j] as f64;
-        }
-    }
-    let mut total: f64 = acc.iter().sum();
-    for &v in c.remainder() {
-        total += v as f64;
-    }
-    let mean = total / n as f64;
-    let mut acc = [0f64; D];
-    let mut c = x.chunks_exact(D);
-    for ch in &mut c {
-        for j in 0..D {
-            let d = ch[j] as f64 - mean;
-            acc[j] += d * d;
-        }
-    }
-    let mut total: f64 = acc.iter().sum();
-    for &v in c.remainder() {
-        let d = v as f64 - mean;
-        total += d * d;
-    }
-    let var = total / n as f64;
     // The row's statistics are exact to f64 rounding; the output pass is in f32 (16 lanes),
     // as the op's prims decomposition computes it.
-    let inv = (1.0 / (var + eps).sqrt()) as f32;
-    let mean = mean as f32;
+    let (mean, inv) = layer_norm_stats(x, eps);
+    let y = &mut y[..n];
     match (w, b) {
         (Some(w), Some(b)) => {
-            for i in 0..n {
-                y[i] = ((x[i] - mean) * inv) * w[i] + b[i];
+            for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(&w[..n]).zip(&b[..n]) {
+                *y = ((x - mean) * inv) * w + b;
             }
         }
         (Some(w), None) => {
-            for i in 0..n {
-                y[i] = ((x[i] - mean) * inv) * w[i];
+            for ((y, &x), &w) in y.iter_mut().zip(x).zip(&w[..n]) {
+                *y = ((x - mean) * inv) * w;
             }
         }
         _ => {
-            for i in 0..n {
-                y[i] = (x[i] - mean) * inv;
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = (x - mean) * inv;
             }
         }
     }
+}
+
+/// [`layer_norm_row`], through the AVX-512 output pass where the CPU has it.
+fn layer_norm_any(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") && !x.is_empty() {
+        #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+        unsafe fn stats(x: &[f32], eps: f64) -> (f32, f32) {
+            layer_norm_stats(x, eps)
+        }
+        // SAFETY: the CPU has AVX-512F (checked just above); `y` is at least as long as `x`
+        // (rows of the same length), and w and b were checked to the row length.
+        unsafe {
+            let (mean, inv) = stats(x, eps);
+            avx512::layer_norm_out(x, w, b, y, mean, inv);
+        }
+        return;
+    }
+    dispatch_layer_norm(x, w, b, y, eps)
 }
 
 #[inline(always)]
@@ -638,32 +738,21 @@ fn rms_norm_row(x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64) {
     if n == 0 {
         return;
     }
-    const D: usize = 8;
-    let mut acc = [0f64; D];
-    let mut c = x.chunks_exact(D);
-    for ch in &mut c {
-        for j in 0..D {
-            let v = ch[j] as f64;
-            acc[j] += v * v;
-        }
-    }
-    let mut total: f64 = acc.iter().sum();
-    for &v in c.remainder() {
-        total += v as f64 * v as f64;
-    }
+    let total = stat_sum(x, |v| v * v);
     let inv = 1.0 / (total / n as f64 + eps).sqrt();
     let inv32 = inv as f32;
     if inv32.is_normal() {
         // The output pass in f32, as the op's prims decomposition computes it.
+        let y = &mut y[..n];
         match w {
             Some(w) => {
-                for i in 0..n {
-                    y[i] = (x[i] * inv32) * w[i];
+                for ((y, &x), &w) in y.iter_mut().zip(x).zip(&w[..n]) {
+                    *y = (x * inv32) * w;
                 }
             }
             None => {
-                for i in 0..n {
-                    y[i] = x[i] * inv32;
+                for (y, &x) in y.iter_mut().zip(x) {
+                    *y = x * inv32;
                 }
             }
         }
@@ -722,6 +811,39 @@ mod tests {
         a == b || (a - b).abs() <= bound + f32::MIN_POSITIVE as f64
     }
 
+    #[test]
+    fn layer_norm_stats_match_two_pass_f64() {
+        // The one-pass shifted sums against the textbook two passes in f64, on rows where a
+        // one-pass formula cancels: a large offset with tiny spread, an outlier first element
+        // (the shift), and magnitudes whose squares overflow f32.
+        let mut cases: Vec<Vec<f32>> = rows().into_iter().filter(|r| r.iter().all(|v| v.is_finite())).collect();
+        for n in [2usize, 3, 1000, 4096] {
+            cases.push((0..n).map(|i| 1.0e4 + (i % 11) as f32 * 1e-3).collect());
+            cases.push((0..n).map(|i| if i == 0 { 1e6 } else { 1.0 + (i % 3) as f32 * 1e-4 }).collect());
+            cases.push((0..n).map(|i| if i % 2 == 0 { 3e38 } else { -3e38 }).collect());
+            cases.push(vec![-7.25; n]);
+        }
+        for row in &cases {
+            let n = row.len() as f64;
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            let (m, inv) = layer_norm_stats(row, 1e-5);
+            let want_inv = (1.0 / (var + 1e-5).sqrt()) as f32;
+            let ulps = |a: f32, b: f32| (a.to_bits() as i64 - b.to_bits() as i64).abs();
+            assert!(ulps(m, mean as f32) <= 1, "mean of {:?}…: {m} vs {mean}", &row[..row.len().min(4)]);
+            assert!(ulps(inv, want_inv) <= 1, "rsqrt of {:?}…: {inv} vs {want_inv}", &row[..row.len().min(4)]);
+        }
+        // A non-finite element makes the statistics NaN.
+        for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 5] {
+                let mut row = vec![1.5f32; 40];
+                row[at] = v;
+                let (m, inv) = layer_norm_stats(&row, 1e-5);
+                assert!(inv.is_nan() && (m.is_nan() || m.is_infinite()), "{v} at {at}: {m} {inv}");
+            }
+        }
+    }
+
     /// The AVX-512 path and the portable one (what AVX2 and other CPUs run) compute the same
     /// `exp_neg` bit for bit and the same rows up to the order of their sums.
     #[test]
@@ -774,6 +896,22 @@ mod tests {
                     p[i],
                     v[i]
                 );
+            }
+            // layer_norm: the AVX-512 output pass computes the same f32 operations, so the
+            // same bits, with and without weight and bias.
+            let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+            for (w, b) in [(None, None), (Some(&w[..]), None), (Some(&w[..]), Some(&b[..]))] {
+                layer_norm_row(&row, w, b, &mut p, 1e-5);
+                layer_norm_any(&row, w, b, &mut v, 1e-5);
+                for i in 0..n {
+                    assert!(
+                        p[i].to_bits() == v[i].to_bits() || (p[i].is_nan() && v[i].is_nan()),
+                        "layer_norm of a row of {n} at {i}: {} portable, {} AVX-512",
+                        p[i],
+                        v[i]
+                    );
+                }
             }
         }
     }
