@@ -701,6 +701,75 @@ pub fn gemm_peak_gflops(threads: usize) -> f64 {
     t.map(|t| 2.0 * (n * n * n) as f64 / (t.median_us * 1e3)).unwrap_or(f64::NAN)
 }
 
+/// The machine's f32 multiply-add peak on `threads` threads (GFLOP/s): independent chains of
+/// the widest vector FMA the CPU has (AVX-512, else AVX2 with FMA, else scalar `mul_add`), one
+/// loop per thread on the current rayon pool. No GEMM can beat it; `ladder bench` prints it
+/// next to the GEMM crate's rate so that matmul-bound targets can be read against it.
+pub fn fma_peak_gflops(threads: usize) -> f64 {
+    const ITERS: usize = 1 << 18;
+    let t = threads.clamp(1, rayon::current_num_threads().max(1));
+    let flops_per_thread = fma_chains(0).1 as f64 * ITERS as f64;
+    let timing = time(None, || {
+        use rayon::prelude::*;
+        let sum: f32 = (0..t).into_par_iter().map(|_| fma_chains(ITERS).0).sum();
+        black_box(sum);
+        Ok(())
+    });
+    timing.map(|m| t as f64 * flops_per_thread / (m.median_us * 1e3)).unwrap_or(f64::NAN)
+}
+
+/// `iters` rounds of 12 independent FMA chains at the CPU's widest vector; returns a value
+/// that depends on every lane and the FLOPs one round counts.
+fn fma_chains(iters: usize) -> (f32, usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512(iters: usize) -> f32 {
+            let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            let mut acc = [_mm512_set1_ps(1.0); 12];
+            for _ in 0..iters {
+                for c in acc.iter_mut() {
+                    *c = _mm512_fmadd_ps(*c, a, b);
+                }
+            }
+            acc.iter().map(|&c| _mm512_reduce_add_ps(c)).sum()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(iters: usize) -> f32 {
+            let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            let mut acc = [_mm256_set1_ps(1.0); 12];
+            for _ in 0..iters {
+                for c in acc.iter_mut() {
+                    *c = _mm256_fmadd_ps(*c, a, b);
+                }
+            }
+            let mut lanes = [0f32; 8];
+            let mut sum = 0.0;
+            for c in acc {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), c);
+                sum += lanes.iter().sum::<f32>();
+            }
+            sum
+        }
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return (unsafe { avx512(iters) }, 12 * 16 * 2);
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return (unsafe { avx2(iters) }, 12 * 8 * 2);
+        }
+    }
+    let mut acc = [1f32; 12];
+    for _ in 0..iters {
+        for c in acc.iter_mut() {
+            *c = c.mul_add(0.999_999, 1e-7);
+        }
+    }
+    (acc.iter().sum(), 12 * 2)
+}
+
 /// One benchmark result.
 #[derive(Clone, Debug)]
 pub struct Measurement {
@@ -758,6 +827,7 @@ impl Measurement {
 #[derive(Default)]
 pub struct Floors {
     gemm: Vec<(usize, f64)>,
+    fma: Vec<(usize, f64)>,
 }
 
 impl Floors {
@@ -777,14 +847,21 @@ impl Floors {
         &self.gemm
     }
 
-    /// The GEMM crate's 1024³ throughput at `threads` (measured on first use).
+    /// The GEMM crate's 1024³ throughput at `threads` (measured on first use, with the
+    /// machine's FMA peak at the same thread count beside it).
     pub fn gemm_gflops(&mut self, threads: usize) -> f64 {
         if let Some(&(_, g)) = self.gemm.iter().find(|(t, _)| *t == threads) {
             return g;
         }
         let g = gemm_peak_gflops(threads);
         self.gemm.push((threads, g));
+        self.fma.push((threads, fma_peak_gflops(threads)));
         g
+    }
+
+    /// The FMA peaks measured so far (with each GEMM rate): (threads, GFLOP/s).
+    pub fn fma_measured(&self) -> &[(usize, f64)] {
+        &self.fma
     }
 }
 

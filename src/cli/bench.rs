@@ -155,6 +155,12 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
              the gemm crate's 1024^3 sgemm rate{rates}"
         )
         .map_err(Error::Stdout)?;
+        if !floors.fma_measured().is_empty() {
+            let peaks: Vec<String> =
+                floors.fma_measured().iter().map(|(t, g)| format!("{g:.0} GFLOP/s at {t} thread(s)")).collect();
+            writeln!(out, "the machine's f32 FMA peak (independent vector FMA chains): {}", peaks.join(", "))
+                .map_err(Error::Stdout)?;
+        }
         writeln!(
             out,
             "peak_bytes = working memory of one warm run beyond inputs and outputs (arena + heap high-water mark)"
