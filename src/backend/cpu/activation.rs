@@ -8,7 +8,7 @@
 //! the same code, unvectorized on old CPUs). Measured worst errors against the f64 reference
 //! over a sweep of the f32 range (`tests/cpu_gemm.rs` checks them): `relu` exact, `tanh`
 //! 1.35 ulp (bound 2), `sigmoid` 2.2 (bound 3), `silu` 2.8 (bound 3), `gelu` (erf) 3.3
-//! (bound 4), with 2^-149 absolute on top for subnormal results; `gelu` "tanh" within
+//! (bound 4; 3.29 in the tail below -1, 3.17 just above -1), with 2^-149 absolute on top for subnormal results; `gelu` "tanh" within
 //! `4 + 3|y|` ulp where `y` is the sigmoid argument (`y = 2√(2/π)(x + 0.044715x³)` is
 //! rounded in f32 first, as in its prims decomposition).
 //! Any other activation op (`leaky_relu`, `elu`, `softplus`, `clamp`, `hardswish`, …) runs
@@ -123,11 +123,11 @@ pub fn apply_f32(act: &Activation, xs: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 fn dispatch(act: &Activation, xs: &mut [f32]) {
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F (checked just above).
+    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX-512F and FMA (checked just above).
         unsafe { apply_avx512(act, xs) }
-    } else if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
+    } else if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
         unsafe { apply_avx2(act, xs) }
     } else {
         apply_generic(act, xs)
@@ -140,7 +140,7 @@ fn dispatch(act: &Activation, xs: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
     match act {
         Activation::Gelu => gelu_erf_avx512(xs),
@@ -152,7 +152,7 @@ unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
 /// and expand load (the portable version's per-element compaction costs more than the body).
 /// Same formulas, so the same bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
     use std::arch::x86_64::*;
     const VECS: usize = GELU_BLOCK / 16;
@@ -191,7 +191,7 @@ unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn apply_avx2(act: &Activation, xs: &mut [f32]) {
     apply_generic(act, xs)
 }
@@ -227,7 +227,8 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
 
 // ---------------------------------------------------------------------------------------------
 // f32 kernels. Branch-free (both sides of every choice are computed and one is selected) so
-// that the loops above vectorize; no fused multiply-add, so the portable build is as accurate.
+// that the loops above vectorize. Polynomials use `mul_add`: one rounding per step, the same
+// bits on every target (where the CPU lacks FMA, the portable build pays for a software fma).
 // ---------------------------------------------------------------------------------------------
 
 /// An f64 table rounded to f32 at compile time.
@@ -295,12 +296,16 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     let xc = if x < -104.0 { 0.0 } else { x.min(89.0) };
     // n = round(x log2 e), and its integer value read from the bits of n + ROUND_MAGIC.
-    let t = xc * LOG2E + ROUND_MAGIC;
+    let t = xc.mul_add(LOG2E, ROUND_MAGIC);
     let n = t - ROUND_MAGIC;
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
-    let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let q = 0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))));
-    let p = 1.0 + (r + (r * r) * q);
+    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, xc));
+    let q = r.mul_add(1.0 / 5040.0, 1.0 / 720.0);
+    let q = r.mul_add(q, 1.0 / 120.0);
+    let q = r.mul_add(q, 1.0 / 24.0);
+    let q = r.mul_add(q, 1.0 / 6.0);
+    let q = r.mul_add(q, 0.5);
+    let p = 1.0 + (r * r).mul_add(q, r);
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
     // Below -104 the result is 0, selected rather than scaled down through subnormals (a
@@ -448,9 +453,9 @@ fn gelu_erf_body(x: f32) -> f32 {
     let z2 = z * z;
     let mut p = ERF[9];
     for &c in ERF[..9].iter().rev() {
-        p = p * z2 + c;
+        p = p.mul_add(z2, c);
     }
-    (0.5 * x) * (1.0 + z * p)
+    (0.5 * x) * z.mul_add(p, 1.0)
 }
 
 /// `G(v)`, `v = 3/(3+a)`, of the prims decomposition's gelu tail (`crate::decomp::nn`),
@@ -473,9 +478,10 @@ const GELU_TAIL: [f64; 12] = [
 /// `x - aΦ(-a)` for `x >= 1`, `-aΦ(-a)` for `x <= -1` (`a = |x|`): the tail of [`gelu_erf`].
 /// `G`'s Horner steps run in f32 but for the last three in f64 (with `v` refined to f64 by a
 /// Newton step): the early steps' rounding is damped by `v^k <= 0.75^k`, the late ones' is
-/// not. Measured: 1.11 ulp for x >= 1 (where `t <= 0.17 x` is a correction) and 3.29 ulp for
-/// x <= -1 (where it is the result); all-f64 `G` gives 2.91 at about 1.3x the cost of the
-/// whole slice, all-f32 5.06 at 0.9x.
+/// not. Measured (every 7th f32): 1.14 ulp for x >= 1 (where `t <= 0.17 x` is a correction)
+/// and 3.29 ulp for x <= -1 (where it is the result). Before the Horner steps were fused
+/// multiply-adds, all-f64 `G` gave 2.91 at about 1.3x the cost of the whole slice, all-f32
+/// 5.06 at 0.9x.
 #[inline(always)]
 fn gelu_erf_tail(x: f32) -> f32 {
     const TAIL: [f32; 12] = to_f32(GELU_TAIL);
@@ -484,14 +490,14 @@ fn gelu_erf_tail(x: f32) -> f32 {
     let v = 3.0 / (3.0 + ac);
     let mut g = TAIL[0];
     for &c in &TAIL[1..12 - WIDE] {
-        g = g * v + c;
+        g = g.mul_add(v, c);
     }
     // v to about 2^-46 in f64: the f32 quotient refined by one Newton step.
     let (d, v64) = (3.0 + ac as f64, v as f64);
     let v64 = v64 + v64 * ((3.0 - d * v64) * (1.0 / 3.0));
     let mut g64 = g as f64;
     for &c in &GELU_TAIL[12 - WIDE..] {
-        g64 = g64 * v64 + c;
+        g64 = g64.mul_add(v64, c);
     }
     tail_finish(x, ac, g64 as f32)
 }
