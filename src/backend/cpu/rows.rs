@@ -571,9 +571,10 @@ mod avx512 {
             }
             let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
             match (wp, bp) {
-                (Some(w), Some(b)) => {
-                    _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
-                }
+                (Some(w), Some(b)) => _mm512_add_ps(
+                    _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+                    _mm512_maskz_loadu_ps(m, b.add(i)),
+                ),
                 (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
                 _ => v,
             }
