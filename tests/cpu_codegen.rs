@@ -51,7 +51,7 @@ fn program(bufs: Vec<(DType, Vec<Dim>, BufferKind)>) -> Program {
 }
 
 fn kernel(outer: Vec<Dim>, stages: Vec<Stage>, n_regs: u32) -> Kernel {
-    Kernel { name: "k".into(), outer, stages, n_regs, covers: vec![] }
+    Kernel { name: "k".into(), outer, stages, n_regs, covers: vec![], activation: None }
 }
 
 fn stage(inner: Vec<Dim>, accumulators: Vec<Accumulator>, body: Vec<Instr>) -> Stage {

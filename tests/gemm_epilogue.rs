@@ -222,3 +222,97 @@ fn a_recovered_gelu_runs_in_the_gemm_after_its_epilogue() {
         }
     }
 }
+
+/// The kernel steps of `p` that carry an activation: (kernel, op).
+fn kernel_activations(p: &Program) -> Vec<(String, String)> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) => Some((k.name.clone(), k.activation.as_ref()?.op.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Random rows with NaN, ±inf and huge values in the first rows (when there are enough).
+fn adversarial_rows(rng: &mut Rng, rows: usize, n: usize) -> Tensor {
+    let mut x = random_tensor(rng, DType::F32, &[rows, n]).unwrap().to_f64_vec();
+    let specials = [f64::NAN, f64::NEG_INFINITY, f64::INFINITY, 3e38, -3e38, 1e-40, -0.0, -9.0, 9.0, -1.0, 1.0];
+    for (v, s) in x.iter_mut().zip(specials.iter().cycle()).take(2 * n.min(64)) {
+        *v = *s;
+    }
+    Tensor::from_f32(&[rows, n], x.iter().map(|&v| v as f32).collect()).unwrap()
+}
+
+#[test]
+fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
+    // `x * a + b → gelu` (W1): the kernel stores its rows straight into gelu's result, which
+    // runs there in place per range of rows. Wide rows (four rows per range) and narrow ones
+    // (thousands per range), both gelu forms, 1 and 2 threads, against the reference executor
+    // running the unrecovered prims.
+    for (width, form) in [(1024usize, ""), (3, ""), (1024, " {approximate=\"tanh\"}")] {
+        let g = parse(&format!(
+            "graph w1(%x: f32[n, {width}], %a: f32[{width}], %b: f32[{width}]) {{
+  %u = mul(%x, %a)
+  %v = add(%u, %b)
+  %y = gelu(%v){form}
+  return %y
+}}"
+        ));
+        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        for threads in [1, 2] {
+            let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+            let p = plan.program().unwrap();
+            assert_eq!(kernel_activations(p), vec![("k0".to_string(), "gelu".to_string())], "{p}");
+            assert_eq!(p.steps.len(), 1, "{p}");
+            assert!(p.to_string().contains("then library b4 = gelu(b3)"), "{p}");
+            assert!(p.to_string().contains("per range of rows"), "{p}");
+            assert!(plan.explanation().contains("gelu b"), "{}", plan.explanation());
+            for rows in [0usize, 1, 5, 37, 3000] {
+                let mut rng = Rng::new((rows * 7 + width + threads) as u64);
+                let inputs = vec![
+                    adversarial_rows(&mut rng, rows, width),
+                    random_tensor(&mut rng, DType::F32, &[width]).unwrap(),
+                    random_tensor(&mut rng, DType::F32, &[width]).unwrap(),
+                ];
+                let want = reference.run(&inputs).unwrap();
+                let got = plan.run(&inputs).unwrap();
+                let err = max_rel(&got.outputs[0], &want.outputs[0]);
+                assert!(err <= 1e-5, "width={width}{form} rows={rows} threads={threads}: max rel {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gelu_whose_argument_is_read_elsewhere_runs_after_its_kernel() {
+    // The kernel's result is also returned (or also read by a later kernel): it must exist,
+    // so the gelu runs as its own step, and `--explain` says why.
+    for ret in ["%y, %v", "%z"] {
+        let g = parse(&format!(
+            "graph g(%x: f32[n, 8], %a: f32[8]) {{
+  %v = mul(%x, %a)
+  %y = gelu(%v)
+  %s = exp(%v)
+  %z = add(%y, %s)
+  return {ret}
+}}"
+        ));
+        let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+        let p = plan.program().unwrap();
+        let explain = plan.explanation();
+        if ret == "%y, %v" {
+            assert!(kernel_activations(p).is_empty(), "{p}");
+            assert!(explain.contains("is not a temporary only it reads"), "{explain}");
+        } else if kernel_activations(p).is_empty() {
+            assert!(explain.contains("does not run in kernel"), "{explain}");
+        }
+        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        let mut rng = Rng::new(5);
+        let inputs = vec![adversarial_rows(&mut rng, 40, 8), random_tensor(&mut rng, DType::F32, &[8]).unwrap()];
+        let (want, got) = (reference.run(&inputs).unwrap(), plan.run(&inputs).unwrap());
+        for (a, b) in got.outputs.iter().zip(&want.outputs) {
+            assert!(max_rel(a, b) <= 1e-5, "{ret}");
+        }
+    }
+}

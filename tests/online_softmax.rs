@@ -270,7 +270,7 @@ fn sum_exp_program(op: ReduceOp, dtype: DType, with_max: bool) -> Program {
             body: vec![Instr::Store { buf: BufferId::new(1), index: at, value: Reg::new(1) }],
         },
     ];
-    let k = Kernel { name: "k".into(), outer: vec![r], stages, n_regs: 3, covers: vec![] };
+    let k = Kernel { name: "k".into(), outer: vec![r], stages, n_regs: 3, covers: vec![], activation: None };
     Program {
         buffers,
         steps: vec![Step::Kernel(k)],

@@ -1205,6 +1205,15 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 prepared.eval_dims(&lookup, &mut dimvals).map_err(at)?;
                 mem.kernel = k.name.clone();
                 run_kernel(&prepared, &dimvals, &mut mem, &mut scratch).map_err(at)?;
+                if let Some(l) = &k.activation {
+                    let args: Vec<Tensor> =
+                        l.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
+                    let refs: Vec<&Tensor> = args.iter().collect();
+                    let out = &p.buffers[l.out];
+                    let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shapes[l.out.index()])
+                        .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
+                    mem.bufs[l.out.index()] = Store::Owned(t.into_data());
+                }
             }
             Step::Matmul(m) => {
                 let (a, b) = (tensor_of(&mem, m.a).map_err(at)?, tensor_of(&mem, m.b).map_err(at)?);

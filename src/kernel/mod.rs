@@ -242,6 +242,14 @@ pub struct Kernel {
     pub n_regs: u32,
     /// The prims-graph nodes this kernel computes.
     pub covers: Vec<Value>,
+    /// An elementwise library op (a recovered `gelu`) run on a buffer this kernel stores row
+    /// by row (iteration `r` of the outermost loop stores only row `r` of it, viewed as
+    /// `[rows, n]`), which nothing else reads: `crate::sched::epilogue` checks it. A backend
+    /// may run it after the kernel, or per range of rows right after the kernel writes them;
+    /// a native one may even have the kernel write those rows straight into the op's result
+    /// and apply the op there in place, so the stored buffer is never touched. Always `None`
+    /// on a matmul's epilogue kernel (the matmul carries its own).
+    pub activation: Option<LibraryCall>,
 }
 
 /// `out = a @ b` (with optional transposes of the last two dims), through a library GEMM.

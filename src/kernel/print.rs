@@ -34,16 +34,7 @@ impl fmt::Display for Program {
                         write!(f, "{k}")?;
                     }
                     if let Some(l) = &m.activation {
-                        let args: Vec<String> = l.args.iter().map(|b| b.to_string()).collect();
-                        let attrs: Vec<String> = l.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                        writeln!(
-                            f,
-                            "  then library {} = {}({}) {{{}}} per row tile",
-                            l.out,
-                            l.op,
-                            args.join(", "),
-                            attrs.join(", ")
-                        )?;
+                        write_activation(f, l, "per row tile")?;
                     }
                 }
                 Step::Conv(c) => writeln!(
@@ -79,8 +70,19 @@ impl fmt::Display for Kernel {
         for (i, stage) in self.stages.iter().enumerate() {
             write_stage(f, i, stage)?;
         }
-        writeln!(f, "}}")
+        writeln!(f, "}}")?;
+        match &self.activation {
+            Some(l) => write_activation(f, l, "per range of rows"),
+            None => Ok(()),
+        }
     }
+}
+
+/// The elementwise library op a matmul or kernel step runs on its rows.
+fn write_activation(f: &mut fmt::Formatter<'_>, l: &super::LibraryCall, when: &str) -> fmt::Result {
+    let args: Vec<String> = l.args.iter().map(|b| b.to_string()).collect();
+    let attrs: Vec<String> = l.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    writeln!(f, "  then library {} = {}({}) {{{}}} {when}", l.out, l.op, args.join(", "), attrs.join(", "))
 }
 
 fn write_stage(f: &mut fmt::Formatter<'_>, i: usize, stage: &Stage) -> fmt::Result {

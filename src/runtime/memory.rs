@@ -42,6 +42,11 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
                         }
                     }
                 }
+                // The activation may run per row range while the kernel still runs (or write
+                // the kernel's rows into its result): its buffers live for the whole step.
+                if let Some(l) = &k.activation {
+                    l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i));
+                }
             }
             Step::Matmul(m) => {
                 [m.a, m.b, m.out].iter().for_each(|b| touch(b.index(), i));

@@ -679,9 +679,19 @@ impl Plan {
             let at = |error| RunError::Step { step, error };
             let started = st.step_ns.is_some().then(std::time::Instant::now);
             match s {
-                Step::Kernel(_) => {
-                    let Some(k) = &self.kernels[step] else { continue };
-                    self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                Step::Kernel(kernel) => {
+                    let mut fused = false;
+                    if let Some(k) = &self.kernels[step] {
+                        if let Some(l) = &kernel.activation {
+                            fused = self.run_kernel_activation(p, st, k, l, inputs).map_err(at)?;
+                        }
+                        if !fused {
+                            self.run_kernel_step(p, st, k, inputs).map_err(at)?;
+                        }
+                    }
+                    if let (Some(l), false) = (&kernel.activation, fused) {
+                        self.run_library(p, st, inputs, l).map_err(at)?;
+                    }
                 }
                 Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
                     let epilogue = self.kernels[step].as_ref();
@@ -1160,6 +1170,73 @@ impl Plan {
         }
     }
 
+    /// A native kernel step with its elementwise activation `l` (`gelu`, on f32 buffers of one
+    /// shape; see `Kernel::activation`): the kernel's stores to `l`'s argument go straight to
+    /// `l`'s result (the argument's pointer in the buffer table is the result's), and after
+    /// each range of rows of about [`FUSED_ROWS_BYTES`] the activation runs there in place,
+    /// while the rows are in L1. The argument buffer is never touched. Returns `false`, having
+    /// done nothing, when the step does not qualify (a reference-executor kernel, other
+    /// dtypes, lengths that do not tile into rows); the caller then runs the two in turn.
+    fn run_kernel_activation(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        l: &LibraryCall,
+        inputs: &[Tensor],
+    ) -> Result<bool, ExecError> {
+        use crate::backend::cpu::activation::{apply_f32, Activation};
+        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Ok(false) };
+        let Some(act) = Activation::from_op(l.op, &l.attrs) else { return Ok(false) };
+        if !(self.native_library && l.op == OpKind::Gelu && self.all_f32(p, &[x, l.out])) {
+            return Ok(false);
+        }
+        let n = p.buffers[x].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
+        let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else { return Ok(false) };
+        let len = st.lens[x.index()];
+        let rows = usize::try_from(count).unwrap_or(usize::MAX);
+        if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
+            return Ok(false);
+        }
+        st.ptrs[x.index()] = st.ptrs[l.out.index()];
+        let out = st.ptrs[l.out.index()];
+        let per = (FUSED_ROWS_BYTES / (4 * n)).max(1);
+        let run = |begin: usize, end: usize| -> Option<String> {
+            let mut r0 = begin;
+            while r0 < end {
+                let r1 = (r0 + per).min(end);
+                if let Some(e) = call_native(native, args, r0 as i64, r1 as i64) {
+                    return Some(e);
+                }
+                // SAFETY: `out` holds `rows * n` f32 (checked above); rows `r0..r1` were just
+                // written by the kernel (its stores of `x` land there) and no other thread
+                // touches them: ranges of rows are disjoint.
+                let y = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(r0 * n), (r1 - r0) * n) };
+                apply_f32(&act, y);
+                r0 = r1;
+            }
+            None
+        };
+        // The activation's work counts too (tens of instructions per element for gelu).
+        let work = work.saturating_add(len as u64 * 16);
+        let threads = ((work / PAR_WORK).min(self.threads as u64) as usize).clamp(1, rows.max(1));
+        let error = if threads <= 1 {
+            run(0, rows)
+        } else {
+            use rayon::prelude::*;
+            let chunk = rows.div_ceil(threads);
+            (0..threads)
+                .into_par_iter()
+                .with_max_len(1)
+                .map(|t| run(t * chunk, ((t + 1) * chunk).min(rows)))
+                .reduce(|| None, |a, b| a.or(b))
+        };
+        match error {
+            None => Ok(true),
+            Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
+        }
+    }
+
     /// For a native kernel: evaluates its dims, checks its accesses against the buffers and
     /// builds the tables it reads (in `st`); returns the call's arguments, its outermost
     /// loop's count and its work estimate. `None` for a kernel on the reference executor.
@@ -1292,6 +1369,10 @@ fn call_native(k: &NativeKernel, a: NativeArgs, begin: i64, end: i64) -> Option<
 fn epilogue_name(k: Option<&KernelStep>) -> String {
     k.map_or_else(String::new, |k| k.prepared.name.clone())
 }
+
+/// Bytes of a fused kernel-and-activation step's result written per range of rows before the
+/// activation runs over them in place (well inside L1).
+pub const FUSED_ROWS_BYTES: usize = 16 * 1024;
 
 /// Instructions of kernel work below which a kernel step stays on the calling thread (a
 /// hand-off to the pool's workers costs a few microseconds; this is about as long to run).

@@ -615,6 +615,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
             stages: Vec::new(),
             n_regs: 0,
             covers: roots.to_vec(),
+            activation: None,
         };
         return Ok(Emitted { kernel, reads: BTreeMap::new(), needs: Vec::new() });
     }
@@ -693,6 +694,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         stages,
         n_regs,
         covers: em.covers.iter().copied().collect(),
+        activation: None,
     };
     Ok(Emitted { kernel, reads, needs: em.failures })
 }

@@ -15,6 +15,11 @@
 //! the product, or a buffer the epilogue kernel stores row by row (the same index test), runs
 //! per row tile too, after the kernel: an MLP's `matmul → bias → gelu` is one GEMM call.
 //!
+//! The same op right after a plain kernel step runs on that kernel's rows when its argument
+//! is an f32 temporary the kernel stores row by row (the same index test), never loads, and
+//! nothing else reads (`Kernel::activation`): `x·a + b → gelu` is one pass, the kernel writing
+//! straight into gelu's result and gelu applied there per range of rows while they are in L1.
+//!
 //! Then iteration `r` of the kernel needs only row `r` of the product, so a backend can run
 //! the kernel for rows `r0..r1` as soon as the GEMM has written them (bias adds, activations,
 //! residual adds, a following layer norm's row statistics: whatever the scheduler fused into
@@ -24,8 +29,8 @@
 
 use std::fmt::Write;
 
-use crate::ir::Dim;
-use crate::kernel::{BufferId, Instr, Kernel, Program, Step, Var};
+use crate::ir::{DType, Dim};
+use crate::kernel::{BufferId, BufferKind, Instr, Kernel, Program, Step, Var};
 use crate::ops::OpKind;
 
 /// Fuses every eligible (matmul, consumer kernel) pair of `p`, then a recovered `gelu` right
@@ -38,6 +43,9 @@ pub fn fuse(p: &mut Program) -> String {
             (Step::Matmul(m), Step::Kernel(k)) if m.epilogue.is_none() => eligible(p, m.out, k),
             (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && l.op == OpKind::Gelu => {
                 activation_eligible(p, m, l)
+            }
+            (Step::Kernel(k), Step::Library(l)) if k.activation.is_none() && l.op == OpKind::Gelu => {
+                kernel_activation_eligible(p, i, k, l)
             }
             _ => {
                 i += 1;
@@ -53,18 +61,26 @@ pub fn fuse(p: &mut Program) -> String {
                 format!("{} {} runs in matmul {} after its epilogue", l.op, l.out, m.out),
                 format!("{} {} does not run in matmul {}", l.op, l.out, m.out),
             ),
+            (Step::Kernel(k), Step::Library(l)) => (
+                format!("{} {} runs on the rows kernel {} stores", l.op, l.out, k.name),
+                format!("{} {} does not run in kernel {}", l.op, l.out, k.name),
+            ),
             _ => unreachable!("matched above"),
         };
         let Err(why) = verdict else {
-            let _ = writeln!(notes, "; {fused} (per finished row tile)");
             let next = p.steps.remove(i + 1);
-            if let Step::Matmul(m) = &mut p.steps[i] {
-                match next {
-                    Step::Kernel(k) => m.epilogue = Some(Box::new(k)),
-                    Step::Library(l) => m.activation = Some(l),
-                    _ => unreachable!("matched above"),
+            match (&mut p.steps[i], next) {
+                (Step::Matmul(m), Step::Kernel(k)) => m.epilogue = Some(Box::new(k)),
+                (Step::Matmul(m), Step::Library(l)) => m.activation = Some(l),
+                (Step::Kernel(k), Step::Library(l)) => {
+                    let _ = writeln!(notes, "; {fused} (per range of rows)");
+                    k.activation = Some(l);
+                    i += 1;
+                    continue;
                 }
+                _ => unreachable!("matched above"),
             }
+            let _ = writeln!(notes, "; {fused} (per finished row tile)");
             // The same matmul may take the step after too (a gelu after its kernel).
             continue;
         };
@@ -148,6 +164,68 @@ fn row_local(index: &crate::kernel::Index, n: u64, k: &Kernel, stage: &crate::ke
         Ok(())
     } else {
         Err("outside its row".into())
+    }
+}
+
+/// Whether the elementwise library op `l` (step `i + 1`) can run on the rows kernel `k` (step
+/// `i`) stores: its one argument is an f32 temporary of `l`'s result shape that `k` stores row
+/// by row over its outermost loop (`n·o0 + a span below n`) and never loads, and that no other
+/// step and no output reads. Then a backend may run `l` per range of rows, or have `k` store
+/// straight into `l`'s result and apply `l` there in place.
+fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kernel::LibraryCall) -> Result<(), String> {
+    let [x] = l.args[..] else { return Err("it does not take one argument".into()) };
+    let (bx, bo) = (&p.buffers[x], &p.buffers[l.out]);
+    if bx.kind != BufferKind::Temp || p.outputs.iter().any(|(_, b)| *b == x) {
+        return Err(format!("its argument {x} is not a temporary only it reads"));
+    }
+    if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
+        return Err(format!("{x} and {} are not f32 buffers of one shape", l.out));
+    }
+    let (rows, n) = rows_of(p, x)?;
+    if k.outer.first() != Some(&rows) {
+        return Err(format!("the kernel's outermost loop does not run over {x}'s {rows} rows"));
+    }
+    let mut stored = false;
+    for stage in &k.stages {
+        for instr in &stage.body {
+            match instr {
+                Instr::Store { buf, index, .. } if *buf == x => {
+                    row_local(index, n, k, stage).map_err(|e| format!("the kernel stores {x} {e}"))?;
+                    stored = true;
+                }
+                Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } if *buf == x => {
+                    return Err(format!("the kernel reads {x}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    if !stored {
+        return Err(format!("the kernel does not store {x}"));
+    }
+    match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, x)) {
+        Some((j, _)) => Err(format!("step {j} uses {x} too")),
+        None => Ok(()),
+    }
+}
+
+/// Whether step `s` reads or writes buffer `b`.
+fn step_uses(s: &Step, b: BufferId) -> bool {
+    let kernel_uses = |k: &Kernel| {
+        k.stages.iter().flat_map(|s| &s.body).any(|instr| {
+            matches!(instr, Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } | Instr::Store { buf, .. } if *buf == b)
+        }) || k.activation.as_ref().is_some_and(|l| l.args.contains(&b) || l.out == b)
+    };
+    match s {
+        Step::Kernel(k) => kernel_uses(k),
+        Step::Matmul(m) => {
+            [m.a, m.b, m.out].contains(&b)
+                || m.epilogue.as_deref().is_some_and(kernel_uses)
+                || m.activation.as_ref().is_some_and(|l| l.args.contains(&b) || l.out == b)
+        }
+        Step::Conv(c) => [c.x, c.w, c.out].contains(&b),
+        Step::Library(l) => l.args.contains(&b) || l.out == b,
+        Step::Interp(c) => c.args.contains(&b) || c.results.contains(&b),
     }
 }
 

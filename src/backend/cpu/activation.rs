@@ -175,7 +175,9 @@ unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
         for x in block.iter_mut() {
             *x = select_nan(*x, gelu_erf_body(*x));
         }
-        for t in tail[..n].iter_mut() {
+        // Whole vectors only: the lanes past `n` hold earlier blocks' arguments (or zeros),
+        // computed and never written back; a scalar remainder cost as much as the vectors.
+        for t in tail[..n.next_multiple_of(16)].iter_mut() {
             *t = gelu_erf_tail(*t);
         }
         let mut n = 0usize;
@@ -425,7 +427,9 @@ fn gelu_erf_slice(xs: &mut [f32]) {
         for x in block.iter_mut() {
             *x = select_nan(*x, gelu_erf_body(*x));
         }
-        for t in tail[..n].iter_mut() {
+        // Whole vectors only: the lanes past `n` hold earlier blocks' arguments (or zeros),
+        // computed and never written back; a scalar remainder cost as much as the vectors.
+        for t in tail[..n.next_multiple_of(16)].iter_mut() {
             *t = gelu_erf_tail(*t);
         }
         for (&i, &t) in at[..n].iter().zip(&tail[..n]) {
