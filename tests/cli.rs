@@ -419,3 +419,15 @@ fn dump_clif_and_asm_show_each_kernel() {
     assert!(asm.contains("; kernel k0") && asm.contains("ret"), "{asm}");
     fails(&["dump", m, "--clif"], &["--clif and --asm go with --stage kernels"]);
 }
+
+#[test]
+fn dump_kernels_recovered_shows_what_the_cpu_backend_runs() {
+    // The built-in encoder recovers layer norms, attention and gelu into library calls; the
+    // plain `kernels` stage keeps them as prims.
+    let plain = ok(&["dump", "--stage", "kernels"]);
+    let recovered = ok(&["dump", "--stage", "kernels", "--recover", "--explain"]);
+    assert!(!plain.contains("library"), "{plain}");
+    assert!(recovered.contains("library") && recovered.contains("layer_norm"), "{recovered}");
+    assert!(recovered.contains("; schedule:"), "{recovered}");
+    fails(&["dump", "--stage", "prims", "--recover"], &["--recover goes with --stage kernels"]);
+}

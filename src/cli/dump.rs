@@ -37,6 +37,29 @@ pub struct DumpArgs {
     /// register allocation), or why the kernel runs on the reference executor.
     #[arg(long)]
     pub asm: bool,
+    /// With `--stage kernels`: schedule the graph recovery produces (library kernels for
+    /// softmax, norms, gelu and attention), which is what `--backend cpu` runs, instead of
+    /// the plain prims the reference mode runs.
+    #[arg(long)]
+    pub recover: bool,
+}
+
+/// The model lowered and scheduled (from its recovered graph with `recover`), for the
+/// `kernels` stage.
+fn scheduled(
+    g: &ladder::Graph,
+    recover: bool,
+) -> Result<(ladder::sched::Scheduled, ladder::passes::Lowered), Error> {
+    let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
+    let lowered = ladder::passes::lower(g).map_err(|e| fail(e.to_string()))?;
+    let s = if recover {
+        let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        ladder::sched::schedule_explained(&r.graph)
+    } else {
+        ladder::sched::schedule_explained(&lowered.simplified)
+    }
+    .map_err(|e| fail(e.to_string()))?;
+    Ok((s, lowered))
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -47,13 +70,14 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }
+    if args.recover && args.stage != "kernels" {
+        return Err(Error::Usage("--recover goes with --stage kernels".into()));
+    }
     if args.clif || args.asm {
         if args.stage != "kernels" {
             return Err(Error::Usage("--clif and --asm go with --stage kernels".into()));
         }
-        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
-        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
-        let s = ladder::sched::schedule_explained(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        let (s, _) = scheduled(&g, args.recover)?;
         let mut text = String::new();
         for k in s.program.kernels() {
             let options = ladder::backend::cpu::CpuOptions::default();
@@ -77,15 +101,14 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         let text = format!("{}{}", ladder::text::print_with(&r.graph, &options), r.explain(&lowered.simplified));
         return out.write_all(text.as_bytes()).map_err(Error::Stdout);
     }
-    if args.explain {
+    if args.explain || args.recover {
         if args.stage != "kernels" {
             return Err(Error::Usage("--explain goes with --stage kernels or --stage recovered".into()));
         }
-        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
-        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
-        let s = ladder::sched::schedule_explained(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
+        let (s, lowered) = scheduled(&g, args.recover)?;
         let text = ladder::passes::pipeline::program_text(&s.program, &lowered.functional);
-        return out.write_all(format!("{text}{}", s.explanation).as_bytes()).map_err(Error::Stdout);
+        let explanation = if args.explain { s.explanation.as_str() } else { "" };
+        return out.write_all(format!("{text}{explanation}").as_bytes()).map_err(Error::Stdout);
     }
     let options = PrintOptions { elide_blobs_over: Some(args.elide) };
     let text = ladder::passes::dump(&g, &args.stage, &options)
