@@ -279,6 +279,8 @@ fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
                 let got = plan.run(&inputs).unwrap();
                 let err = max_rel(&got.outputs[0], &want.outputs[0]);
                 assert!(err <= 1e-5, "width={width}{form} rows={rows} threads={threads}: max rel {err}");
+                // The kernel's own result is never stored: the plan needs no memory of its own.
+                assert_eq!(plan.memory_report(&inputs).unwrap().arena_bytes, 0, "{p}");
             }
         }
     }

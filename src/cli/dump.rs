@@ -46,10 +46,7 @@ pub struct DumpArgs {
 
 /// The model lowered and scheduled (from its recovered graph with `recover`), for the
 /// `kernels` stage.
-fn scheduled(
-    g: &ladder::Graph,
-    recover: bool,
-) -> Result<(ladder::sched::Scheduled, ladder::passes::Lowered), Error> {
+fn scheduled(g: &ladder::Graph, recover: bool) -> Result<(ladder::sched::Scheduled, ladder::passes::Lowered), Error> {
     let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
     let lowered = ladder::passes::lower(g).map_err(|e| fail(e.to_string()))?;
     let s = if recover {

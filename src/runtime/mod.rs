@@ -389,6 +389,16 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             plan.life[i] = None;
         }
     }
+    // A kernel step that runs its activation fused writes its rows straight into the
+    // activation's result (`run_kernel_activation`): the temporary it stores is never
+    // touched, so it gets no arena bytes.
+    for (step, s) in p.steps.iter().enumerate() {
+        if let (Step::Kernel(k), Some(ks)) = (s, &plan.kernels[step]) {
+            if let Some(l) = k.activation.as_ref().filter(|l| plan.fuses_activation(&p, ks, l)) {
+                plan.life[l.args[0].index()] = None;
+            }
+        }
+    }
     plan.explanation = match &recovered {
         Some(r) if !r.matches.is_empty() => format!("{}{}", r.explain(&lowered.simplified), scheduled.explanation),
         _ => scheduled.explanation,
@@ -1176,7 +1186,19 @@ impl Plan {
     /// each range of rows of about [`FUSED_ROWS_BYTES`] the activation runs there in place,
     /// while the rows are in L1. The argument buffer is never touched. Returns `false`, having
     /// done nothing, when the step does not qualify (a reference-executor kernel, other
-    /// dtypes, lengths that do not tile into rows); the caller then runs the two in turn.
+    /// dtypes; see [`Self::fuses_activation`]); the caller then runs the two in turn.
+    /// Whether kernel step `k` runs its activation `l` fused ([`Self::run_kernel_activation`]):
+    /// a native kernel, and `gelu` on f32 buffers with a static row length. Fixed when the plan
+    /// is made (the stored temporary then gets no memory).
+    fn fuses_activation(&self, p: &Program, k: &KernelStep, l: &LibraryCall) -> bool {
+        let row = |b: BufferId| p.buffers[b].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0);
+        matches!(k.exec, KernelExec::Native(_))
+            && self.native_library
+            && l.op == OpKind::Gelu
+            && crate::backend::cpu::activation::Activation::from_op(l.op, &l.attrs).is_some()
+            && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row(x) > 0)
+    }
+
     fn run_kernel_activation(
         &self,
         p: &Program,
@@ -1186,17 +1208,22 @@ impl Plan {
         inputs: &[Tensor],
     ) -> Result<bool, ExecError> {
         use crate::backend::cpu::activation::{apply_f32, Activation};
-        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Ok(false) };
-        let Some(act) = Activation::from_op(l.op, &l.attrs) else { return Ok(false) };
-        if !(self.native_library && l.op == OpKind::Gelu && self.all_f32(p, &[x, l.out])) {
+        if !self.fuses_activation(p, k, l) {
             return Ok(false);
         }
+        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Ok(false) };
+        let Some(act) = Activation::from_op(l.op, &l.attrs) else { return Ok(false) };
         let n = p.buffers[x].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
         let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else { return Ok(false) };
         let len = st.lens[x.index()];
         let rows = usize::try_from(count).unwrap_or(usize::MAX);
         if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
-            return Ok(false);
+            // The scheduler's checks make this unreachable; the stored temporary has no memory,
+            // so running the two steps in turn is not an option.
+            return Err(ExecError::Invalid(format!(
+                "kernel {} does not tile {} into rows of {n} for its {}",
+                k.prepared.name, l.out, l.op
+            )));
         }
         st.ptrs[x.index()] = st.ptrs[l.out.index()];
         let out = st.ptrs[l.out.index()];
