@@ -1197,6 +1197,15 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
         Tensor::new(shapes[b.index()].clone(), mem.bufs[b.index()].data().clone())
             .map_err(|e| ExecError::Invalid(e.to_string()))
     };
+    // A library call (a step, or a matmul's or kernel's activation) on the buffers so far.
+    let library = |mem: &mut HostMemory, l: &super::LibraryCall| -> Result<(), ExecError> {
+        let args: Vec<Tensor> = l.args.iter().map(|&b| tensor_of(mem, b)).collect::<Result<_, _>>()?;
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let t = eval_library(l.op, &l.attrs, &refs, p.buffers[l.out].dtype, &shapes[l.out.index()])
+            .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
+        mem.bufs[l.out.index()] = Store::Owned(t.into_data());
+        Ok(())
+    };
     for (step, s) in p.steps.iter().enumerate() {
         let at = |error| ProgramError::Step { step, error };
         match s {
@@ -1206,13 +1215,7 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 mem.kernel = k.name.clone();
                 run_kernel(&prepared, &dimvals, &mut mem, &mut scratch).map_err(at)?;
                 if let Some(l) = &k.activation {
-                    let args: Vec<Tensor> =
-                        l.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
-                    let refs: Vec<&Tensor> = args.iter().collect();
-                    let out = &p.buffers[l.out];
-                    let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shapes[l.out.index()])
-                        .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
-                    mem.bufs[l.out.index()] = Store::Owned(t.into_data());
+                    library(&mut mem, l).map_err(at)?;
                 }
             }
             Step::Matmul(m) => {
@@ -1228,13 +1231,7 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                     run_kernel(&prepared, &dimvals, &mut mem, &mut scratch).map_err(at)?;
                 }
                 if let Some(l) = &m.activation {
-                    let args: Vec<Tensor> =
-                        l.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
-                    let refs: Vec<&Tensor> = args.iter().collect();
-                    let out = &p.buffers[l.out];
-                    let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shapes[l.out.index()])
-                        .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
-                    mem.bufs[l.out.index()] = Store::Owned(t.into_data());
+                    library(&mut mem, l).map_err(at)?;
                 }
             }
             Step::Conv(c) => {
@@ -1244,15 +1241,7 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                     .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());
             }
-            Step::Library(l) => {
-                let args: Vec<Tensor> =
-                    l.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
-                let refs: Vec<&Tensor> = args.iter().collect();
-                let out = &p.buffers[l.out];
-                let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shapes[l.out.index()])
-                    .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
-                mem.bufs[l.out.index()] = Store::Owned(t.into_data());
-            }
+            Step::Library(l) => library(&mut mem, l).map_err(at)?,
             Step::Interp(call) => {
                 let args: Vec<Tensor> =
                     call.args.iter().map(|&b| tensor_of(&mem, b)).collect::<Result<_, _>>().map_err(at)?;
