@@ -121,7 +121,19 @@ fn a_model_from_text_counts_its_flops_and_bytes() {
     let w = bench::model_workload("m", g, vec![x]).unwrap();
     assert_eq!(w.flops, 2.0 * 8.0 * 4.0 * 16.0);
     assert_eq!(w.io_bytes, (128 + 64 + 32) * 4);
+    assert_eq!(w.out_bytes, 32 * 4);
     assert_eq!(w.floor, FloorKind::Max);
+}
+
+#[test]
+fn a_model_with_symbolic_dims_gets_its_outputs_bytes_from_the_run() {
+    // The output's size is known only from the inputs: the copy floor must write all of it
+    // (counting only its static dims made the floor read 99% and write 1%).
+    let g = ladder::text::parse("graph sm(%x: f32[n, 64]) {\n  %y = softmax(%x) {axis=-1}\n  return %y\n}\n").unwrap();
+    let x = ladder::Tensor::from_f32(&[100, 64], vec![0.25; 6400]).unwrap();
+    let w = bench::model_workload("sm", g, vec![x]).unwrap();
+    assert_eq!((w.io_bytes, w.out_bytes), (2 * 6400 * 4, 6400 * 4));
+    assert_eq!(w.flops, 0.0);
 }
 
 #[test]
