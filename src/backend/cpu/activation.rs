@@ -505,11 +505,18 @@ fn gelu_erf_tail(x: f32) -> f32 {
 }
 
 /// `x - G e^(-a²/2)` (x > 0) or `-G e^(-a²/2)`, `a = min(|x|, 40)`, with `a²` split exactly.
+/// The small factor `e^rest`, `|rest| < (1/128)(2a)/2 <= 0.32`, is a degree-6 Taylor
+/// polynomial (relative error below 7e-8 at 0.32, below 3e-13 at 0.1, i.e. wherever
+/// `a <= 13` and the result is a normal f32); the large one goes through [`exp`].
 #[inline(always)]
 fn tail_finish(x: f32, ac: f32, g: f32) -> f32 {
     let a_hi = floor_small(ac * 128.0) * (1.0 / 128.0);
     let rest = -0.5 * ((ac - a_hi) * (ac + a_hi));
-    let t = (g * exp(rest)) * exp(-0.5 * (a_hi * a_hi));
+    let mut e: f32 = 1.0 / 720.0;
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        e = e.mul_add(rest, c);
+    }
+    let t = (g * e) * exp(-0.5 * (a_hi * a_hi));
     if x > 0.0 {
         x - t
     } else {
