@@ -281,6 +281,10 @@ fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
                 assert!(err <= 1e-5, "width={width}{form} rows={rows} threads={threads}: max rel {err}");
                 // The kernel's own result is never stored: the plan needs no memory of its own.
                 assert_eq!(plan.memory_report(&inputs).unwrap().arena_bytes, 0, "{p}");
+                if rows == 5 {
+                    let labels: Vec<String> = plan.profile(&inputs, 1).unwrap().into_iter().map(|s| s.label).collect();
+                    assert_eq!(labels, ["kernel k0 + gelu b4"]);
+                }
             }
         }
     }

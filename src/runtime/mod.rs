@@ -1362,7 +1362,10 @@ pub struct StepTime {
 
 fn step_label(s: &Step) -> String {
     match s {
-        Step::Kernel(k) => format!("kernel {}", k.name),
+        Step::Kernel(k) => match &k.activation {
+            Some(l) => format!("kernel {} + {} {}", k.name, l.op, l.out),
+            None => format!("kernel {}", k.name),
+        },
         Step::Matmul(m) => {
             let mut label = format!("matmul {}", m.out);
             if let Some(k) = &m.epilogue {
