@@ -1180,13 +1180,6 @@ impl Plan {
         }
     }
 
-    /// A native kernel step with its elementwise activation `l` (`gelu`, on f32 buffers of one
-    /// shape; see `Kernel::activation`): the kernel's stores to `l`'s argument go straight to
-    /// `l`'s result (the argument's pointer in the buffer table is the result's), and after
-    /// each range of rows of about [`FUSED_ROWS_BYTES`] the activation runs there in place,
-    /// while the rows are in L1. The argument buffer is never touched. Returns `false`, having
-    /// done nothing, when the step does not qualify (a reference-executor kernel, other
-    /// dtypes; see [`Self::fuses_activation`]); the caller then runs the two in turn.
     /// Whether kernel step `k` runs its activation `l` fused ([`Self::run_kernel_activation`]):
     /// a native kernel, and `gelu` on f32 buffers with a static row length. Fixed when the plan
     /// is made (the stored temporary then gets no memory).
@@ -1199,6 +1192,14 @@ impl Plan {
             && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row(x) > 0)
     }
 
+    /// A native kernel step with its elementwise activation `l` (`gelu`, on f32 buffers of one
+    /// shape; see `Kernel::activation`): the kernel's stores to `l`'s argument go straight to
+    /// `l`'s result (the argument's pointer in the buffer table is the result's), and after
+    /// each range of rows of about [`FUSED_ROWS_BYTES`] the activation runs there in place,
+    /// while the rows are in L1. The argument buffer is never touched (it has no memory).
+    /// Returns `false`, having done nothing, when the step does not qualify (a
+    /// reference-executor kernel, other dtypes; see [`Self::fuses_activation`]); the caller
+    /// then runs the two in turn.
     fn run_kernel_activation(
         &self,
         p: &Program,
@@ -1211,19 +1212,19 @@ impl Plan {
         if !self.fuses_activation(p, k, l) {
             return Ok(false);
         }
-        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Ok(false) };
-        let Some(act) = Activation::from_op(l.op, &l.attrs) else { return Ok(false) };
+        // From here on the stored temporary has no memory (see `compile`), so running the two
+        // steps in turn is not an option: what `fuses_activation` and the scheduler's checks
+        // make unreachable is an error, not a fallback.
+        let unfit =
+            || ExecError::Invalid(format!("kernel {} cannot run {} {} on its rows", k.prepared.name, l.op, l.out));
+        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
+        let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
         let n = p.buffers[x].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
-        let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else { return Ok(false) };
+        let (args, count, work) = self.prepare_native(p, st, k, inputs)?.ok_or_else(unfit)?;
         let len = st.lens[x.index()];
         let rows = usize::try_from(count).unwrap_or(usize::MAX);
         if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
-            // The scheduler's checks make this unreachable; the stored temporary has no memory,
-            // so running the two steps in turn is not an option.
-            return Err(ExecError::Invalid(format!(
-                "kernel {} does not tile {} into rows of {n} for its {}",
-                k.prepared.name, l.out, l.op
-            )));
+            return Err(unfit());
         }
         st.ptrs[x.index()] = st.ptrs[l.out.index()];
         let out = st.ptrs[l.out.index()];
