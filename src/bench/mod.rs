@@ -268,6 +268,14 @@ pub fn prepare(
     }
 }
 
+/// A rayon pool of `threads` workers, for one measurement.
+fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))
+}
+
 /// Per-step median times of `w` compiled for the CPU backend with `threads` threads (in a
 /// rayon pool of that size): [`crate::Plan::profile`] over `runs` runs.
 pub fn profile(
@@ -277,10 +285,7 @@ pub fn profile(
     recover: bool,
 ) -> Result<Vec<crate::runtime::StepTime>, BenchError> {
     let threads = threads.max(1);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))?;
+    let pool = pool(threads)?;
     pool.install(|| {
         let mut options = crate::runtime::CompileOptions::native_cpu(threads)
             .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
@@ -886,10 +891,7 @@ pub fn run(
     recover: bool,
 ) -> Result<Measurement, BenchError> {
     let threads = threads.max(1);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| BenchError::Backend(format!("cannot start {threads} threads: {e}")))?;
+    let pool = pool(threads)?;
     pool.install(|| {
         let t = Instant::now();
         let runnable = prepare(&w.graph, backend, threads, recover)?;

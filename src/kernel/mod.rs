@@ -340,6 +340,46 @@ impl Program {
     }
 }
 
+impl Kernel {
+    /// Calls `f` with every buffer the kernel loads or stores, and its activation's argument
+    /// and result (repeats included).
+    pub fn for_each_buffer(&self, f: &mut impl FnMut(BufferId)) {
+        for instr in self.stages.iter().flat_map(|s| &s.body) {
+            if let Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } | Instr::Store { buf, .. } = instr {
+                f(*buf);
+            }
+        }
+        if let Some(l) = &self.activation {
+            l.args.iter().chain(std::iter::once(&l.out)).for_each(|&b| f(b));
+        }
+    }
+}
+
+impl Step {
+    /// Calls `f` with every buffer the step reads or writes, its epilogue kernel's and its
+    /// activation's included (repeats included).
+    pub fn for_each_buffer(&self, mut f: impl FnMut(BufferId)) {
+        let call = |l: &LibraryCall, f: &mut dyn FnMut(BufferId)| {
+            l.args.iter().chain(std::iter::once(&l.out)).for_each(|&b| f(b))
+        };
+        match self {
+            Step::Kernel(k) => k.for_each_buffer(&mut f),
+            Step::Matmul(m) => {
+                [m.a, m.b, m.out].into_iter().for_each(&mut f);
+                if let Some(k) = &m.epilogue {
+                    k.for_each_buffer(&mut f);
+                }
+                if let Some(l) = &m.activation {
+                    call(l, &mut f);
+                }
+            }
+            Step::Conv(c) => [c.x, c.w, c.out].into_iter().for_each(f),
+            Step::Library(l) => call(l, &mut f),
+            Step::Interp(c) => c.args.iter().chain(&c.results).for_each(|&b| f(b)),
+        }
+    }
+}
+
 impl Instr {
     /// The register this instruction defines, if any.
     pub fn dst(&self) -> Option<Reg> {

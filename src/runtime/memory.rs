@@ -8,7 +8,7 @@
 //! overlap a placed buffer whose lifetime intersects its own (first fit). Offsets are
 //! multiples of [`ALIGN`].
 
-use crate::kernel::{BufferKind, Program, Step};
+use crate::kernel::{BufferKind, Program};
 
 /// Alignment of every buffer in the arena, in bytes.
 pub const ALIGN: usize = 64;
@@ -29,45 +29,10 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
         first[b] = Some(first[b].map_or(step, |f: usize| f.min(step)));
         last[b] = Some(last[b].map_or(step, |l: usize| l.max(step)));
     };
+    // Everything a step touches lives for the whole step: a matmul's epilogue and a kernel's
+    // activation may run while the product or the kernel's rows are still being written.
     for (i, s) in p.steps.iter().enumerate() {
-        match s {
-            Step::Kernel(k) => {
-                for stage in &k.stages {
-                    for instr in &stage.body {
-                        if let crate::kernel::Instr::Load { buf, .. }
-                        | crate::kernel::Instr::LoadAt { buf, .. }
-                        | crate::kernel::Instr::Store { buf, .. } = instr
-                        {
-                            touch(buf.index(), i);
-                        }
-                    }
-                }
-                // The activation may run per row range while the kernel still runs (or write
-                // the kernel's rows into its result): its buffers live for the whole step.
-                if let Some(l) = &k.activation {
-                    l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i));
-                }
-            }
-            Step::Matmul(m) => {
-                [m.a, m.b, m.out].iter().for_each(|b| touch(b.index(), i));
-                // The epilogue may run while the product is still being written: everything
-                // it touches lives for the whole step.
-                for instr in m.epilogue.iter().flat_map(|k| &k.stages).flat_map(|s| &s.body) {
-                    if let crate::kernel::Instr::Load { buf, .. }
-                    | crate::kernel::Instr::LoadAt { buf, .. }
-                    | crate::kernel::Instr::Store { buf, .. } = instr
-                    {
-                        touch(buf.index(), i);
-                    }
-                }
-                if let Some(l) = &m.activation {
-                    l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i));
-                }
-            }
-            Step::Conv(c) => [c.x, c.w, c.out].iter().for_each(|b| touch(b.index(), i)),
-            Step::Library(l) => l.args.iter().chain(std::iter::once(&l.out)).for_each(|b| touch(b.index(), i)),
-            Step::Interp(c) => c.args.iter().chain(&c.results).for_each(|b| touch(b.index(), i)),
-        }
+        s.for_each_buffer(|b| touch(b.index(), i));
     }
     let end = p.steps.len();
     for (_, b) in &p.outputs {

@@ -1025,10 +1025,9 @@ impl Plan {
         let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
         self.shape_into(p, st, m.a, &mut a_shape)?;
         self.shape_into(p, st, m.b, &mut b_shape)?;
-        let row_len = |b: BufferId| p.buffers[b].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
         let kernel = match epilogue {
             Some(k) => self.prepare_native(p, st, k, inputs)?.filter(|&(_, count, _)| {
-                let n = row_len(m.out);
+                let n = row_len(p, m.out);
                 n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
             }),
             None => None,
@@ -1044,8 +1043,8 @@ impl Plan {
             .filter(|l| (native.is_some() || epilogue.is_none()) && l.op == OpKind::Gelu && self.native_operands(p, l));
         let activation = match activation {
             Some(l) => {
-                let (x, out, n) = (l.args[0], l.out, row_len(l.args[0]));
-                let rows = st.lens[m.out.index()] / row_len(m.out).max(1);
+                let (x, out, n) = (l.args[0], l.out, row_len(p, l.args[0]));
+                let rows = st.lens[m.out.index()] / row_len(p, m.out).max(1);
                 let fits = n > 0
                     && rows.checked_mul(n) == Some(st.lens[x.index()])
                     && st.lens[out.index()] == st.lens[x.index()];
@@ -1184,12 +1183,11 @@ impl Plan {
     /// a native kernel, and `gelu` on f32 buffers with a static row length. Fixed when the plan
     /// is made (the stored temporary then gets no memory).
     fn fuses_activation(&self, p: &Program, k: &KernelStep, l: &LibraryCall) -> bool {
-        let row = |b: BufferId| p.buffers[b].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0);
         matches!(k.exec, KernelExec::Native(_))
             && self.native_library
             && l.op == OpKind::Gelu
             && crate::backend::cpu::activation::Activation::from_op(l.op, &l.attrs).is_some()
-            && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row(x) > 0)
+            && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row_len(p, x) > 0)
     }
 
     /// A native kernel step with its elementwise activation `l` (`gelu`, on f32 buffers of one
@@ -1219,7 +1217,7 @@ impl Plan {
             || ExecError::Invalid(format!("kernel {} cannot run {} {} on its rows", k.prepared.name, l.op, l.out));
         let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
         let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
-        let n = p.buffers[x].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize;
+        let n = row_len(p, x);
         let (args, count, work) = self.prepare_native(p, st, k, inputs)?.ok_or_else(unfit)?;
         let len = st.lens[x.index()];
         let rows = usize::try_from(count).unwrap_or(usize::MAX);
@@ -1359,6 +1357,11 @@ pub struct StepTime {
     /// `matmul b5 + epilogue k4`, `layer_norm b3`, `interp b9`).
     pub label: String,
     pub median_us: f64,
+}
+
+/// The static length of buffer `b`'s last dim (its rows' length), 0 when symbolic or a scalar.
+fn row_len(p: &Program, b: BufferId) -> usize {
+    p.buffers[b].shape.dims().last().and_then(|d| d.as_const()).unwrap_or(0) as usize
 }
 
 fn step_label(s: &Step) -> String {

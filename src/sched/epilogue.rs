@@ -211,22 +211,9 @@ fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kern
 
 /// Whether step `s` reads or writes buffer `b`.
 fn step_uses(s: &Step, b: BufferId) -> bool {
-    let kernel_uses = |k: &Kernel| {
-        k.stages.iter().flat_map(|s| &s.body).any(|instr| {
-            matches!(instr, Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } | Instr::Store { buf, .. } if *buf == b)
-        }) || k.activation.as_ref().is_some_and(|l| l.args.contains(&b) || l.out == b)
-    };
-    match s {
-        Step::Kernel(k) => kernel_uses(k),
-        Step::Matmul(m) => {
-            [m.a, m.b, m.out].contains(&b)
-                || m.epilogue.as_deref().is_some_and(kernel_uses)
-                || m.activation.as_ref().is_some_and(|l| l.args.contains(&b) || l.out == b)
-        }
-        Step::Conv(c) => [c.x, c.w, c.out].contains(&b),
-        Step::Library(l) => l.args.contains(&b) || l.out == b,
-        Step::Interp(c) => c.args.contains(&b) || c.results.contains(&b),
-    }
+    let mut used = false;
+    s.for_each_buffer(|x| used |= x == b);
+    used
 }
 
 /// Whether kernel `k` (the step after a matmul writing `out`) can run per row tile. Later
