@@ -14,7 +14,8 @@
 
 use ladder::backend::cpu::activation::Activation;
 use ladder::backend::cpu::conv::{conv, conv_with, ConvAlgo, ConvGeom};
-use ladder::backend::cpu::gemm::{matmul, Epilogue, KernelError, MatmulGeom, Tile, SMALL_WORK, TILE_ELEMS};
+use ladder::backend::cpu::gemm::{matmul, matmul_f32, Epilogue, KernelError, MatmulGeom, Tile, SMALL_WORK, TILE_ELEMS};
+use ladder::backend::cpu::packed::PackedB;
 use ladder::interp::{self, Options};
 use ladder::ir::AttrValue;
 use ladder::models::Rng;
@@ -108,6 +109,44 @@ fn matmul_case(rng: &mut Rng, a_shape: &[usize], b_shape: &[usize], ta: bool, tb
             assert!(f32_mode.bit_eq(&Tensor::from_f32(precise.shape(), out.clone()).unwrap()), "{label}: bitwise");
         }
     }
+    packed_case(&a, a_shape, &b, b_shape, ta, tb, &precise.to_f64_vec(), &mag);
+}
+
+/// `b` packed as a plan packs a weight (when it is one matrix and the machine has the
+/// kernel): the product through the packed kernel is within the same bound, and the same
+/// bits at 1 and 2 threads (one fused multiply-add chain per element, however it is tiled).
+#[allow(clippy::too_many_arguments)]
+fn packed_case(
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    ta: bool,
+    tb: bool,
+    want: &[f64],
+    mag: &[f64],
+) {
+    let rb = b_shape.len();
+    if b_shape[..rb - 2].iter().any(|&d| d != 1) {
+        return;
+    }
+    let (r, c) = (b_shape[rb - 2], b_shape[rb - 1]);
+    let (k, n, rs, cs) = if tb { (c, r, 1, c) } else { (r, c, c, 1) };
+    let Some(pb) = PackedB::new(b, k, n, rs, cs) else { return };
+    let mut first: Option<Vec<f32>> = None;
+    for threads in [1, 2] {
+        let mut out = vec![f32::NAN; want.len()];
+        matmul_f32(a, a_shape, b, b_shape, ta, tb, &mut out, threads, &Epilogue::none(), Some(&pb)).unwrap();
+        let got: Vec<f64> = out.iter().map(|&x| x as f64).collect();
+        let label = format!("packed {a_shape:?}{} @ {b_shape:?}{} t={threads}", tstr(ta), tstr(tb));
+        check_close(&label, &got, want, mag, 2.0 * k as f64 * U32, U32);
+        match &first {
+            None => first = Some(out),
+            Some(f) => {
+                assert!(f.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits()), "{label}: thread counts differ")
+            }
+        }
+    }
 }
 
 fn tstr(t: bool) -> &'static str {
@@ -142,6 +181,17 @@ fn matmul_matches_interpreter_on_gemm_sizes_and_transposes() {
                 matmul_case(&mut rng, &a_shape, &b_shape, ta, tb);
             }
         }
+    }
+}
+
+#[test]
+fn packed_matmul_matches_interpreter_across_its_blocks() {
+    // Around the kernel's blocks: 8-row groups, 32-column panels, 512-column tiles, 1024-value
+    // `k` blocks, and the 128-row tiles.
+    let mut rng = Rng::new(12);
+    for &(m, n, k) in &[(9, 33, 1025), (130, 545, 40), (8, 1100, 3), (17, 32, 2049), (1, 1024, 300), (257, 31, 17)] {
+        matmul_case(&mut rng, &[m, k], &[k, n], false, false);
+        matmul_case(&mut rng, &[k, m], &[n, k], true, true);
     }
 }
 
@@ -194,6 +244,7 @@ fn matmul_nan_and_inf_propagate() {
             assert!(want.iter().any(|x| x.is_nan()) && want.iter().any(|x| x.is_infinite()));
             check_close("nan/inf", &got, &want, &mag, 2.0 * k as f64 * U32, U32);
         }
+        packed_case(&a, &[m, k], &b, &[k, n], false, false, &precise.to_f64_vec(), &mag);
     }
 }
 
@@ -411,7 +462,9 @@ fn matmul_epilogue_matches_chained_ops() {
                 &mm_attrs(false, false),
                 &[Tensor::from_f32(&a_shape, a.clone()).unwrap(), Tensor::from_f32(&[k, n], w.clone()).unwrap()],
             );
-            for (threads, whole_rows) in [(1, false), (2, false), (1, true), (2, true)] {
+            let pb = PackedB::new(&w, k, n, n, 1);
+            let runs = [(1, false), (2, false), (1, true), (2, true)];
+            for (threads, whole_rows, packed) in runs.iter().flat_map(|&(t, r)| [(t, r, None), (t, r, pb.as_ref())]) {
                 let calls = std::sync::atomic::AtomicUsize::new(0);
                 let seen = std::sync::atomic::AtomicUsize::new(0);
                 let hook = |mut t: Tile<'_, f32>| {
@@ -424,7 +477,7 @@ fn matmul_epilogue_matches_chained_ops() {
                 let epi =
                     Epilogue { bias: Some(&bias), activation, residual: Some(&res), hook: Some(&hook), whole_rows };
                 let mut out = vec![f32::NAN; batch * m * n];
-                matmul(&a, &a_shape, &w, &[k, n], false, false, &mut out, threads, &epi).unwrap();
+                matmul_f32(&a, &a_shape, &w, &[k, n], false, false, &mut out, threads, &epi, packed).unwrap();
                 assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), out.len(), "hook covers the output once");
                 let tiles = calls.load(std::sync::atomic::Ordering::Relaxed);
                 assert!(tiles >= if m * n > TILE_ELEMS { 2 } else { 1 }, "{tiles} tiles");
@@ -438,7 +491,8 @@ fn matmul_epilogue_matches_chained_ops() {
                         1.2 * 2.0 * k as f64 * U32 * mag[i] + 8.0 * U32 * (w.abs() + pre + res[i].abs() as f64) + 1e-30;
                     assert!(
                         (got - w).abs() <= tol,
-                        "{act_name} [{batch},{m},{n},{k}] t={threads} element {i}: got {got}, want {w}"
+                        "{act_name} [{batch},{m},{n},{k}] t={threads} packed={} element {i}: got {got}, want {w}",
+                        packed.is_some()
                     );
                 }
             }

@@ -51,6 +51,7 @@ use std::sync::{Arc, Mutex};
 
 use cranelift_entity::EntityRef;
 
+use crate::backend::cpu::packed::PackedB;
 use crate::interp::{self, InterpError};
 use crate::ir::{Dim, DimError, Graph};
 use crate::kernel::eval::{
@@ -142,6 +143,11 @@ pub struct CompileOptions {
     /// rms_norm, gelu, attention) from their prims and run them through library kernels. Off in the reference mode (which runs the prims exactly as
     /// lowered), on in native mode; `--no-recover` turns it off there.
     pub recover: bool,
+    /// In native mode, pack each f32 matmul's constant right operand (a weight) once, when
+    /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`): faster
+    /// products for a second copy of those weights in memory. On by default; machines without
+    /// the kernel (AVX-512F) pack nothing.
+    pub pack_weights: bool,
 }
 
 impl Default for CompileOptions {
@@ -152,6 +158,7 @@ impl Default for CompileOptions {
             kernel_compiler: None,
             max_arena_bytes: 1 << 34,
             recover: false,
+            pack_weights: true,
         }
     }
 }
@@ -297,6 +304,8 @@ pub struct Plan {
     explanation: String,
     guards: Vec<InputGuard>,
     kernels: Vec<Option<KernelStep>>,
+    /// Per step: a matmul's constant right operand, packed for the GEMM kernel.
+    packed: Vec<Option<PackedB>>,
     locs: Vec<Loc>,
     dtypes: Vec<crate::ir::DType>,
     life: Vec<Option<Lifetime>>,
@@ -321,6 +330,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         explanation: String::new(),
         guards: Vec::new(),
         kernels: Vec::new(),
+        packed: Vec::new(),
         locs: Vec::new(),
         dtypes: Vec::new(),
         life: Vec::new(),
@@ -379,6 +389,30 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             None => None,
         });
     }
+    plan.packed = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Matmul(m) if plan.native_library && options.pack_weights => plan.pack_weight(&p, m),
+            _ => None,
+        })
+        .collect();
+    let packed_lines: String = p
+        .steps
+        .iter()
+        .zip(&plan.packed)
+        .filter_map(|(s, pb)| match (s, pb) {
+            (Step::Matmul(m), Some(pb)) => Some(format!(
+                "matmul {}: weight {} ({} x {}) packed once for the GEMM kernel ({} KiB)\n",
+                m.out,
+                m.b,
+                pb.k(),
+                pb.n(),
+                pb.bytes().div_ceil(1024)
+            )),
+            _ => None,
+        })
+        .collect();
     plan.life = memory::lifetimes(&p);
     // A temporary that is a graph output lives in the returned tensor, outside the arena
     // (once, for its first output slot; bools keep the copy, see `TensorData::as_bytes_mut`).
@@ -403,6 +437,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         Some(r) if !r.matches.is_empty() => format!("{}{}", r.explain(&lowered.simplified), scheduled.explanation),
         _ => scheduled.explanation,
     };
+    plan.explanation.push_str(&packed_lines);
     plan.program = Some(p);
     Ok(plan)
 }
@@ -476,6 +511,29 @@ unsafe impl Send for NativeArgs {}
 unsafe impl Sync for NativeArgs {}
 
 impl Plan {
+    /// `m`'s right operand packed for the GEMM kernel, when it is an f32 constant matrix
+    /// (leading dims all 1) of a product the library runs.
+    fn pack_weight(&self, p: &Program, m: &MatmulCall) -> Option<PackedB> {
+        if !self.all_f32(p, &[m.a, m.b, m.out]) {
+            return None;
+        }
+        let Loc::Const(t) = &self.locs[m.b.index()] else { return None };
+        let dims = t.shape();
+        let rank = dims.len();
+        if rank < 2 || dims[..rank - 2].iter().any(|&d| d != 1) {
+            return None;
+        }
+        let (r, c) = (dims[rank - 2], dims[rank - 1]);
+        let (k, n, rs, cs) = if m.transpose_b { (c, r, 1, c) } else { (r, c, c, 1) };
+        PackedB::new(t.as_f32()?, k, n, rs, cs)
+    }
+
+    /// Bytes of the weights packed for the GEMM kernel (held by the plan, beside the
+    /// constants themselves).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.iter().flatten().map(PackedB::bytes).sum()
+    }
+
     /// The scheduled program (`None` for the interpreter backend).
     pub fn program(&self) -> Option<&Program> {
         self.program.as_ref()
@@ -705,7 +763,9 @@ impl Plan {
                 }
                 Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
                     let epilogue = self.kernels[step].as_ref();
-                    let (kernel_done, activation_done) = self.run_gemm(p, st, inputs, m, epilogue).map_err(at)?;
+                    let packed = self.packed.get(step).and_then(Option::as_ref);
+                    let (kernel_done, activation_done) =
+                        self.run_gemm(p, st, inputs, m, epilogue, packed).map_err(at)?;
                     if let (Some(k), false) = (epilogue, kernel_done) {
                         self.run_kernel_step(p, st, k, inputs).map_err(at)?;
                     }
@@ -1021,6 +1081,7 @@ impl Plan {
         inputs: &[Tensor],
         m: &MatmulCall,
         epilogue: Option<&KernelStep>,
+        packed: Option<&PackedB>,
     ) -> Result<(bool, bool), ExecError> {
         let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
         self.shape_into(p, st, m.a, &mut a_shape)?;
@@ -1054,7 +1115,7 @@ impl Plan {
         };
         let result = if native.is_none() && activation.is_none() {
             let none = crate::backend::cpu::gemm::Epilogue::none();
-            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none).map(|()| (false, false))
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none, packed).map(|()| (false, false))
         } else {
             let failed: Mutex<Option<(String, String)>> = Mutex::new(None);
             let fail = |kernel: String, message: String| {
@@ -1091,7 +1152,7 @@ impl Plan {
                 whole_rows: true,
                 ..crate::backend::cpu::gemm::Epilogue::none()
             };
-            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi).and_then(|()| {
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi, packed).and_then(|()| {
                 match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
                     None => Ok((native.is_some(), activation.is_some())),
                     Some((kernel, message)) => Err(ExecError::Native { kernel, message }),
@@ -1102,6 +1163,7 @@ impl Plan {
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gemm_with(
         &self,
         st: &mut RunState,
@@ -1110,6 +1172,7 @@ impl Plan {
         a_shape: &[usize],
         b_shape: &[usize],
         epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
+        packed: Option<&PackedB>,
     ) -> Result<(), ExecError> {
         let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
         let (a, b, out) =
@@ -1137,6 +1200,7 @@ impl Plan {
             out,
             self.threads,
             epilogue,
+            packed,
         )
         .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
     }

@@ -342,7 +342,7 @@ fn pointwise<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], out: &mut [T], threa
         task_operands(geom, t, wp, b, op, epi)
     };
     // SAFETY: lengths were checked against the geometry; tasks write disjoint output rows.
-    unsafe { run_gemm(&g, geom.tasks(), &operands, threads, &epi.activation, epi.hook, epi.whole_rows) }
+    unsafe { run_gemm(&g, geom.tasks(), &operands, threads, &epi.activation, epi.hook, epi.whole_rows, None) }
 }
 
 fn im2col_conv<T: Element>(
@@ -364,7 +364,7 @@ fn im2col_conv<T: Element>(
         let cp = SendPtr(cols.as_mut_ptr());
         let operands = |_: usize| task_operands(geom, t, wp, cp.get(), op, epi);
         // SAFETY: lengths were checked against the geometry; each task writes its own rows.
-        unsafe { run_gemm(&g, 1, &operands, threads, &epi.activation, epi.hook, epi.whole_rows) }
+        unsafe { run_gemm(&g, 1, &operands, threads, &epi.activation, epi.hook, epi.whole_rows, None) }
     };
     if workers == 1 {
         for t in 0..tasks {

@@ -5,7 +5,10 @@
 //! operands of rank >= 2, optional transposes of the last two dims, NumPy batch
 //! broadcasting, output `[batch..., m, n]`. f32 and f64 go through the `gemm` crate (built
 //! with its `x86-v4` feature: AVX-512 kernels, about twice its AVX2 speed on this machine);
-//! i32 and i64 through a plain wrapping loop. Products with at most [`SMALL_WORK`]
+//! i32 and i64 through a plain wrapping loop. An f32 product whose right operand was packed
+//! ahead of time ([`super::packed::PackedB`]: a plan packs its constant weights once) goes
+//! through ladder's own AVX-512 kernel instead, tiled for the caches and the threads alone
+//! (`packed_tile_shape`), since nothing is re-packed per tile. Products with at most [`SMALL_WORK`]
 //! multiply-adds use a plain loop in the interpreter's order and rounding (bitwise equal to
 //! it), which also keeps tiny products free of the crate's per-call setup and allocation.
 //!
@@ -41,6 +44,7 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use super::activation::{apply_f32, apply_f64, Activation};
+use super::packed::{PackedB, NR};
 
 /// Products with at most this many multiply-adds (`m * n * k` per matrix) use the plain loop.
 pub const SMALL_WORK: usize = 256;
@@ -83,6 +87,17 @@ pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     /// not overlap `a` or `b`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn gemm(g: &Gemm2d, a: *const Self, b: *const Self, c: *mut Self, par: Parallelism);
+    /// Whether [`Element::gemm_packed`] runs (f32 only).
+    const PACKED: bool = false;
+    /// `C = A B[:, col0..col0 + g.n]` through the packed right operand `b` (see
+    /// [`PackedB::tile`]); `g`'s `b` strides are unused.
+    ///
+    /// # Safety
+    /// As [`PackedB::tile`]; only called when [`Element::PACKED`].
+    unsafe fn gemm_packed(g: &Gemm2d, a: *const Self, b: &PackedB, col0: usize, c: *mut Self) {
+        let _ = (g, a, b, col0, c);
+        unreachable!("{} has no packed GEMM", Self::NAME)
+    }
 }
 
 /// The shape and strides of one 2-D product `C[m, n] = A[m, k] B[k, n]` (element strides;
@@ -100,9 +115,15 @@ pub struct Gemm2d {
 }
 
 macro_rules! float_element {
-    ($t:ty, $name:literal, $wide:ty, $apply:ident) => {
+    ($t:ty, $name:literal, $wide:ty, $apply:ident $(, packed: $packed:ident)?) => {
         impl Element for $t {
             const NAME: &'static str = $name;
+            $(
+                const PACKED: bool = true;
+                unsafe fn gemm_packed(g: &Gemm2d, a: *const Self, b: &PackedB, col0: usize, c: *mut Self) {
+                    $packed(g, a, b, col0, c)
+                }
+            )?
             fn zero() -> Self {
                 0.0
             }
@@ -154,7 +175,13 @@ macro_rules! float_element {
     };
 }
 
-float_element!(f32, "f32", f64, apply_f32);
+float_element!(f32, "f32", f64, apply_f32, packed: packed_f32);
+
+/// # Safety
+/// As [`PackedB::tile`].
+unsafe fn packed_f32(g: &Gemm2d, a: *const f32, b: &PackedB, col0: usize, c: *mut f32) {
+    b.tile(g.m, g.n, col0, a, g.a_rs, g.a_cs, c, g.ldc)
+}
 float_element!(f64, "f64", f64, apply_f64);
 
 macro_rules! int_element {
@@ -451,10 +478,12 @@ pub fn matmul<T: Element>(
     epilogue: &Epilogue<'_, T>,
 ) -> Result<(), KernelError> {
     let geom = MatmulGeom::new(a_shape, b_shape, transpose_a, transpose_b)?;
-    matmul_geom(&geom, a, b, out, threads, epilogue)
+    matmul_geom(&geom, a, b, out, threads, epilogue, None)
 }
 
-/// [`matmul`] on f32 buffers.
+/// [`matmul`] on f32 buffers, with `b` also packed (`packed`, made from `b` once) when it
+/// is a weight. The packed copy is used when it matches the product's `k x n` and `b` has no
+/// batch of its own; otherwise `b` goes through the `gemm` crate as in [`matmul`].
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_f32(
     a: &[f32],
@@ -466,11 +495,14 @@ pub fn matmul_f32(
     out: &mut [f32],
     threads: usize,
     epilogue: &Epilogue<'_, f32>,
+    packed: Option<&PackedB>,
 ) -> Result<(), KernelError> {
-    matmul(a, a_shape, b, b_shape, transpose_a, transpose_b, out, threads, epilogue)
+    let geom = MatmulGeom::new(a_shape, b_shape, transpose_a, transpose_b)?;
+    matmul_geom(&geom, a, b, out, threads, epilogue, packed)
 }
 
-/// [`matmul`] with the geometry computed once (a plan can keep it).
+/// [`matmul`] with the geometry computed once (a plan can keep it), and `b`'s packed copy
+/// if there is one (see [`matmul_f32`]).
 pub fn matmul_geom<T: Element>(
     geom: &MatmulGeom,
     a: &[T],
@@ -478,6 +510,7 @@ pub fn matmul_geom<T: Element>(
     out: &mut [T],
     threads: usize,
     epilogue: &Epilogue<'_, T>,
+    packed: Option<&PackedB>,
 ) -> Result<(), KernelError> {
     check_len("a", a.len(), geom.a_len)?;
     check_len("b", b.len(), geom.b_len)?;
@@ -509,10 +542,22 @@ pub fn matmul_geom<T: Element>(
             row_base: p * g.m,
         }
     };
+    let packed =
+        packed.filter(|pb| T::PACKED && (pb.k(), pb.n()) == (g.k, g.n) && geom.b_batch.iter().all(|&s| s == 0));
     // SAFETY: the lengths were checked against the geometry, so every tile's operands are
     // in bounds; `out` is borrowed exclusively and distinct tiles write disjoint elements.
+    // A packed `b` has this product's `k x n` and serves every batch matrix (b is shared).
     unsafe {
-        run_gemm(&g, geom.problems(), &operands, threads, &epilogue.activation, epilogue.hook, epilogue.whole_rows)
+        run_gemm(
+            &g,
+            geom.problems(),
+            &operands,
+            threads,
+            &epilogue.activation,
+            epilogue.hook,
+            epilogue.whole_rows,
+            packed,
+        )
     };
     Ok(())
 }
@@ -572,12 +617,34 @@ fn tile_shape(m: usize, n: usize, k: usize, epilogue: bool, whole_rows: bool) ->
     (mb, nb)
 }
 
+/// Tile sizes `(rows, cols)` for an `m x n` product through a packed `b` (nothing is
+/// re-packed per tile, so tiles are sized for the caches and the threads alone): whole rows
+/// when the hook needs them or `n <= 1024`, else 512 columns (16 panels); at most 128 rows
+/// (their `KC` columns of `a` stay in L2) and about [`TILE_ELEMS`] per tile, and with few
+/// tiles, a row count that shares them evenly among `threads`.
+fn packed_tile_shape(m: usize, n: usize, problems: usize, threads: usize, whole_rows: bool) -> (usize, usize) {
+    use super::packed::MR;
+    let nb = if whole_rows || n <= 1024 { n } else { 16 * NR };
+    let per = problems * n.div_ceil(nb);
+    let cap = (TILE_ELEMS / nb).clamp(MR, 128) / MR * MR;
+    let most = m.div_ceil(MR);
+    let mut rt = m.div_ceil(cap).min(most);
+    if per * rt < 4 * threads {
+        while !(per * rt).is_multiple_of(threads) && rt < most {
+            rt += 1;
+        }
+    }
+    (m.div_ceil(rt).next_multiple_of(MR).min(m), nb)
+}
+
 /// Runs `problems` products of geometry `g` with operands from `operands`, tiled, with the
-/// epilogue applied per tile.
+/// epilogue applied per tile. With `packed` (the shared `b` packed, of `g`'s `k x n`), tiles
+/// go through ladder's packed kernel instead of the `gemm` crate.
 ///
 /// # Safety
 /// `operands(p)` must give in-bounds pointers for every `p < problems`, with all `c` (and
 /// their tiles) disjoint.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_gemm<T: Element>(
     g: &Gemm2d,
     problems: usize,
@@ -586,6 +653,7 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     act: &Activation,
     hook: Option<&TileHook<'_, T>>,
     whole_rows: bool,
+    packed: Option<&PackedB>,
 ) {
     if g.m == 0 || g.n == 0 || problems == 0 {
         return;
@@ -594,11 +662,15 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     let probe = operands(0);
     let has_epilogue =
         !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();
-    let (mb, nb) = tile_shape(g.m, g.n, g.k, has_epilogue, whole_rows);
+    let small = g.m * g.n * g.k <= SMALL_WORK;
+    let packed = packed.filter(|pb| T::PACKED && !small && g.k > 0 && (pb.k(), pb.n()) == (g.k, g.n));
+    let (mb, nb) = match packed {
+        Some(_) => packed_tile_shape(g.m, g.n, problems, threads, whole_rows),
+        None => tile_shape(g.m, g.n, g.k, has_epilogue, whole_rows),
+    };
     let (rt, ct) = (g.m.div_ceil(mb), g.n.div_ceil(nb));
     let per_problem = rt * ct;
     let tiles = problems * per_problem;
-    let small = g.m * g.n * g.k <= SMALL_WORK;
     let run_tile = |t: usize, par: Parallelism, par_epilogue: bool| {
         let p = t / per_problem;
         let (r, c) = ((t % per_problem) / ct, t % ct);
@@ -615,6 +687,9 @@ pub(crate) unsafe fn run_gemm<T: Element>(
             }
         } else if small {
             naive(&tg, a, b, cptr);
+        } else if let Some(pb) = packed {
+            // `c0` is a multiple of `nb`, itself `n` or a multiple of `NR`.
+            T::gemm_packed(&tg, a, pb, c0, cptr);
         } else {
             T::gemm(&tg, a, b, cptr, par);
         }
@@ -652,11 +727,11 @@ pub(crate) unsafe fn run_gemm<T: Element>(
         }
     };
     let even = tiles >= threads && (tiles.is_multiple_of(threads) || tiles >= 4 * threads);
-    if threads == 1 || small {
+    if threads == 1 || small || tiles == 1 && packed.is_some() {
         for t in 0..tiles {
             run_tile(t, Parallelism::None, false);
         }
-    } else if even {
+    } else if even || packed.is_some() {
         (0..tiles).into_par_iter().with_max_len(1).for_each(|t| run_tile(t, Parallelism::None, false));
     } else {
         for t in 0..tiles {

@@ -37,6 +37,7 @@ pub mod copy;
 mod emit;
 pub mod gemm;
 pub mod math;
+pub mod packed;
 pub mod rows;
 
 use std::cell::Cell;
