@@ -148,32 +148,47 @@ unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
     }
 }
 
-/// [`gelu_erf_slice`] with the gathering and the write-back done by AVX-512's compress store
-/// and expand load (the portable version's per-element compaction costs more than the body).
-/// Same formulas, so the same bits.
+/// [`gelu_erf_slice`] with AVX-512: one pass per block computes the body of every vector and
+/// gathers the tail arguments by compressing them in a register; the tail runs over the
+/// gathered ones; a last pass expands them back into the vectors that had any. Same formulas
+/// in the same order (the body's Horner steps as fused multiply-adds), so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
     use std::arch::x86_64::*;
     const VECS: usize = GELU_BLOCK / 16;
+    const ERF: [f32; 6] = GELU_BODY_ERF;
     let mut tail = [0f32; GELU_BLOCK];
     let mut masks = [0u16; VECS];
     let full = xs.len() / GELU_BLOCK * GELU_BLOCK;
     let (head, rest) = xs.split_at_mut(full);
     let one = _mm512_set1_ps(1.0);
+    let half = _mm512_set1_ps(0.5);
+    let rsqrt2 = _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+    let erf = ERF.map(|c| _mm512_set1_ps(c));
     for block in head.chunks_exact_mut(GELU_BLOCK) {
         let mut n = 0usize;
         for (c, mask) in masks.iter_mut().enumerate() {
-            // SAFETY: the block holds VECS vectors of 16; `tail` holds GELU_BLOCK elements
-            // and receives at most 16 per vector, GELU_BLOCK in all.
-            let v = _mm512_loadu_ps(block.as_ptr().add(16 * c));
+            // SAFETY: the block holds VECS vectors of 16. Before vector `c`, `n <= 16 c`, so
+            // the whole-vector store at `n` stays within `tail`'s GELU_BLOCK = 16 VECS
+            // elements. (A compressing store straight to memory is microcoded and several
+            // times slower on AMD's AVX-512 cores; compressing in a register is not.)
+            let at = block.as_mut_ptr().add(16 * c);
+            let v = _mm512_loadu_ps(at);
             let k = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(v), one);
-            _mm512_mask_compressstoreu_ps(tail.as_mut_ptr().add(n).cast(), k, v);
+            _mm512_storeu_ps(tail.as_mut_ptr().add(n), _mm512_maskz_compress_ps(k, v));
             *mask = k;
             n += k.count_ones() as usize;
-        }
-        for x in block.iter_mut() {
-            *x = select_nan(*x, gelu_erf_body(*x));
+            // gelu_erf_body, step for step.
+            let z = _mm512_mul_ps(v, rsqrt2);
+            let z2 = _mm512_mul_ps(z, z);
+            let mut p = erf[5];
+            for &e in erf[..5].iter().rev() {
+                p = _mm512_fmadd_ps(p, z2, e);
+            }
+            let y = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_fmadd_ps(z, p, one));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            _mm512_storeu_ps(at, _mm512_mask_mov_ps(y, nan, v));
         }
         // Whole vectors only: the lanes past `n` hold earlier blocks' arguments (or zeros),
         // computed and never written back; a scalar remainder cost as much as the vectors.
@@ -182,10 +197,14 @@ unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
         }
         let mut n = 0usize;
         for (c, &k) in masks.iter().enumerate() {
-            // SAFETY: as above; the expand load reads exactly the elements compressed.
-            let y = _mm512_loadu_ps(block.as_ptr().add(16 * c));
-            let y = _mm512_mask_expandloadu_ps(y, k, tail.as_ptr().add(n).cast());
-            _mm512_storeu_ps(block.as_mut_ptr().add(16 * c), y);
+            if k == 0 {
+                continue;
+            }
+            // SAFETY: as above; the expand takes exactly the lanes compressed from this
+            // vector out of the 16 loaded at `n`.
+            let at = block.as_mut_ptr().add(16 * c);
+            let y = _mm512_mask_expand_ps(_mm512_loadu_ps(at), k, _mm512_loadu_ps(tail.as_ptr().add(n)));
+            _mm512_storeu_ps(at, y);
             n += k.count_ones() as usize;
         }
     }
@@ -443,14 +462,7 @@ fn gelu_erf_slice(xs: &mut [f32]) {
 /// coefficients are rounded to f32; the Taylor series needs 10 terms for that).
 #[inline(always)]
 fn gelu_erf_body(x: f32) -> f32 {
-    const ERF: [f32; 6] = to_f32([
-        1.128_379_166_292_868_2,
-        -0.376_126_275_081_034_9,
-        0.112_835_273_785_174_41,
-        -0.026_843_582_070_100_187,
-        0.005_135_806_421_662_736,
-        -0.000_692_779_458_616_753_2,
-    ]);
+    const ERF: [f32; 6] = GELU_BODY_ERF;
     let z = x * std::f32::consts::FRAC_1_SQRT_2;
     let z2 = z * z;
     let mut p = ERF[5];
@@ -459,6 +471,16 @@ fn gelu_erf_body(x: f32) -> f32 {
     }
     (0.5 * x) * z.mul_add(p, 1.0)
 }
+
+/// The coefficients of [`gelu_erf_body`]'s polynomial, lowest degree first.
+const GELU_BODY_ERF: [f32; 6] = to_f32([
+        1.128_379_166_292_868_2,
+        -0.376_126_275_081_034_9,
+        0.112_835_273_785_174_41,
+        -0.026_843_582_070_100_187,
+        0.005_135_806_421_662_736,
+        -0.000_692_779_458_616_753_2,
+]);
 
 /// `G(v)`, `v = 3/(3+a)`, of the prims decomposition's gelu tail (`crate::decomp::nn`),
 /// highest degree first.
