@@ -562,12 +562,12 @@ macro_rules! multiversion {
         fn $dispatch($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             {
-                if std::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked just above).
+                if super::has_avx512() {
+                    // SAFETY: the CPU has every feature the variant is compiled for.
                     return unsafe { $avx512($($arg),*) };
                 }
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2 (checked just above).
+                if super::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
                     return unsafe { $avx2($($arg),*) };
                 }
             }

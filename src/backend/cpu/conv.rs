@@ -513,12 +513,12 @@ fn plane_epilogue<T: Element>(geom: &ConvGeom, plane_idx: usize, dst: &mut [T], 
 fn direct_plane<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx: usize, dst: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
+        if super::has_avx512() {
+            // SAFETY: the CPU has every feature the variant is compiled for.
             return unsafe { direct_plane_avx512(geom, x, w, plane_idx, dst) };
         }
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
+        if super::has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
             return unsafe { direct_plane_avx2(geom, x, w, plane_idx, dst) };
         }
     }

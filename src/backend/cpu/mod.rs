@@ -40,6 +40,24 @@ pub mod math;
 pub mod packed;
 pub mod rows;
 
+/// Whether this CPU runs the AVX-512 variants of the library kernels. They are compiled for
+/// AVX-512F, DQ and VL (with AVX2), FMA and POPCNT; calling one on a CPU without all of them
+/// would be undefined, so every dispatch checks all of them here.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512dq")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("popcnt")
+}
+
+/// Whether this CPU runs the AVX2 variants (compiled for AVX2 and FMA).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 

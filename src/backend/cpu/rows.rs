@@ -245,12 +245,12 @@ macro_rules! multiversion {
         fn $dispatch($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
-                if std::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked just above).
+                if super::has_avx512() {
+                    // SAFETY: the CPU has every feature the variant is compiled for.
                     return unsafe { $avx512($($arg),*) };
                 }
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2 (checked just above).
+                if super::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
                     return unsafe { $avx2($($arg),*) };
                 }
             }
@@ -297,7 +297,7 @@ multiversion!(
 /// The softmax of one row (`y` gets it, of the same length), vectorized for the running CPU.
 pub(crate) fn softmax_into(x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+    if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above).
         return unsafe { avx512::softmax(x, y) };
     }
@@ -307,7 +307,7 @@ pub(crate) fn softmax_into(x: &[f32], y: &mut [f32]) {
 /// The log_softmax of one row (`y` gets it, of the same length).
 pub(crate) fn log_softmax_into(x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+    if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above).
         return unsafe { avx512::log_softmax(x, y) };
     }
@@ -717,7 +717,7 @@ fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32]
 /// [`layer_norm_row`], through the AVX-512 output pass where the CPU has it.
 fn layer_norm_any(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") && !x.is_empty() {
+    if super::has_avx512() && !x.is_empty() {
         #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
         unsafe fn stats(x: &[f32], eps: f64) -> (f32, f32) {
             layer_norm_stats(x, eps)
