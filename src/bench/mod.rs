@@ -21,9 +21,10 @@
 //! loop would; the copy floor likewise writes into a buffer it allocated once.
 //!
 //! `peak_bytes`: the working memory of one warm run beyond its inputs and outputs: the
-//! plan's arena (allocated by the first run and kept) plus the heap's high-water mark during
-//! the run above what was live when it began (library-kernel scratch, the interpreter's
-//! tensors), counted by [`CountingAlloc`] when the program installed it as its global
+//! plan's arena (allocated by the first run and kept), the attention kernel's scratch (kept
+//! per thread between runs, over every thread that holds one), plus the heap's high-water
+//! mark during the run above what was live when it began (other library-kernel scratch, the
+//! interpreter's tensors), counted by [`CountingAlloc`] when the program installed it as its global
 //! allocator (the `ladder` binary does), else not reported. For attention workloads
 //! `scores_bytes` is what the materialised f32 score matrix `[batch..., L, S]` would take,
 //! the O(S²) a flash-style kernel avoids.
@@ -903,7 +904,8 @@ pub fn run(
             let arena = runnable.arena_bytes(&w.inputs);
             let base = CountingAlloc::reset_peak();
             runnable.run_into(&w.inputs, black_box(&mut out)).map_err(BenchError::Run)?;
-            Some(arena + CountingAlloc::peak().saturating_sub(base))
+            let scratch = crate::backend::cpu::attention::scratch_bytes();
+            Some(arena + scratch + CountingAlloc::peak().saturating_sub(base))
         } else {
             None
         };

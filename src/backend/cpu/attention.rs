@@ -9,8 +9,10 @@
 //! and its output so far are rescaled by `exp(m_old - m_new)`; the tile's weights are
 //! `exp(score - m_new)`), and the tile's `P V` accumulated into the block's output through the
 //! GEMM (`read_dst`). At the end each output row is divided by its `l`. Memory: one
-//! `rows × KEYS` score tile and three `rows` vectors per worker, whatever S is (the `gemm`
-//! crate's packing buffers aside, which its tile sizes bound).
+//! `rows × min(S, KEYS)` score tile and three `rows` vectors per thread, whatever S is (the
+//! `gemm` crate's packing buffers aside, which its tile sizes bound), kept by the thread
+//! between calls ([`scratch_bytes`] reports them): a warm run allocates none of it, and a
+//! short sequence no longer zeroes (and faults in) a 512 KiB tile per call.
 //!
 //! With `causal`, tiles wholly above the diagonal of a block (keys `j >= i_end`) are skipped
 //! (about half the work), and only the tile holding the diagonal is masked per element. The
@@ -65,6 +67,7 @@
 //! materialised scores. `tests/attention_kernel.rs` checks this kernel against the
 //! interpreter.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -251,12 +254,13 @@ pub fn attention_f32(
         tasks
             .into_par_iter()
             .with_max_len(1)
-            .for_each_init(|| Scratch::new(bl), |sc, (b, i0, o)| block(&ctx, b, i0, o, sc));
+            .for_each(|(b, i0, o)| with_scratch(bl.min(l), s.min(KEYS), |sc| block(&ctx, b, i0, o, sc)));
     } else {
-        let mut sc = Scratch::new(bl);
-        for (b, i0, o) in tasks {
-            block(&ctx, b, i0, o, &mut sc);
-        }
+        with_scratch(bl.min(l), s.min(KEYS), |sc| {
+            for (b, i0, o) in tasks {
+                block(&ctx, b, i0, o, sc);
+            }
+        });
     }
     Ok(())
 }
@@ -270,10 +274,67 @@ struct Scratch {
     bad: Vec<bool>,
 }
 
+/// Bytes held by every thread's attention scratch (see [`scratch_bytes`]).
+static SCRATCH_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes the attention kernel keeps as per-thread scratch between calls (score tiles and row
+/// statistics), over all threads: part of a run's working memory that the run itself no
+/// longer allocates once warm.
+pub fn scratch_bytes() -> usize {
+    SCRATCH_BYTES.load(Ordering::Relaxed)
+}
+
 impl Scratch {
-    fn new(rows: usize) -> Scratch {
-        Scratch { p: vec![0.0; rows * KEYS], m: vec![0.0; rows], l: vec![0.0; rows], bad: vec![false; rows] }
+    const fn new() -> Scratch {
+        Scratch { p: Vec::new(), m: Vec::new(), l: Vec::new(), bad: Vec::new() }
     }
+
+    fn bytes(&self) -> usize {
+        self.p.capacity() * 4 + (self.m.capacity() + self.l.capacity()) * 4 + self.bad.capacity()
+    }
+
+    /// Room for `rows` rows of `keys` scores (nothing relies on the contents).
+    fn reserve(&mut self, rows: usize, keys: usize) {
+        let before = self.bytes();
+        if self.p.len() < rows * keys {
+            self.p.resize(rows * keys, 0.0);
+        }
+        if self.m.len() < rows {
+            self.m.resize(rows, 0.0);
+            self.l.resize(rows, 0.0);
+            self.bad.resize(rows, false);
+        }
+        SCRATCH_BYTES.fetch_add(self.bytes() - before, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        SCRATCH_BYTES.fetch_sub(self.bytes(), Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    /// Each thread's scratch, kept between calls: a warm run allocates nothing here, and a
+    /// short sequence does not zero (and fault in) a large tile per call.
+    static SCRATCH: std::cell::RefCell<Scratch> =
+        const { std::cell::RefCell::new(Scratch::new()) };
+}
+
+/// Runs `f` with this thread's scratch, grown to `rows` rows of `keys` scores (a fresh one
+/// if the thread's is in use further up its stack).
+fn with_scratch<R>(rows: usize, keys: usize, f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut sc) => {
+            sc.reserve(rows, keys);
+            f(&mut sc)
+        }
+        Err(_) => {
+            let mut sc = Scratch::new();
+            sc.reserve(rows, keys);
+            f(&mut sc)
+        }
+    })
 }
 
 struct Ctx<'a> {
