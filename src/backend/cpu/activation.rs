@@ -151,9 +151,12 @@ unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
 }
 
 /// [`gelu_erf_slice`] with AVX-512: one pass per block computes the body of every vector and
-/// gathers the tail arguments by compressing them in a register; the tail runs over the
-/// gathered ones; a last pass expands them back into the vectors that had any. Same formulas
-/// in the same order (the body's Horner steps as fused multiply-adds), so the same bits.
+/// gathers the tail arguments by compressing them in a register; the tail ([`gelu_tail16`])
+/// runs over the gathered ones two vectors at a time; a last pass expands them back into the
+/// vectors that had any. Same formulas in the same order (Horner steps as fused
+/// multiply-adds), so the same bits as the portable code. Per element, on normally
+/// distributed data in L1: 0.38 ns (0.10 where |x| < 1, 0.78 where |x| >= 1), against 0.73
+/// before the gathering compressed in registers and the tail was written out.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma,popcnt")]
 unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
@@ -192,10 +195,13 @@ unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
             let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
             _mm512_storeu_ps(at, _mm512_mask_mov_ps(y, nan, v));
         }
-        // Whole vectors only: the lanes past `n` hold earlier blocks' arguments (or zeros),
-        // computed and never written back; a scalar remainder cost as much as the vectors.
-        for t in tail[..n.next_multiple_of(16)].iter_mut() {
-            *t = gelu_erf_tail(*t);
+        // Whole vectors only, two at a time (their independent chains interleave): the lanes
+        // past `n` hold earlier blocks' arguments (or zeros), computed and never written back.
+        for pair in tail[..n.next_multiple_of(32)].chunks_exact_mut(32) {
+            let (p0, p1) = (pair.as_mut_ptr(), pair.as_mut_ptr().add(16));
+            let (y0, y1) = (gelu_tail16(_mm512_loadu_ps(p0)), gelu_tail16(_mm512_loadu_ps(p1)));
+            _mm512_storeu_ps(p0, y0);
+            _mm512_storeu_ps(p1, y1);
         }
         let mut n = 0usize;
         for (c, &k) in masks.iter().enumerate() {
@@ -211,6 +217,85 @@ unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
         }
     }
     gelu_erf_slice(rest);
+}
+
+/// [`gelu_erf_tail`] on 16 lanes: the same operations in the same order (so the same bits)
+/// for every argument the gathering hands it (`|x| >= 1`, or the zeros and stale arguments
+/// of a vector's unused lanes, never written back).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn gelu_tail16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    const TAIL: [f32; 12] = to_f32(GELU_TAIL);
+    let ps = |c: f32| _mm512_set1_ps(c);
+    let ac = _mm512_min_ps(_mm512_abs_ps(x), ps(40.0));
+    let v = _mm512_div_ps(ps(3.0), _mm512_add_ps(ps(3.0), ac));
+    let mut g = ps(TAIL[0]);
+    for &c in &TAIL[1..9] {
+        g = _mm512_fmadd_ps(g, v, ps(c));
+    }
+    // The last three Horner steps in f64, on each half (v refined by a Newton step).
+    let wide = |ac: __m256, v: __m256, g: __m256| {
+        let d = _mm512_add_pd(_mm512_set1_pd(3.0), _mm512_cvtps_pd(ac));
+        let v64 = _mm512_cvtps_pd(v);
+        let e = _mm512_mul_pd(_mm512_sub_pd(_mm512_set1_pd(3.0), _mm512_mul_pd(d, v64)), _mm512_set1_pd(1.0 / 3.0));
+        let v64 = _mm512_add_pd(v64, _mm512_mul_pd(v64, e));
+        let mut g64 = _mm512_cvtps_pd(g);
+        for &c in &GELU_TAIL[9..] {
+            g64 = _mm512_fmadd_pd(g64, v64, _mm512_set1_pd(c));
+        }
+        _mm512_cvtpd_ps(g64)
+    };
+    let lo = wide(_mm512_castps512_ps256(ac), _mm512_castps512_ps256(v), _mm512_castps512_ps256(g));
+    let hi = wide(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(ac))),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(g))),
+    );
+    let g =
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi)));
+    // tail_finish: a_hi = floor(128 a) / 128 (exact, as floor_small below 2^22).
+    let a_hi = _mm512_mul_ps(
+        _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(ac, ps(128.0))),
+        ps(1.0 / 128.0),
+    );
+    let rest = _mm512_mul_ps(ps(-0.5), _mm512_mul_ps(_mm512_sub_ps(ac, a_hi), _mm512_add_ps(ac, a_hi)));
+    let mut e = ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        e = _mm512_fmadd_ps(e, rest, ps(c));
+    }
+    let t = _mm512_mul_ps(_mm512_mul_ps(g, e), exp16(_mm512_mul_ps(ps(-0.5), _mm512_mul_ps(a_hi, a_hi))));
+    let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+    let neg_t = _mm512_xor_ps(t, ps(-0.0));
+    _mm512_mask_sub_ps(neg_t, pos, x, t)
+}
+
+/// [`exp`] on 16 lanes, operation for operation (so the same bits), for arguments that are
+/// not NaN.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let ps = |c: f32| _mm512_set1_ps(c);
+    let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, ps(-104.0));
+    let xc = _mm512_mask_mov_ps(_mm512_min_ps(x, ps(89.0)), low, _mm512_setzero_ps());
+    let magic = ps(ROUND_MAGIC);
+    let t = _mm512_fmadd_ps(xc, ps(std::f32::consts::LOG2_E), magic);
+    let n = _mm512_sub_ps(t, magic);
+    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
+    let r = _mm512_fnmadd_ps(n, ps(EXP_LN2_LO), _mm512_fnmadd_ps(n, ps(EXP_LN2_HI), xc));
+    let mut q = _mm512_fmadd_ps(r, ps(1.0 / 5040.0), ps(1.0 / 720.0));
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5] {
+        q = _mm512_fmadd_ps(r, q, ps(c));
+    }
+    let p = _mm512_add_ps(ps(1.0), _mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r));
+    let n1 = _mm512_srai_epi32::<1>(ni);
+    let n2 = _mm512_sub_epi32(ni, n1);
+    let pow2 = |k: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(k, _mm512_set1_epi32(127))));
+    let y = _mm512_mul_ps(_mm512_mul_ps(p, pow2(n1)), pow2(n2));
+    _mm512_mask_mov_ps(y, low, _mm512_setzero_ps())
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -309,14 +394,18 @@ fn pow2i(k: i32) -> f32 {
     f32::from_bits((k.wrapping_add(127) as u32) << 23)
 }
 
+/// ln 2 in two parts for [`exp`]: 355/512 (9 bits, so `n * EXP_LN2_HI` is exact) and the rest.
+const EXP_LN2_HI: f32 = 0.693_359_4;
+const EXP_LN2_LO: f32 = -2.121_944_4e-4;
+
 /// e^x: Cody–Waite reduction by ln 2 (the high part has 9 bits, so `n * LN2_HI` is exact),
 /// a degree-7 Taylor polynomial on |r| <= ln2/2, and a two-step scale so that subnormal
 /// results round once. Below -104 the result is 0, above 89 it is inf.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4; // 355/512
-    const LN2_LO: f32 = -2.121_944_4e-4;
+    const LN2_HI: f32 = EXP_LN2_HI;
+    const LN2_LO: f32 = EXP_LN2_LO;
     let xc = if x < -104.0 { 0.0 } else { x.min(89.0) };
     // n = round(x log2 e), and its integer value read from the bits of n + ROUND_MAGIC.
     let t = xc.mul_add(LOG2E, ROUND_MAGIC);
@@ -476,12 +565,12 @@ fn gelu_erf_body(x: f32) -> f32 {
 
 /// The coefficients of [`gelu_erf_body`]'s polynomial, lowest degree first.
 const GELU_BODY_ERF: [f32; 6] = to_f32([
-        1.128_379_166_292_868_2,
-        -0.376_126_275_081_034_9,
-        0.112_835_273_785_174_41,
-        -0.026_843_582_070_100_187,
-        0.005_135_806_421_662_736,
-        -0.000_692_779_458_616_753_2,
+    1.128_379_166_292_868_2,
+    -0.376_126_275_081_034_9,
+    0.112_835_273_785_174_41,
+    -0.026_843_582_070_100_187,
+    0.005_135_806_421_662_736,
+    -0.000_692_779_458_616_753_2,
 ]);
 
 /// `G(v)`, `v = 3/(3+a)`, of the prims decomposition's gelu tail (`crate::decomp::nn`),
@@ -605,6 +694,25 @@ mod tests {
                 x = f32::from_bits(x.to_bits() + 31);
             }
             assert!(worst.0 <= bound, "gelu tail: {} ulp at {}", worst.0, worst.1);
+        }
+    }
+
+    #[test]
+    fn gelu_slices_match_per_element_bits_densely() {
+        // Every 7th f32 of 1e-3 <= |x| < 64 (body, tail, and past the tail's clamp at 40),
+        // through the slice kernels (AVX-512 where the CPU has it) against `gelu_erf`.
+        for sign in [1.0f32, -1.0] {
+            let mut xs = Vec::new();
+            let mut x = 1e-3 * sign;
+            while x.abs() < 64.0 {
+                xs.push(x);
+                x = f32::from_bits(x.to_bits() + 7);
+            }
+            let mut got = xs.clone();
+            apply_f32(&Activation::Gelu, &mut got);
+            for (&x, &g) in xs.iter().zip(&got) {
+                assert_eq!(g.to_bits(), gelu_erf(x).to_bits(), "gelu({x:e}) = {g:e}, want {:e}", gelu_erf(x));
+            }
         }
     }
 
