@@ -169,83 +169,45 @@ mod avx512 {
         c: *mut f32,
         ldc: usize,
     ) {
-        let k = pb.k;
+        let (k, width) = (pb.k, pb.n.div_ceil(NR) * NR);
         for jc in (0..cols).step_by(NC) {
             let jend = cols.min(jc + NC);
             let mut p0 = 0;
             while p0 < k {
                 let kc = KC.min(k - p0);
                 let first = p0 == 0;
+                let a0 = a.wrapping_add(p0 * a_cs);
+                // Each panel of the column block: every row group over `k` values p0..p0+kc.
                 for j in (jc..jend).step_by(NR) {
-                    block(pb, rows, cols, col0, j, p0, kc, first, a, a_rs, a_cs, c, ldc);
+                    let w = NR.min(cols - j);
+                    let mask = if w == NR { u32::MAX } else { (1u32 << w) - 1 };
+                    let (m0, m1) = (mask as u16, (mask >> 16) as u16);
+                    let panel = pb.data.as_ptr().add(p0 * width + (col0 + j) / NR * kc * NR);
+                    let c0 = c.wrapping_add(j);
+                    // The first row group prefetches a later panel into L2 (a hint: it never
+                    // faults, even past the end).
+                    let ahead = panel.wrapping_add(PREFETCH_PANELS * kc * NR);
+                    let mut i = 0;
+                    while i + MR <= rows {
+                        let pf = if i == 0 { ahead } else { std::ptr::null() };
+                        let (ai, ci) = (a0.wrapping_add(i * a_rs), c0.wrapping_add(i * ldc));
+                        micro::<MR>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1);
+                        i += MR;
+                    }
+                    let pf = if i == 0 { ahead } else { std::ptr::null() };
+                    let (ai, ci) = (a0.wrapping_add(i * a_rs), c0.wrapping_add(i * ldc));
+                    match rows - i {
+                        0 => {}
+                        1 => micro::<1>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        2 => micro::<2>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        3 => micro::<3>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        4 => micro::<4>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        5 => micro::<5>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        6 => micro::<6>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                        _ => micro::<7>(kc, ai, a_rs, a_cs, panel, pf, ci, ldc, first, m0, m1),
+                    }
                 }
                 p0 += kc;
-            }
-        }
-    }
-
-    /// Rows `0..rows` of the tile by the panel at tile column `j`, over `k` values
-    /// `p0..p0 + kc`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx512f,fma")]
-    unsafe fn block(
-        pb: &PackedB,
-        rows: usize,
-        cols: usize,
-        col0: usize,
-        j: usize,
-        p0: usize,
-        kc: usize,
-        first: bool,
-        a: *const f32,
-        a_rs: usize,
-        a_cs: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        {
-            {
-                let w = NR.min(cols - j);
-                let mask = if w == NR { u32::MAX } else { (1u32 << w) - 1 };
-                let (m0, m1) = (mask as u16, (mask >> 16) as u16);
-                let width = pb.n.div_ceil(NR) * NR;
-                let panel = pb.data.as_ptr().add(p0 * width + (col0 + j) / NR * kc * NR);
-                let a0 = a.wrapping_add(p0 * a_cs);
-                let c0 = c.wrapping_add(j);
-                // The first row group prefetches a later panel into L2 (a hint: it never
-                // faults, even past the end).
-                let ahead = panel.wrapping_add(PREFETCH_PANELS * kc * NR);
-                let mut i = 0;
-                while i + MR <= rows {
-                    let pf = if i == 0 { ahead } else { std::ptr::null() };
-                    micro::<MR>(
-                        kc,
-                        a0.wrapping_add(i * a_rs),
-                        a_rs,
-                        a_cs,
-                        panel,
-                        pf,
-                        c0.wrapping_add(i * ldc),
-                        ldc,
-                        first,
-                        m0,
-                        m1,
-                    );
-                    i += MR;
-                }
-                let ahead = if i == 0 { ahead } else { std::ptr::null() };
-                let (ai, ci) = (a0.wrapping_add(i * a_rs), c0.wrapping_add(i * ldc));
-                match rows - i {
-                    0 => {}
-                    1 => micro::<1>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    2 => micro::<2>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    3 => micro::<3>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    4 => micro::<4>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    5 => micro::<5>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    6 => micro::<6>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                    _ => micro::<7>(kc, ai, a_rs, a_cs, panel, ahead, ci, ldc, first, m0, m1),
-                }
             }
         }
     }
