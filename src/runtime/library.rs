@@ -1,0 +1,295 @@
+//! Library steps of a plan: recovered row ops, data-movement copies and the GEMM (with a
+//! matmul's epilogue kernel and activation run per finished row tile), in place in the
+//! plan's memory; and the weights packed for the GEMM when the plan is built.
+
+use super::native::{call_native, epilogue_name};
+use super::*;
+
+impl Plan {
+    /// `m`'s right operand packed for the GEMM kernel, when it is an f32 constant matrix
+    /// (leading dims all 1) of a product the library runs.
+    pub(super) fn pack_weight(&self, p: &Program, m: &MatmulCall) -> Option<PackedB> {
+        if !self.all_f32(p, &[m.a, m.b, m.out]) {
+            return None;
+        }
+        let Loc::Const(t) = &self.locs[m.b.index()] else { return None };
+        let dims = t.shape();
+        let rank = dims.len();
+        if rank < 2 || dims[..rank - 2].iter().any(|&d| d != 1) {
+            return None;
+        }
+        let (r, c) = (dims[rank - 2], dims[rank - 1]);
+        let (k, n, rs, cs) = if m.transpose_b { (c, r, 1, c) } else { (r, c, c, 1) };
+        PackedB::new(t.as_f32()?, k, n, rs, cs)
+    }
+
+    /// A recovered op through its f32 library kernel (`backend::cpu::rows::run_native`; a
+    /// bool attention mask goes as bytes), in place in the plan's memory.
+    pub(super) fn run_rows(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        l: &LibraryCall,
+    ) -> Result<(), ExecError> {
+        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
+        if shapes.len() < l.args.len() {
+            shapes.resize_with(l.args.len(), Vec::new);
+        }
+        for (s, &b) in shapes.iter_mut().zip(&l.args) {
+            if let Err(e) = self.shape_into(p, st, b, s) {
+                st.arg_shapes = shapes;
+                return Err(e);
+            }
+        }
+        let mut ptrs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+        for &b in &l.args {
+            ptrs.push((self.address(st, inputs, b), st.lens[b.index()]));
+        }
+        let (out, out_len) = (self.address(st, inputs, l.out), st.lens[l.out.index()]);
+        // SAFETY: each address is the start of its buffer for this run, holding `len`
+        // elements of its dtype (lengths from `bind`, inputs checked against their shapes):
+        // f32, or, where `native_operands` allowed it, bool, stored one byte per element (read
+        // as u8, valid for any byte). The output is a temporary or an output slot whose
+        // lifetime overlaps the arguments', so the memory plan gives it bytes disjoint from
+        // theirs; nothing else touches them in this step.
+        use crate::backend::cpu::rows::Operand;
+        let args: SmallVec<[Operand; 4]> = ptrs
+            .iter()
+            .zip(&l.args)
+            .map(|(&(a, n), &b)| match p.buffers[b].dtype {
+                crate::ir::DType::Bool => Operand::Bool(unsafe { std::slice::from_raw_parts(a as *const u8, n) }),
+                _ => Operand::F32(unsafe { std::slice::from_raw_parts(a as *const f32, n) }),
+            })
+            .collect();
+        let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, out_len) };
+        let shape_refs: SmallVec<[&[usize]; 4]> = shapes[..l.args.len()].iter().map(Vec::as_slice).collect();
+        let result = crate::backend::cpu::rows::run_native(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
+            .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
+        drop(shape_refs);
+        st.arg_shapes = shapes;
+        result
+    }
+
+    /// A data-movement prim through its library kernel (`backend::cpu::copy`), on the bytes of
+    /// the plan's memory.
+    pub(super) fn run_copy(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        l: &LibraryCall,
+    ) -> Result<(), ExecError> {
+        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
+        if shapes.len() <= l.args.len() {
+            shapes.resize_with(l.args.len() + 1, Vec::new);
+        }
+        for (s, &b) in shapes.iter_mut().zip(l.args.iter().chain(std::iter::once(&l.out))) {
+            self.shape_into(p, st, b, s)?;
+        }
+        let bytes = |st: &RunState, b: BufferId| st.lens[b.index()] * elem_size(p.buffers[b].dtype);
+        let mut ptrs: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+        for &b in &l.args {
+            ptrs.push((self.address(st, inputs, b), bytes(st, b)));
+        }
+        let (out, out_len) = (self.address(st, inputs, l.out), bytes(st, l.out));
+        // SAFETY: each address is the start of its buffer for this run, holding `len` bytes
+        // (lengths from `bind`, inputs checked against their shapes; bools are one byte, 0 or
+        // 1). The output is a temporary or an output slot whose lifetime overlaps the
+        // arguments', so the memory plan gives it bytes disjoint from theirs; nothing else
+        // touches them in this step, and the slices are dropped before it ends.
+        let out = unsafe { bytes_mut_at(out, out_len) };
+        let (arg_shapes, out_shape) = (&shapes[..l.args.len()], &shapes[l.args.len()]);
+        let operands: SmallVec<[crate::backend::cpu::copy::Operand<'_>; 8]> = ptrs
+            .iter()
+            .zip(arg_shapes)
+            .zip(&l.args)
+            .map(|((&(a, n), shape), &b)| crate::backend::cpu::copy::Operand {
+                // SAFETY: as for `out` above.
+                bytes: unsafe { bytes_at(a, n) },
+                shape,
+                dtype: p.buffers[b].dtype,
+            })
+            .collect();
+        let result = crate::backend::cpu::copy::run(
+            l.op,
+            &l.attrs,
+            &operands,
+            out,
+            out_shape,
+            p.buffers[l.out].dtype,
+            self.threads,
+        )
+        .map_err(|error| ExecError::Library { what: l.op.name(), error });
+        drop(operands);
+        st.arg_shapes = shapes;
+        result
+    }
+
+    /// A library step: data movement through `backend::cpu::copy`, a recovered op through its
+    /// row kernel (native mode, supported dtypes), else the op's reference meaning.
+    pub(super) fn run_library(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        l: &LibraryCall,
+    ) -> Result<(), ExecError> {
+        let copy = crate::backend::cpu::copy::supports(
+            l.op,
+            l.args.iter().map(|b| p.buffers[*b].dtype),
+            p.buffers[l.out].dtype,
+        );
+        if self.native_library && copy {
+            return self.run_copy(p, st, inputs, l);
+        }
+        if self.native_library && crate::recover::RECOVERABLE.contains(&l.op) && self.native_operands(p, l) {
+            return self.run_rows(p, st, inputs, l);
+        }
+        let args: Vec<Tensor> = l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>()?;
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let out = &p.buffers[l.out];
+        let shape = self.shape(p, st, l.out)?;
+        let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
+            .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
+        self.write(p, st, l.out, &t)
+    }
+
+    /// An f32 matmul step through the GEMM library, in place in the plan's memory. With a
+    /// native epilogue kernel whose rows match the product's, the kernel runs per finished
+    /// row tile inside the GEMM; so does the step's elementwise activation (`gelu`) on f32
+    /// buffers, after the kernel (only when the kernel, if any, runs there too). Returns which
+    /// of the two ran inside; the caller runs the others after.
+    pub(super) fn run_gemm(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        m: &MatmulCall,
+        epilogue: Option<&KernelStep>,
+        packed: Option<&PackedB>,
+    ) -> Result<(bool, bool), ExecError> {
+        let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
+        self.shape_into(p, st, m.a, &mut a_shape)?;
+        self.shape_into(p, st, m.b, &mut b_shape)?;
+        let kernel = match epilogue {
+            Some(k) => self.prepare_native(p, st, k, inputs)?.filter(|&(_, count, _)| {
+                let n = row_len(p, m.out);
+                n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
+            }),
+            None => None,
+        };
+        let native = match (epilogue.map(|k| &k.exec), kernel) {
+            (Some(KernelExec::Native(native)), Some((args, _, _))) => Some((native, args)),
+            _ => None,
+        };
+        // The activation runs inside only after a kernel that does, or on the product itself.
+        let activation = m
+            .activation
+            .as_ref()
+            .filter(|l| (native.is_some() || epilogue.is_none()) && l.op == OpKind::Gelu && self.native_operands(p, l));
+        let activation = match activation {
+            Some(l) => {
+                let (x, out, n) = (l.args[0], l.out, row_len(p, l.args[0]));
+                let rows = st.lens[m.out.index()] / row_len(p, m.out).max(1);
+                let fits = n > 0
+                    && rows.checked_mul(n) == Some(st.lens[x.index()])
+                    && st.lens[out.index()] == st.lens[x.index()];
+                fits.then(|| (l, self.address(st, inputs, x), self.address(st, inputs, out), n))
+            }
+            None => None,
+        };
+        let result = if native.is_none() && activation.is_none() {
+            let none = crate::backend::cpu::gemm::Epilogue::none();
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &none, packed).map(|()| (false, false))
+        } else {
+            let failed: Mutex<Option<(String, String)>> = Mutex::new(None);
+            let fail = |kernel: String, message: String| {
+                let mut slot = failed.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert((kernel, message));
+            };
+            let hook = |tile: crate::backend::cpu::gemm::Tile<'_, f32>| {
+                let (r0, r1) = (tile.row0, tile.row0 + tile.rows);
+                if let Some((native, args)) = native {
+                    if let Some(e) = call_native(native, args, r0 as i64, r1 as i64) {
+                        return fail(epilogue_name(epilogue), e);
+                    }
+                }
+                if let Some((l, x, out, n)) = activation {
+                    // SAFETY: `x` and `out` are the starts of f32 buffers of `rows * n`
+                    // elements (checked above); rows `r0..r1` of `x` are final (written by the
+                    // GEMM or by the kernel just above for these rows), `out` is disjoint
+                    // from every buffer of this step (the memory plan keeps the activation's
+                    // buffers alive for the whole step), and distinct tiles take distinct rows.
+                    let (x, y) = unsafe {
+                        (
+                            std::slice::from_raw_parts((x as *const f32).add(r0 * n), (r1 - r0) * n),
+                            std::slice::from_raw_parts_mut((out as *mut f32).add(r0 * n), (r1 - r0) * n),
+                        )
+                    };
+                    let shape = [r1 - r0, n];
+                    if let Err(e) = crate::backend::cpu::rows::run_f32(l.op, &l.attrs, &[x], &[&shape], y, 1) {
+                        fail(l.op.name().into(), e.to_string());
+                    }
+                }
+            };
+            let epi = crate::backend::cpu::gemm::Epilogue {
+                hook: Some(&hook),
+                whole_rows: true,
+                ..crate::backend::cpu::gemm::Epilogue::none()
+            };
+            self.gemm_with(st, inputs, m, &a_shape, &b_shape, &epi, packed).and_then(|()| {
+                match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    None => Ok((native.is_some(), activation.is_some())),
+                    Some((kernel, message)) => Err(ExecError::Native { kernel, message }),
+                }
+            })
+        };
+        (st.shape_a, st.shape_b) = (a_shape, b_shape);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_with(
+        &self,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        m: &MatmulCall,
+        a_shape: &[usize],
+        b_shape: &[usize],
+        epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
+        packed: Option<&PackedB>,
+    ) -> Result<(), ExecError> {
+        let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
+        let (a, b, out) =
+            (self.address(st, inputs, m.a), self.address(st, inputs, m.b), self.address(st, inputs, m.out));
+        // SAFETY: each address is the start of its buffer for this run (an input tensor's data,
+        // a constant's data, or the buffer's place in the arena), holding `len` f32 elements
+        // (the lengths were evaluated from the buffers' shapes by `bind`, and inputs were
+        // checked against those shapes). `out` is a temporary whose lifetime overlaps the
+        // operands', so the memory plan gives it bytes disjoint from theirs, and nothing else
+        // touches the arena during this step.
+        let (a, b, out) = unsafe {
+            (
+                std::slice::from_raw_parts(a as *const f32, a_len),
+                std::slice::from_raw_parts(b as *const f32, b_len),
+                std::slice::from_raw_parts_mut(out as *mut f32, out_len),
+            )
+        };
+        crate::backend::cpu::gemm::matmul_f32(
+            a,
+            a_shape,
+            b,
+            b_shape,
+            m.transpose_a,
+            m.transpose_b,
+            out,
+            self.threads,
+            epilogue,
+            packed,
+        )
+        .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
+    }
+}

@@ -1,0 +1,208 @@
+//! Kernel steps of a plan: the reference executor or the native entry point, split over the
+//! current rayon pool, and a kernel whose stores go straight into its fused activation.
+
+use super::*;
+
+impl Plan {
+    pub(super) fn run_kernel_step(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        inputs: &[Tensor],
+    ) -> Result<(), ExecError> {
+        match &k.exec {
+            KernelExec::Reference => {
+                let symbols = &st.symbols;
+                let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+                k.prepared.eval_dims(&lookup, &mut st.dims)?;
+                let lens = &st.lens;
+                k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+                let mut mem = RunMemory {
+                    locs: &self.locs,
+                    dtypes: &self.dtypes,
+                    lens: &st.lens,
+                    offsets: &st.offsets,
+                    inputs,
+                    arena: arena_bytes_mut(&mut st.arena),
+                    outs: &mut st.outs,
+                    kernel: &k.prepared.name,
+                };
+                run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
+            }
+            KernelExec::Native(native) => {
+                let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else {
+                    return Err(ExecError::Native { kernel: k.prepared.name.clone(), message: "not native".into() });
+                };
+                match run_native(native, args, count, self.threads, work) {
+                    None => Ok(()),
+                    Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
+                }
+            }
+        }
+    }
+
+    /// Whether kernel step `k` runs its activation `l` fused ([`Self::run_kernel_activation`]):
+    /// a native kernel, and `gelu` on f32 buffers with a static row length. Fixed when the plan
+    /// is made (the stored temporary then gets no memory).
+    pub(super) fn fuses_activation(&self, p: &Program, k: &KernelStep, l: &LibraryCall) -> bool {
+        matches!(k.exec, KernelExec::Native(_))
+            && self.native_library
+            && l.op == OpKind::Gelu
+            && crate::backend::cpu::activation::Activation::from_op(l.op, &l.attrs).is_some()
+            && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row_len(p, x) > 0)
+    }
+
+    /// A native kernel step with its elementwise activation `l` (`gelu`, on f32 buffers of one
+    /// shape; see `Kernel::activation`): the kernel's stores to `l`'s argument go straight to
+    /// `l`'s result (the argument's pointer in the buffer table is the result's), and after
+    /// each range of rows of about [`FUSED_ROWS_BYTES`] the activation runs there in place,
+    /// while the rows are in L1. The argument buffer is never touched (it has no memory).
+    /// Returns `false`, having done nothing, when the step does not qualify (a
+    /// reference-executor kernel, other dtypes; see [`Self::fuses_activation`]); the caller
+    /// then runs the two in turn.
+    pub(super) fn run_kernel_activation(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        l: &LibraryCall,
+        inputs: &[Tensor],
+    ) -> Result<bool, ExecError> {
+        use crate::backend::cpu::activation::{apply_f32, Activation};
+        if !self.fuses_activation(p, k, l) {
+            return Ok(false);
+        }
+        // From here on the stored temporary has no memory (see `compile`), so running the two
+        // steps in turn is not an option: what `fuses_activation` and the scheduler's checks
+        // make unreachable is an error, not a fallback.
+        let unfit =
+            || ExecError::Invalid(format!("kernel {} cannot run {} {} on its rows", k.prepared.name, l.op, l.out));
+        let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
+        let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
+        let n = row_len(p, x);
+        let (args, count, work) = self.prepare_native(p, st, k, inputs)?.ok_or_else(unfit)?;
+        let len = st.lens[x.index()];
+        let rows = usize::try_from(count).unwrap_or(usize::MAX);
+        if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
+            return Err(unfit());
+        }
+        st.ptrs[x.index()] = st.ptrs[l.out.index()];
+        let out = st.ptrs[l.out.index()];
+        let per = (FUSED_ROWS_BYTES / (4 * n)).max(1);
+        let run = |begin: usize, end: usize| -> Option<String> {
+            let mut r0 = begin;
+            while r0 < end {
+                let r1 = (r0 + per).min(end);
+                if let Some(e) = call_native(native, args, r0 as i64, r1 as i64) {
+                    return Some(e);
+                }
+                // SAFETY: `out` holds `rows * n` f32 (checked above); rows `r0..r1` were just
+                // written by the kernel (its stores of `x` land there) and no other thread
+                // touches them: ranges of rows are disjoint.
+                let y = unsafe { std::slice::from_raw_parts_mut((out as *mut f32).add(r0 * n), (r1 - r0) * n) };
+                apply_f32(&act, y);
+                r0 = r1;
+            }
+            None
+        };
+        // The activation's work counts too (tens of instructions per element for gelu).
+        let work = work.saturating_add(len as u64 * 16);
+        let threads = ((work / PAR_WORK).min(self.threads as u64) as usize).clamp(1, rows.max(1));
+        let error = if threads <= 1 {
+            run(0, rows)
+        } else {
+            use rayon::prelude::*;
+            let chunk = rows.div_ceil(threads);
+            (0..threads)
+                .into_par_iter()
+                .with_max_len(1)
+                .map(|t| run(t * chunk, ((t + 1) * chunk).min(rows)))
+                .reduce(|| None, |a, b| a.or(b))
+        };
+        match error {
+            None => Ok(true),
+            Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
+        }
+    }
+
+    /// For a native kernel: evaluates its dims, checks its accesses against the buffers and
+    /// builds the tables it reads (in `st`); returns the call's arguments, its outermost
+    /// loop's count and its work estimate. `None` for a kernel on the reference executor.
+    pub(super) fn prepare_native(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        k: &KernelStep,
+        inputs: &[Tensor],
+    ) -> Result<Option<(NativeArgs, i64, u64)>, ExecError> {
+        let KernelExec::Native(native) = &k.exec else { return Ok(None) };
+        let symbols = &st.symbols;
+        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        k.prepared.eval_dims(&lookup, &mut st.dims)?;
+        let lens = &st.lens;
+        k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+        st.native_dims.clear();
+        for d in &native.dims {
+            let v = d.eval(&lookup)?;
+            st.native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
+        }
+        let base = arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize;
+        st.ptrs.clear();
+        for (i, loc) in self.locs.iter().enumerate() {
+            st.ptrs.push(match loc {
+                Loc::Input(n) => data_ptr(inputs[*n].data()),
+                Loc::Const(t) => data_ptr(t.data()),
+                Loc::Temp => base + st.offsets[i],
+                Loc::Output(k) => out_ptr(&mut st.outs[*k]),
+            });
+        }
+        let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
+        Ok(Some((NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() }, count, work)))
+    }
+}
+
+/// Calls a native kernel for `begin..end` of its outermost loop on this thread; returns the
+/// error it recorded, if any.
+pub(super) fn call_native(k: &NativeKernel, a: NativeArgs, begin: i64, end: i64) -> Option<String> {
+    if let Some(t) = k.take_error {
+        t();
+    }
+    // SAFETY: `a` points to a buffer table with one valid base address per program buffer
+    // (every affine access of the kernel was checked against the buffer sizes) and to the
+    // kernel's evaluated dim table; both outlive the call, and concurrent calls get disjoint
+    // ranges of the outermost loop, which write disjoint elements.
+    unsafe { (k.entry)(a.bufs, a.dims, begin, end) };
+    k.take_error.and_then(|t| t())
+}
+
+pub(super) fn epilogue_name(k: Option<&KernelStep>) -> String {
+    k.map_or_else(String::new, |k| k.prepared.name.clone())
+}
+
+/// Calls a native kernel for `0..count` of its outermost loop, split into at most `threads`
+/// contiguous ranges run on the current rayon pool when `work` (its instruction estimate) is
+/// at least [`PAR_WORK`] per range. Returns the first error the kernel recorded.
+pub(super) fn run_native(k: &NativeKernel, args: NativeArgs, count: i64, threads: usize, work: u64) -> Option<String> {
+    let call = |a: NativeArgs, begin: i64, end: i64| call_native(k, a, begin, end);
+    let by_work = (work / PAR_WORK).min(threads as u64) as i64;
+    let threads = by_work.clamp(1, count.max(1));
+    if threads <= 1 {
+        return call(args, 0, count);
+    }
+    let chunk = (count + threads - 1) / threads;
+    use rayon::prelude::*;
+    (0..threads as usize)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|t| {
+            let t = t as i64;
+            let (begin, end) = (t * chunk, ((t + 1) * chunk).min(count));
+            if begin < end {
+                call(args, begin, end)
+            } else {
+                None
+            }
+        })
+        .reduce(|| None, |a, b| a.or(b))
+}
