@@ -567,7 +567,7 @@ fn prepare_row(row: &mut [f32], a: &RowArgs) -> (f32, bool) {
             nf[j] |= u32::from(c[j].is_nan() | (c[j] == f32::INFINITY));
         }
     }
-    let mut max = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut max = super::rows::tree_reduce(mx, f32::max);
     let mut poisoned = nf.iter().any(|&x| x != 0);
     for &x in chunks.remainder() {
         max = max.max(x);
@@ -588,7 +588,7 @@ fn exp_sum(row: &mut [f32], max: f32) -> f32 {
             acc[j] += e;
         }
     }
-    let mut sum: f32 = acc.iter().sum();
+    let mut sum = super::rows::tree_reduce(acc, |a, b| a + b);
     for x in chunks.into_remainder() {
         *x = exp(*x - max);
         sum += *x;
