@@ -686,7 +686,7 @@ fn layer_norm_stats(x: &[f32], eps: f64) -> (f32, f32) {
         for j in 0..STAT_LANES {
             let d = ch[j] as f64 - k;
             s1[j] += d;
-            s2[j] += d * d;
+            s2[j] = d.mul_add(d, s2[j]);
         }
     }
     let (mut t1, mut t2) = (tree_reduce(s1, |a, b| a + b), tree_reduce(s2, |a, b| a + b));
