@@ -44,12 +44,17 @@ pub mod rows;
 /// AVX-512F, DQ and VL (with AVX2), FMA and POPCNT; calling one on a CPU without all of them
 /// would be undefined, so every dispatch checks all of them here.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 pub(crate) fn has_avx512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512dq")
-        && std::is_x86_feature_detected!("avx512vl")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("popcnt")
+    // Checked per row by the row kernels: one cached load instead of five feature tests.
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("popcnt")
+    })
 }
 
 /// Whether this CPU runs the AVX2 variants (compiled for AVX2 and FMA).
