@@ -81,7 +81,7 @@ fn measurements_and_json() {
     for name in ["W9_call_overhead_add16", "W2_softmax_64x128"] {
         let w = bench::workload(name).unwrap();
         for threads in [1, 2] {
-            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors, false).unwrap();
+            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors, bench::Native::default()).unwrap();
             assert_eq!(m.timing.runs, 3);
             assert!(m.timing.median_us > 0.0 && m.timing.min_us <= m.timing.median_us);
             assert!(m.floor_us > 0.0 && m.floor_ratio > 0.0 && m.compile_ms >= 0.0);
@@ -97,7 +97,8 @@ fn measurements_and_json() {
     }
     // The CPU backend compiles and times the same workloads.
     let w = bench::workload("W9_call_overhead_add16").unwrap();
-    let cpu = bench::run(&w, Backend::Cpu, 1, Some(3), &mut floors, true).expect("the cpu backend runs W9");
+    let cpu = bench::run(&w, Backend::Cpu, 1, Some(3), &mut floors, bench::Native::default())
+        .expect("the cpu backend runs W9");
     assert!(format!("{cpu:?}").contains("median"), "{cpu:?}");
 }
 
@@ -162,6 +163,13 @@ fn cli_prints_json_and_a_table() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("W9_call_overhead_add16") && text.contains("floor") && text.contains("peak_bytes"), "{text}");
+    // --no-pack-weights: the same workload with its weights through the `gemm` crate.
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--backend", "cpu", "--workload", "W6", "--threads", "1", "--runs", "1", "--no-pack-weights"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("W6_encoder_s128_d256"));
     // --profile: one line per step of the compiled plan, with its share of the total.
     let out = std::process::Command::new(exe)
         .args(["bench", "--backend", "cpu", "--workload", "W4", "--threads", "1", "--runs", "1", "--profile"])

@@ -254,18 +254,38 @@ pub fn prepare(
     graph: &Graph,
     backend: Backend,
     threads: usize,
-    recover: bool,
+    native: Native,
 ) -> Result<Box<dyn Runnable>, BenchError> {
     match backend {
         Backend::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
-        Backend::Cpu => {
-            let mut options = crate::runtime::CompileOptions::native_cpu(threads)
-                .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
-            options.recover = recover;
-            let plan = crate::runtime::compile(graph, &options)
-                .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))?;
-            Ok(Box::new(plan))
-        }
+        Backend::Cpu => Ok(Box::new(native.compile(graph, threads)?)),
+    }
+}
+
+/// The switches of the CPU backend's native mode that `ladder bench` compares (both on by
+/// default, as `CompileOptions::native_cpu` sets them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Native {
+    /// Recover softmax, the norms, gelu and attention into library kernels.
+    pub recover: bool,
+    /// Pack constant matmul weights for ladder's GEMM kernel when the plan is built.
+    pub pack_weights: bool,
+}
+
+impl Default for Native {
+    fn default() -> Native {
+        Native { recover: true, pack_weights: true }
+    }
+}
+
+impl Native {
+    fn compile(self, graph: &Graph, threads: usize) -> Result<crate::Plan, BenchError> {
+        let mut options = crate::runtime::CompileOptions::native_cpu(threads)
+            .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
+        options.recover = self.recover;
+        options.pack_weights = self.pack_weights;
+        crate::runtime::compile(graph, &options)
+            .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))
     }
 }
 
@@ -283,16 +303,12 @@ pub fn profile(
     w: &Workload,
     threads: usize,
     runs: usize,
-    recover: bool,
+    native: Native,
 ) -> Result<Vec<crate::runtime::StepTime>, BenchError> {
     let threads = threads.max(1);
     let pool = pool(threads)?;
     pool.install(|| {
-        let mut options = crate::runtime::CompileOptions::native_cpu(threads)
-            .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
-        options.recover = recover;
-        let plan = crate::runtime::compile(&w.graph, &options)
-            .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))?;
+        let plan = native.compile(&w.graph, threads)?;
         plan.profile(&w.inputs, runs).map_err(|e| BenchError::Run(e.to_string()))
     })
 }
@@ -523,7 +539,7 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static str>, BenchError> {
 /// graph's constants and the outputs; FLOPs are counted over statically shaped matmul-family,
 /// conv and attention nodes.
 pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<Workload, BenchError> {
-    let outputs = prepare(&graph, Backend::Interp, 1, false)?.run(&inputs).map_err(BenchError::Run)?;
+    let outputs = prepare(&graph, Backend::Interp, 1, Native::default())?.run(&inputs).map_err(BenchError::Run)?;
     let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
     // The outputs' sizes as this run has them (symbolic dims included).
     let out_bytes: usize = outputs.iter().map(bytes).sum();
@@ -889,13 +905,13 @@ pub fn run(
     threads: usize,
     runs: Option<usize>,
     floors: &mut Floors,
-    recover: bool,
+    native: Native,
 ) -> Result<Measurement, BenchError> {
     let threads = threads.max(1);
     let pool = pool(threads)?;
     pool.install(|| {
         let t = Instant::now();
-        let runnable = prepare(&w.graph, backend, threads, recover)?;
+        let runnable = prepare(&w.graph, backend, threads, native)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut out = Vec::new();
         let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;

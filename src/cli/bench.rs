@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
+    /// With `--backend cpu`: multiply by constant weights through the `gemm` crate instead of
+    /// packing them for ladder's own GEMM kernel when the plan is built (to compare the two).
+    #[arg(long)]
+    pub no_pack_weights: bool,
     /// With `--backend cpu`: after each measurement, the median time of every step of the plan
     /// (kernels, GEMMs with their epilogues, library calls, graph breaks) and its share.
     #[arg(long)]
@@ -53,6 +57,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         return Err(Error::Usage("--threads must be at least 1".into()));
     }
     let usage = |e: bench::BenchError| Error::Usage(e.to_string());
+    let native = bench::Native { recover: !args.no_recover, pack_weights: !args.no_pack_weights };
     let mut work = Vec::new();
     match &args.model {
         Some(path) => {
@@ -93,7 +98,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     let mut results: Vec<Measurement> = Vec::new();
     for w in &work {
         for &threads in &args.threads {
-            let m = bench::run(w, backend, threads, args.runs, &mut floors, !args.no_recover).map_err(usage)?;
+            let m = bench::run(w, backend, threads, args.runs, &mut floors, native).map_err(usage)?;
             if !args.json {
                 if results.is_empty() {
                     writeln!(
@@ -130,7 +135,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 out.flush().map_err(Error::Stdout)?;
             }
             if args.profile && backend == Backend::Cpu && !args.json {
-                let steps = bench::profile(w, threads, args.runs.unwrap_or(20), !args.no_recover).map_err(usage)?;
+                let steps = bench::profile(w, threads, args.runs.unwrap_or(20), native).map_err(usage)?;
                 let total: f64 = steps.iter().map(|s| s.median_us).sum();
                 for s in &steps {
                     let share = if total > 0.0 { 100.0 * s.median_us / total } else { 0.0 };
