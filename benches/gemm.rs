@@ -6,6 +6,8 @@
 //! `-- --conv NAME` for the conv rows whose name contains NAME).
 //!
 //! - sgemm 1024³ through `matmul` against the `gemm` crate called directly, 1 and 2 threads;
+//! - weights packed once (`backend::cpu::packed`) against the crate packing per call, on the
+//!   products of W6 and W4;
 //! - W4's two layers with the epilogue fused per tile against GEMM-then-a-pass;
 //! - tiny products: the plain loop against the crate (the `SMALL_WORK` crossover);
 //! - conv shapes: direct against im2col + GEMM (the `DIRECT_MAX_DEPTH` crossover).
@@ -14,7 +16,8 @@ use std::time::Instant;
 
 use ladder::backend::cpu::activation::{apply_f32, Activation};
 use ladder::backend::cpu::conv::{conv_with, ConvAlgo, ConvGeom};
-use ladder::backend::cpu::gemm::{matmul, Epilogue};
+use ladder::backend::cpu::gemm::{matmul, matmul_f32, Epilogue};
+use ladder::backend::cpu::packed::PackedB;
 use ladder::models::Rng;
 
 /// The best (minimum) of `runs` timings after one warm-up: on a shared machine the minimum
@@ -106,6 +109,33 @@ fn sections(runs: usize, quick: bool, rng: &mut Rng) {
     }
     if quick {
         return;
+    }
+
+    println!("weights packed once vs packed by the gemm crate per call (GFLOP/s, best of {runs}):");
+    for (m, k, n) in
+        [(128, 256, 768), (128, 256, 256), (128, 256, 1024), (128, 1024, 256), (256, 1024, 4096), (256, 4096, 1024)]
+    {
+        let (a, w) = (rand(rng, m * k), rand(rng, k * n));
+        let mut c = vec![0.0f32; m * n];
+        let Some(pb) = PackedB::new(&w, k, n, n, 1) else {
+            println!("  (no AVX-512F here: nothing is packed)");
+            break;
+        };
+        let fl = 2.0 * (m * n * k) as f64;
+        let mut line = format!("  {m}x{k}x{n}:");
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a thread pool");
+            pool.install(|| {
+                let run = |packed: Option<&PackedB>, c: &mut [f32]| {
+                    matmul_f32(&a, &[m, k], &w, &[k, n], false, false, c, threads, &none, packed).expect("matmul")
+                };
+                let packed = best_s(runs, || run(Some(&pb), &mut c));
+                let crate_ = best_s(runs, || run(None, &mut c));
+                line +=
+                    &format!("  threads {threads}: packed {:6.1} crate {:6.1}", fl / packed / 1e9, fl / crate_ / 1e9);
+            });
+        }
+        println!("{line}");
     }
 
     println!("W4 layers, epilogue fused per tile vs GEMM then one pass (us, best of {runs}):");
