@@ -126,13 +126,8 @@ fn packed_case(
     want: &[f64],
     mag: &[f64],
 ) {
-    let rb = b_shape.len();
-    if b_shape[..rb - 2].iter().any(|&d| d != 1) {
-        return;
-    }
-    let (r, c) = (b_shape[rb - 2], b_shape[rb - 1]);
-    let (k, n, rs, cs) = if tb { (c, r, 1, c) } else { (r, c, c, 1) };
-    let Some(pb) = PackedB::new(b, k, n, rs, cs) else { return };
+    let Some(pb) = PackedB::matmul_operand(b, b_shape, tb) else { return };
+    let k = pb.k();
     let mut first: Option<Vec<f32>> = None;
     for threads in [1, 2] {
         let mut out = vec![f32::NAN; want.len()];

@@ -13,14 +13,7 @@ impl Plan {
             return None;
         }
         let Loc::Const(t) = &self.locs[m.b.index()] else { return None };
-        let dims = t.shape();
-        let rank = dims.len();
-        if rank < 2 || dims[..rank - 2].iter().any(|&d| d != 1) {
-            return None;
-        }
-        let (r, c) = (dims[rank - 2], dims[rank - 1]);
-        let (k, n, rs, cs) = if m.transpose_b { (c, r, 1, c) } else { (r, c, c, 1) };
-        PackedB::new(t.as_f32()?, k, n, rs, cs)
+        PackedB::matmul_operand(t.as_f32()?, t.shape(), m.transpose_b)
     }
 
     /// A recovered op through its f32 library kernel (`backend::cpu::rows::run_native`; a

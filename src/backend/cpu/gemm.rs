@@ -643,7 +643,8 @@ fn packed_tile_shape(m: usize, n: usize, problems: usize, threads: usize, whole_
 ///
 /// # Safety
 /// `operands(p)` must give in-bounds pointers for every `p < problems`, with all `c` (and
-/// their tiles) disjoint.
+/// their tiles) disjoint; a `packed` is given only for `T::PACKED`, holds `g`'s `k x n` and
+/// is every problem's `b`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_gemm<T: Element>(
     g: &Gemm2d,
@@ -663,7 +664,9 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     let has_epilogue =
         !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();
     let small = g.m * g.n * g.k <= SMALL_WORK;
-    let packed = packed.filter(|pb| T::PACKED && !small && g.k > 0 && (pb.k(), pb.n()) == (g.k, g.n));
+    // The caller checked that `packed` is this product's `b` (`matmul_geom`); tiny products
+    // keep the plain loop, and `k = 0` the zeros.
+    let packed = packed.filter(|_| !small && g.k > 0);
     let (mb, nb) = match packed {
         Some(_) => packed_tile_shape(g.m, g.n, problems, threads, whole_rows),
         None => tile_shape(g.m, g.n, g.k, has_epilogue, whole_rows),

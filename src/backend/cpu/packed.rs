@@ -57,7 +57,7 @@ impl PackedB {
     pub fn available() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma")
+            super::has_avx512()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -95,6 +95,19 @@ impl PackedB {
             }
         }
         Some(PackedB { k, n, data })
+    }
+
+    /// The right operand of a `matmul` of `b` (shape `shape`, transposed with `transpose`)
+    /// packed, when it is one matrix (leading dims all 1): `b[k, n]`, or `b[n, k]` read
+    /// transposed. `None` as for [`PackedB::new`], or for a batch of matrices.
+    pub fn matmul_operand(b: &[f32], shape: &[usize], transpose: bool) -> Option<PackedB> {
+        let rank = shape.len();
+        if rank < 2 || shape[..rank - 2].iter().any(|&d| d != 1) {
+            return None;
+        }
+        let (r, c) = (shape[rank - 2], shape[rank - 1]);
+        let (k, n, rs, cs) = if transpose { (c, r, 1, c) } else { (r, c, c, 1) };
+        PackedB::new(b, k, n, rs, cs)
     }
 
     pub fn k(&self) -> usize {
