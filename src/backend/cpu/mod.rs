@@ -57,6 +57,46 @@ pub(crate) fn has_avx512() -> bool {
     })
 }
 
+/// The size in bytes of the CPU's largest cache (the last level, shared by its cores), from
+/// CPUID's deterministic cache parameters (AMD's leaf `0x8000_001D`, else leaf 4); 8 MiB
+/// where the CPU reports neither. The row kernels stream their output past the caches when a
+/// call's input and output together exceed it.
+pub fn last_level_cache_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| cpuid_cache_bytes().unwrap_or(8 << 20))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpuid_cache_bytes() -> Option<usize> {
+    use std::arch::x86_64::__cpuid_count;
+    // SAFETY (for toolchains where it is `unsafe`): CPUID exists on every x86_64 CPU, and a
+    // leaf above the reported maximum returns zeros or another leaf's data, never a fault.
+    #[allow(unused_unsafe)]
+    let cpuid = |leaf: u32, sub: u32| unsafe { __cpuid_count(leaf, sub) };
+    let largest = |leaf: u32| {
+        // Each subleaf describes one cache until a type of 0 (at most a handful exist).
+        (0..16)
+            .map(|i| cpuid(leaf, i))
+            .take_while(|r| r.eax & 0x1f != 0)
+            .map(|r| {
+                let ways = ((r.ebx >> 22) & 0x3ff) as usize + 1;
+                let partitions = ((r.ebx >> 12) & 0x3ff) as usize + 1;
+                let line = (r.ebx & 0xfff) as usize + 1;
+                let sets = r.ecx as usize + 1;
+                ways * partitions * line * sets
+            })
+            .max()
+    };
+    let amd = cpuid(0x8000_0000, 0).eax >= 0x8000_001d;
+    let found = if amd { largest(0x8000_001d) } else { None };
+    found.or_else(|| if cpuid(0, 0).eax >= 4 { largest(4) } else { None }).filter(|&b| b > 0)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpuid_cache_bytes() -> Option<usize> {
+    None
+}
+
 /// Whether this CPU runs the AVX2 variants (compiled for AVX2 and FMA).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {
