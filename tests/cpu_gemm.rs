@@ -181,10 +181,19 @@ fn matmul_matches_interpreter_on_gemm_sizes_and_transposes() {
 
 #[test]
 fn packed_matmul_matches_interpreter_across_its_blocks() {
-    // Around the kernel's blocks: 8-row groups, 32-column panels, 512-column tiles, 1024-value
-    // `k` blocks, and the 128-row tiles.
+    // Around the kernel's blocks: 12-row groups and their tails, 32-column panels, 512-column
+    // tiles, 1024-value `k` blocks, and the tiles of up to 128 rows.
     let mut rng = Rng::new(12);
-    for &(m, n, k) in &[(9, 33, 1025), (130, 545, 40), (8, 1100, 3), (17, 32, 2049), (1, 1024, 300), (257, 31, 17)] {
+    for &(m, n, k) in &[
+        (9, 33, 1025),
+        (130, 545, 40),
+        (8, 1100, 3),
+        (17, 32, 2049),
+        (1, 1024, 300),
+        (257, 31, 17),
+        (23, 70, 12),
+        (37, 600, 5),
+    ] {
         matmul_case(&mut rng, &[m, k], &[k, n], false, false);
         matmul_case(&mut rng, &[k, m], &[n, k], true, true);
     }

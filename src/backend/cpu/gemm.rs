@@ -621,20 +621,21 @@ fn tile_shape(m: usize, n: usize, k: usize, epilogue: bool, whole_rows: bool) ->
 /// re-packed per tile, so tiles are sized for the caches and the threads alone): whole rows
 /// when the hook needs them or `n <= 1024`, else 512 columns (16 panels); at most 128 rows
 /// (their `KC` columns of `a` stay in L2) and about [`TILE_ELEMS`] per tile, and with few
-/// tiles, a row count that shares them evenly among `threads`.
+/// tiles, a row count that shares them evenly among `threads`. Row counts are multiples of
+/// 8, not of the kernel's 12-row groups: 256 rows then split 128 + 128 (ten groups and an
+/// 8-row tail each) rather than 132 + 124, which left one thread of two waiting.
 fn packed_tile_shape(m: usize, n: usize, problems: usize, threads: usize, whole_rows: bool) -> (usize, usize) {
-    use super::packed::MR;
     let nb = if whole_rows || n <= 1024 { n } else { 16 * NR };
     let per = problems * n.div_ceil(nb);
-    let cap = (TILE_ELEMS / nb).clamp(MR, 128) / MR * MR;
-    let most = m.div_ceil(MR);
+    let cap = (TILE_ELEMS / nb).clamp(8, 128) / 8 * 8;
+    let most = m.div_ceil(8);
     let mut rt = m.div_ceil(cap).min(most);
     if per * rt < 4 * threads {
         while !(per * rt).is_multiple_of(threads) && rt < most {
             rt += 1;
         }
     }
-    (m.div_ceil(rt).next_multiple_of(MR).min(m), nb)
+    (m.div_ceil(rt).next_multiple_of(8).min(m), nb)
 }
 
 /// Runs `problems` products of geometry `g` with operands from `operands`, tiled, with the
