@@ -546,10 +546,7 @@ mod avx512 {
                 // The next row starts `n` elements on; a prefetch never faults, so the
                 // address may lie past the buffer.
                 for k in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(n + i + k * W) as *const i8);
-                    if OUT && next_y {
-                        _mm_prefetch::<_MM_HINT_ET0>(y.wrapping_add(n + i + k * W) as *const i8);
-                    }
+                    next_row(p, y, n + i + k * W, !(OUT && next_y));
                 }
             }
             for (k, sk) in s.iter_mut().enumerate() {
