@@ -1,0 +1,352 @@
+//! Softmax and log_softmax with AVX-512 intrinsics: the portable functions' arithmetic, lane
+//! for lane (`exp_neg` bit for bit; the sums in another order), with masked tails; and
+//! layer_norm's output pass.
+
+use std::arch::x86_64::*;
+
+use super::{EXP_FLOOR, EXP_MAGIC, EXP_Q, LN2_HI, LN2_LO, PREFETCH_MAX};
+
+const W: usize = 16;
+
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn exp_neg(d: __m512) -> __m512 {
+    let dc = _mm512_max_ps(_mm512_set1_ps(EXP_FLOOR), d);
+    let magic = _mm512_set1_ps(EXP_MAGIC);
+    let t = _mm512_fmadd_ps(dc, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
+    let n = _mm512_sub_ps(t, magic);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), dc);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut q = _mm512_set1_ps(EXP_Q[0]);
+    for &c in &EXP_Q[1..] {
+        q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(c));
+    }
+    let p = _mm512_fmadd_ps(r, q, _mm512_set1_ps(1.0));
+    _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(t))))
+}
+
+/// The lanes of a row's last partial vector of `rem` (< 16) elements.
+#[inline]
+fn tail(rem: usize) -> __mmask16 {
+    ((1u32 << rem) - 1) as __mmask16
+}
+
+/// The row maximum, NaN ignored (`_mm512_max_ps(x, m)` returns `m` where `x` is NaN).
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn row_max(x: &[f32]) -> f32 {
+    let (n, p) = (x.len(), x.as_ptr());
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut m = [ninf; 4];
+    let mut i = 0;
+    while i + 4 * W <= n {
+        for (k, mk) in m.iter_mut().enumerate() {
+            *mk = _mm512_max_ps(_mm512_loadu_ps(p.add(i + k * W)), *mk);
+        }
+        i += 4 * W;
+    }
+    while i + W <= n {
+        m[0] = _mm512_max_ps(_mm512_loadu_ps(p.add(i)), m[0]);
+        i += W;
+    }
+    if i < n {
+        m[1] = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail(n - i), p.add(i)), m[1]);
+    }
+    let m = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
+    _mm512_reduce_max_ps(m)
+}
+
+/// `Σ exp(x - max)` over the row; with `OUT`, each term is also written to `y` (of x's
+/// length). Rows of up to [`PREFETCH_MAX`] prefetch the next row's input, and with
+/// `next_y` (the terms go to the output row itself), its output.
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn exp_sum<const OUT: bool>(x: &[f32], max: f32, y: *mut f32, next_y: bool) -> f32 {
+    let (n, p) = (x.len(), x.as_ptr());
+    let maxv = _mm512_set1_ps(max);
+    let prefetch = n <= PREFETCH_MAX;
+    let mut s = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 4 * W <= n {
+        if prefetch {
+            // The next row starts `n` elements on; a prefetch never faults, so the
+            // address may lie past the buffer.
+            for k in 0..4 {
+                next_row(p, y, n + i + k * W, !(OUT && next_y));
+            }
+        }
+        for (k, sk) in s.iter_mut().enumerate() {
+            let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + k * W)), maxv));
+            if OUT {
+                _mm512_storeu_ps(y.add(i + k * W), e);
+            }
+            *sk = _mm512_add_ps(*sk, e);
+        }
+        i += 4 * W;
+    }
+    while i + W <= n {
+        let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), maxv));
+        if OUT {
+            _mm512_storeu_ps(y.add(i), e);
+        }
+        s[0] = _mm512_add_ps(s[0], e);
+        i += W;
+    }
+    if i < n {
+        let m = tail(n - i);
+        let e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), maxv));
+        if OUT {
+            _mm512_mask_storeu_ps(y.add(i), m, e);
+        }
+        s[1] = _mm512_mask_add_ps(s[1], m, s[1], e);
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])))
+}
+
+/// Prefetches `x[i]` for reading and, unless the output is streamed, `y[i]` for writing:
+/// the next row's, while this one is computed from L1 (a prefetch never faults, so the
+/// addresses may lie past the buffers).
+#[inline(always)]
+unsafe fn next_row(x: *const f32, y: *mut f32, i: usize, stream: bool) {
+    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(i) as *const i8);
+    if !stream {
+        _mm_prefetch::<_MM_HINT_ET0>(y.wrapping_add(i) as *const i8);
+    }
+}
+
+/// Writes `y[i] = f(i)` for the row, 16 lanes at a time (`f` gets the first index and the
+/// lanes' mask, and must load only those lanes). With `stream` and `y` on a 64-byte
+/// boundary, whole vectors go out with streaming stores (the caller fences).
+#[inline(always)]
+pub(super) unsafe fn write_row(y: *mut f32, n: usize, stream: bool, f: impl Fn(usize, __mmask16) -> __m512) {
+    let mut i = 0;
+    if stream && (y as usize).is_multiple_of(64) {
+        while i + W <= n {
+            _mm512_stream_ps(y.add(i), f(i, 0xffff));
+            i += W;
+        }
+    }
+    while i + W <= n {
+        _mm512_storeu_ps(y.add(i), f(i, 0xffff));
+        i += W;
+    }
+    if i < n {
+        let m = tail(n - i);
+        _mm512_mask_storeu_ps(y.add(i), m, f(i, m));
+    }
+}
+
+/// layer_norm's output pass, `((x - mean) * inv) * w + b` lane for lane as
+/// `super::layer_norm_row` computes it; streaming stores with `stream`.
+///
+/// # Safety
+/// The CPU must have AVX-512F; `x`, `y` and the given `w`, `b` have the same length.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn layer_norm_out(
+    x: &[f32],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    y: &mut [f32],
+    mean: f32,
+    inv: f32,
+    stream: bool,
+) {
+    let (xp, wp, bp) = (x.as_ptr(), w.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
+    let (mv, iv) = (_mm512_set1_ps(mean), _mm512_set1_ps(inv));
+    let (n, yp) = (x.len().min(y.len()), y.as_mut_ptr());
+    let prefetch = n <= PREFETCH_MAX;
+    write_row(yp, n, stream, |i, m| {
+        if prefetch {
+            next_row(xp, yp, n + i, stream);
+        }
+        let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
+        match (wp, bp) {
+            (Some(w), Some(b)) => {
+                _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
+            }
+            (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+            _ => v,
+        }
+    });
+}
+
+/// Rows of up to this many elements keep their `exp` terms in a scratch row on the stack
+/// (8 KiB) when the output is streamed.
+pub(super) const SCRATCH: usize = 2048;
+
+/// With `stream`, `y` is written once, with streaming stores (the caller fences).
+///
+/// # Safety
+/// The CPU must have AVX-512F and FMA. `y` has `x`'s length (else the shorter is used).
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn softmax(x: &[f32], y: &mut [f32], stream: bool) {
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &mut y[..n]);
+    let max = row_max(x);
+    let yp = y.as_mut_ptr();
+    if stream && n <= SCRATCH {
+        // The terms go to a scratch row that stays in L1, so that the output is written
+        // once: writing them to `y` first would read every output line from memory.
+        let mut scratch = std::mem::MaybeUninit::<[f32; SCRATCH]>::uninit();
+        let sp = scratch.as_mut_ptr().cast::<f32>();
+        let r = _mm512_set1_ps(1.0 / exp_sum::<true>(x, max, sp, false));
+        // Only lanes below `n`, which exp_sum wrote, are loaded.
+        write_row(yp, n, true, |i, m| _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sp.add(i)), r));
+        return;
+    }
+    let r = _mm512_set1_ps(1.0 / exp_sum::<true>(x, max, yp, true));
+    let mut i = 0;
+    while i + W <= n {
+        _mm512_storeu_ps(yp.add(i), _mm512_mul_ps(_mm512_loadu_ps(yp.add(i)), r));
+        i += W;
+    }
+    if i < n {
+        let m = tail(n - i);
+        _mm512_mask_storeu_ps(yp.add(i), m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, yp.add(i)), r));
+    }
+}
+
+/// Softmax of consecutive rows of `n` (at most [`SCRATCH`]): [`softmax`] row by row, with the
+/// same bits, software-pipelined so that no pass waits on a reduction. One pass over row `i`
+/// computes its `exp` terms and their sum (with `max_i`, found by the pass before), the maximum
+/// of row `i + 1`, and scales row `i - 1`'s terms by `1 / sum_{i-1}` into the output. A row
+/// at a time, each of the three passes waited on the reduction before it (the maximum, then
+/// the sum), which left the vector units idle for about 30% of a 1024-wide row in L1.
+///
+/// The terms go to the output itself, or with `stream` to two scratch rows in turn, so that
+/// the output is written once, with streaming stores (the caller fences).
+///
+/// # Safety
+/// The CPU must have AVX-512F and FMA. `0 < n <= SCRATCH`; `x` and `y` hold whole rows
+/// (the rows both hold are computed).
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
+    debug_assert!(n > 0 && n <= SCRATCH);
+    let rows = x.len().min(y.len()) / n;
+    if rows == 0 {
+        return;
+    }
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let mut scratch = std::mem::MaybeUninit::<[f32; 2 * SCRATCH]>::uninit();
+    let sp = scratch.as_mut_ptr().cast::<f32>();
+    let terms = |i: usize| if stream { sp.add(i % 2 * SCRATCH) } else { yp.add(i * n) };
+    let mut max = row_max(&x[..n]);
+    let mut r_prev = _mm512_setzero_ps();
+    for i in 0..rows {
+        let pass = Pass {
+            x: xp.add(i * n),
+            max: _mm512_set1_ps(max),
+            terms: terms(i),
+            next: (i + 1 < rows).then(|| (xp.add((i + 1) * n), xp.wrapping_add((i + 2) * n))),
+            prefetch_y: (!stream).then(|| yp.add((i + 1) * n)),
+            prev: (i > 0).then(|| (terms(i - 1).cast_const(), yp.add((i - 1) * n), r_prev)),
+            stream_prev: stream && (yp.add((i.max(1) - 1) * n) as usize).is_multiple_of(64),
+        };
+        let (sum, next_max) = pass.run(n);
+        max = next_max;
+        r_prev = _mm512_set1_ps(1.0 / sum);
+    }
+    let last = rows - 1;
+    let tp = terms(last);
+    write_row(yp.add(last * n), n, stream, |i, m| _mm512_mul_ps(_mm512_maskz_loadu_ps(m, tp.add(i)), r_prev));
+}
+
+/// One pass of [`softmax_rows`] over row `x` (pointers, since the output row it writes and
+/// the one it scales may be the same buffer's neighbours).
+struct Pass {
+    x: *const f32,
+    max: __m512,
+    /// Where row `x`'s terms go.
+    terms: *mut f32,
+    /// The next row, whose maximum the pass finds, and the row after it, prefetched (a
+    /// prefetch never faults, so it may lie past the buffer).
+    next: Option<(*const f32, *const f32)>,
+    /// The next row's output, prefetched for writing when the terms go to the output.
+    prefetch_y: Option<*mut f32>,
+    /// The previous row's terms, its output and `1 / sum` of its terms.
+    prev: Option<(*const f32, *mut f32, __m512)>,
+    /// Whether the previous row's output gets streaming stores (on a 64-byte boundary).
+    stream_prev: bool,
+}
+
+impl Pass {
+    /// The sum of the row's terms and the next row's maximum, accumulated as [`exp_sum`] and
+    /// [`row_max`] accumulate them.
+    #[inline(always)]
+    unsafe fn run(&self, n: usize) -> (f32, f32) {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let (mut s, mut mx) = ([_mm512_setzero_ps(); 4], [ninf; 4]);
+        let mut i = 0;
+        while i + 4 * W <= n {
+            for k in 0..4 {
+                self.step(i + k * W, None, &mut s[k], &mut mx[k]);
+            }
+            i += 4 * W;
+        }
+        while i + W <= n {
+            self.step(i, None, &mut s[0], &mut mx[0]);
+            i += W;
+        }
+        if i < n {
+            self.step(i, Some(tail(n - i)), &mut s[1], &mut mx[1]);
+        }
+        let sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+        let mx = _mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3]));
+        (sum, _mm512_reduce_max_ps(mx))
+    }
+
+    /// The 16 elements at `i` (the lanes of `mask` for a row's last partial vector).
+    #[inline(always)]
+    unsafe fn step(&self, i: usize, mask: Option<__mmask16>, s: &mut __m512, mx: &mut __m512) {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        if let Some((next, after)) = self.next {
+            _mm_prefetch::<_MM_HINT_T0>(after.wrapping_add(i) as *const i8);
+            let v = match mask {
+                None => _mm512_loadu_ps(next.add(i)),
+                Some(m) => _mm512_mask_loadu_ps(ninf, m, next.add(i)),
+            };
+            *mx = _mm512_max_ps(v, *mx);
+        }
+        if let Some(y) = self.prefetch_y {
+            _mm_prefetch::<_MM_HINT_ET0>(y.wrapping_add(i) as *const i8);
+        }
+        match mask {
+            None => {
+                let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(self.x.add(i)), self.max));
+                _mm512_storeu_ps(self.terms.add(i), e);
+                *s = _mm512_add_ps(*s, e);
+            }
+            Some(m) => {
+                let e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, self.x.add(i)), self.max));
+                _mm512_mask_storeu_ps(self.terms.add(i), m, e);
+                *s = _mm512_mask_add_ps(*s, m, *s, e);
+            }
+        }
+        if let Some((t, y, r)) = self.prev {
+            match mask {
+                None if self.stream_prev => _mm512_stream_ps(y.add(i), _mm512_mul_ps(_mm512_loadu_ps(t.add(i)), r)),
+                None => _mm512_storeu_ps(y.add(i), _mm512_mul_ps(_mm512_loadu_ps(t.add(i)), r)),
+                Some(m) => _mm512_mask_storeu_ps(y.add(i), m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, t.add(i)), r)),
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As [`softmax`].
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn log_softmax(x: &[f32], y: &mut [f32], stream: bool) {
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &mut y[..n]);
+    let max = row_max(x);
+    let lse = (exp_sum::<false>(x, max, y.as_mut_ptr(), false) as f64).ln() as f32;
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let (maxv, lsev) = (_mm512_set1_ps(max), _mm512_set1_ps(lse));
+    let prefetch = n <= PREFETCH_MAX;
+    write_row(yp, n, stream, |i, m| {
+        if prefetch {
+            next_row(xp, yp, n + i, stream);
+        }
+        _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), maxv), lsev)
+    });
+}
