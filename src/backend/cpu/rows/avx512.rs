@@ -159,15 +159,165 @@ pub(super) unsafe fn layer_norm_out(
         if prefetch {
             next_row(xp, yp, n + i, stream);
         }
-        let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
-        match (wp, bp) {
-            (Some(w), Some(b)) => {
-                _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
-            }
-            (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
-            _ => v,
-        }
+        norm_vec(xp, wp, bp, mv, iv, i, m)
     });
+}
+/// `((x - mean) * inv) * w + b` for the lanes `m` of the 16 elements at `i` (0 elsewhere).
+#[inline(always)]
+unsafe fn norm_vec(
+    xp: *const f32,
+    wp: Option<*const f32>,
+    bp: Option<*const f32>,
+    mv: __m512,
+    iv: __m512,
+    i: usize,
+    m: __mmask16,
+) -> __m512 {
+    let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
+    match (wp, bp) {
+        (Some(w), Some(b)) => {
+            _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
+        }
+        (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+        _ => v,
+    }
+}
+
+/// layer_norm of consecutive rows of `n > 0` (`w`, `b` of length `n`): `super::layer_norm_any`
+/// row by row, with the same bits, software-pipelined so that the output pass does not wait
+/// on the statistics' reduction. One pass over row `i` sums its statistics (in f64, lane for
+/// lane as `super::layer_norm_stats`) and writes row `i - 1`'s output; the last row's output
+/// pass follows. With `stream`, the output gets streaming stores (the caller fences).
+///
+/// # Safety
+/// The CPU must have AVX-512F and FMA; `n > 0`; `x` and `y` hold whole rows (the rows both
+/// hold are computed); `w` and `b`, where given, hold at least `n` elements.
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn layer_norm_rows(
+    x: &[f32],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    eps: f64,
+    stream: bool,
+) {
+    debug_assert!(n > 0 && w.is_none_or(|w| w.len() >= n) && b.is_none_or(|b| b.len() >= n));
+    let rows = x.len().min(y.len()) / n;
+    if rows == 0 {
+        return;
+    }
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let (wp, bp) = (w.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
+    let prefetch = n <= PREFETCH_MAX;
+    let mut prev: Option<(f32, f32)> = None;
+    for i in 0..rows {
+        let out = prev.map(|(mean, inv)| NormOut {
+            x: xp.add((i - 1) * n),
+            w: wp,
+            b: bp,
+            y: yp.add((i - 1) * n),
+            mean: _mm512_set1_ps(mean),
+            inv: _mm512_set1_ps(inv),
+            stream: stream && (yp.add((i - 1) * n) as usize).is_multiple_of(64),
+        });
+        let ahead = prefetch.then(|| (xp.wrapping_add((i + 1) * n), (!stream).then(|| yp.add(i * n))));
+        prev = Some(stats_pass(xp.add(i * n), n, eps, out, ahead));
+    }
+    let (mean, inv) = prev.unwrap_or_default();
+    let last = (rows - 1) * n;
+    layer_norm_out(&x[last..last + n], w, b, &mut y[last..last + n], mean, inv, stream);
+}
+
+/// Row `i - 1`'s output pass inside [`stats_pass`] over row `i`.
+struct NormOut {
+    x: *const f32,
+    w: Option<*const f32>,
+    b: Option<*const f32>,
+    y: *mut f32,
+    mean: __m512,
+    inv: __m512,
+    /// Streaming stores for whole vectors (`y` is on a 64-byte boundary).
+    stream: bool,
+}
+
+impl NormOut {
+    #[inline(always)]
+    unsafe fn write(&self, i: usize, m: __mmask16) {
+        let v = norm_vec(self.x, self.w, self.b, self.mean, self.inv, i, m);
+        if m != 0xffff {
+            _mm512_mask_storeu_ps(self.y.add(i), m, v);
+        } else if self.stream {
+            _mm512_stream_ps(self.y.add(i), v);
+        } else {
+            _mm512_storeu_ps(self.y.add(i), v);
+        }
+    }
+}
+
+/// layer_norm's statistics of the row at `x` (`super::layer_norm_stats`, the same bits),
+/// writing the previous row's output on the way, and prefetching the next row's input and
+/// (given) this row's output, which the next pass writes.
+#[inline(always)]
+unsafe fn stats_pass(
+    x: *const f32,
+    n: usize,
+    eps: f64,
+    out: Option<NormOut>,
+    ahead: Option<(*const f32, Option<*mut f32>)>,
+) -> (f32, f32) {
+    const LANES: usize = super::STAT_LANES;
+    const { assert!(LANES == 2 * W) };
+    let k = *x as f64;
+    let kv = _mm512_set1_pd(k);
+    let (mut s1, mut s2) = ([_mm512_setzero_pd(); 4], [_mm512_setzero_pd(); 4]);
+    let mut c = 0;
+    while c + LANES <= n {
+        if let Some((xn, yn)) = ahead {
+            _mm_prefetch::<_MM_HINT_T0>(xn.wrapping_add(c) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(xn.wrapping_add(c + W) as *const i8);
+            if let Some(yn) = yn {
+                _mm_prefetch::<_MM_HINT_ET0>(yn.wrapping_add(c) as *const i8);
+                _mm_prefetch::<_MM_HINT_ET0>(yn.wrapping_add(c + W) as *const i8);
+            }
+        }
+        let (a, b) = (_mm512_loadu_ps(x.add(c)), _mm512_loadu_ps(x.add(c + W)));
+        // Lanes 0–7, 8–15, 16–23 and 24–31 of the chunk, as f64.
+        let parts = [f64_half::<0>(a), f64_half::<1>(a), f64_half::<0>(b), f64_half::<1>(b)];
+        for q in 0..4 {
+            let d = _mm512_sub_pd(parts[q], kv);
+            s1[q] = _mm512_add_pd(s1[q], d);
+            s2[q] = _mm512_fmadd_pd(d, d, s2[q]);
+        }
+        if let Some(o) = &out {
+            o.write(c, 0xffff);
+            o.write(c + W, 0xffff);
+        }
+        c += LANES;
+    }
+    if let Some(o) = &out {
+        let mut i = c;
+        while i < n {
+            o.write(i, if n - i >= W { 0xffff } else { tail(n - i) });
+            i += W;
+        }
+    }
+    let lanes = |v: [__m512d; 4]| {
+        let mut a = [0f64; LANES];
+        for (q, v) in v.into_iter().enumerate() {
+            _mm512_storeu_pd(a.as_mut_ptr().add(q * 8), v);
+        }
+        a
+    };
+    let rest = std::slice::from_raw_parts(x.add(c), n - c);
+    super::layer_norm_finish(lanes(s1), lanes(s2), rest, k, n as f64, eps)
+}
+
+/// Lanes `8 H .. 8 H + 8` of `v`, converted to f64.
+#[inline(always)]
+unsafe fn f64_half<const H: i32>(v: __m512) -> __m512d {
+    let h = _mm512_extractf64x4_pd::<H>(_mm512_castps_pd(v));
+    _mm512_cvtps_pd(_mm256_castpd_ps(h))
 }
 
 /// Rows of up to this many elements keep their `exp` terms in a scratch row on the stack
