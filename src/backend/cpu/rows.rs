@@ -21,7 +21,8 @@
 //!   the reduction before it (W2 at [4096, 1024]: 0.96 to 0.76–0.78 ms at one thread).
 //! - log_softmax: the maximum and `sum = Σ exp(x - max)` the same way (nothing written), then
 //!   `(x - max) - ln(sum)`, `ln` in f64. `-inf` entries give `-inf`; NaN, `+inf` and all-`-inf`
-//!   rows give NaN rows through the sum.
+//!   rows give NaN rows through the sum. Pipelined on AVX-512 as softmax is, at any row
+//!   length (`avx512::log_softmax_rows`: nothing is written before the output).
 //! - `exp` there is [`exp_neg`]: its argument `x - max` is never above 0, so it needs no
 //!   overflow handling. Cody–Waite reduction by ln 2 with FMAs, a degree-6 polynomial on
 //!   |r| <= ln2/2 (coefficients fitted on Chebyshev nodes, rounded to f32), and `2^n` built as
@@ -115,7 +116,7 @@ pub fn run_f32(
             if op == OpKind::Softmax {
                 row_chunks(x, out, n, threads, stream, |x, y| softmax_rows_into(x, y, n, stream));
             } else {
-                rows(x, out, n, threads, stream, |x, y| log_softmax_into(x, y, stream));
+                row_chunks(x, out, n, threads, stream, |x, y| log_softmax_rows_into(x, y, n, stream));
             }
         }
         OpKind::LayerNorm => {
@@ -362,6 +363,20 @@ fn softmax_rows_into(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
     }
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         softmax_into(xr, yr, stream);
+    }
+}
+
+/// The log_softmax of whole rows of `n > 0` (`y` gets them), pipelined across rows where the
+/// CPU has AVX-512 (the same bits as [`log_softmax_into`]).
+fn log_softmax_rows_into(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        // SAFETY: the CPU has AVX-512F and FMA (checked just above); n > 0 (the caller skips
+        // n = 0).
+        return unsafe { avx512::log_softmax_rows(x, y, n, stream) };
+    }
+    for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        log_softmax_into(xr, yr, stream);
     }
 }
 
@@ -839,12 +854,13 @@ mod tests {
     }
 
     /// The rows of a matrix, pipelined (each pass computes one row's terms, the next row's
-    /// maximum and the previous row's output), come out with the bits the one-row kernel gives:
+    /// maximum and the previous row's output), come out with the bits the one-row kernels give
+    /// (softmax and log_softmax):
     /// every row kind of the test set (NaN, ±inf, huge and random-bit rows among plain ones)
     /// in every position of matrices of 1 to 6 rows, streamed or not, on and off a 64-byte
     /// boundary; rows longer than the scratch rows take the one-row path.
     #[test]
-    fn pipelined_softmax_rows_match_one_row_softmax() {
+    fn pipelined_softmax_rows_match_one_row_kernels() {
         let all = rows();
         let mut compared = 0;
         for n in all.iter().map(Vec::len).collect::<std::collections::BTreeSet<_>>() {
@@ -862,35 +878,43 @@ mod tests {
                         picked.reverse();
                     }
                     let x: Vec<f32> = picked.iter().flat_map(|r| r.iter().copied()).collect();
-                    let mut want = vec![0f32; x.len()];
-                    for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
-                        softmax_into(xr, yr, false);
-                    }
-                    for (stream, shift) in [(false, 0), (false, 1), (true, 0), (true, 3)] {
-                        let (mut buf, at) = shifted(x.len(), shift);
-                        let got = &mut buf[at..at + x.len()];
-                        softmax_rows_into(&x, got, n, stream);
-                        store_fence();
-                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                                "{count} rows of {n} (reversed {reversed}, stream {stream}, shift {shift}) \
-                                 at row {} col {}: {g} pipelined, {w} one row at a time",
-                                i / n,
-                                i % n
-                            );
+                    type Rows = fn(&[f32], &mut [f32], usize, bool);
+                    type Row = fn(&[f32], &mut [f32], bool);
+                    let kernels: [(&str, Rows, Row); 2] = [
+                        ("softmax", softmax_rows_into, softmax_into),
+                        ("log_softmax", log_softmax_rows_into, log_softmax_into),
+                    ];
+                    for (op, pipelined, one_row) in kernels {
+                        let mut want = vec![0f32; x.len()];
+                        for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                            one_row(xr, yr, false);
                         }
-                        compared += 1;
+                        for (stream, shift) in [(false, 0), (false, 1), (true, 0), (true, 3)] {
+                            let (mut buf, at) = shifted(x.len(), shift);
+                            let got = &mut buf[at..at + x.len()];
+                            pipelined(&x, got, n, stream);
+                            store_fence();
+                            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                                assert!(
+                                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                    "{op} of {count} rows of {n} (reversed {reversed}, stream {stream}, \
+                                     shift {shift}) at row {} col {}: {g} pipelined, {w} one row at a time",
+                                    i / n,
+                                    i % n
+                                );
+                            }
+                            compared += 1;
+                        }
                     }
                 }
             }
         }
-        assert!(compared >= 400, "{compared} matrices compared");
+        assert!(compared >= 800, "{compared} matrices compared");
     }
 
     /// layer_norm pipelined over a matrix's rows (each pass sums one row's statistics and
     /// writes the previous row's output) gives the bits of the one-row kernel: the row set of
-    /// [`pipelined_softmax_rows_match_one_row_softmax`] (lengths below, at and above the
+    /// [`pipelined_softmax_rows_match_one_row_kernels`] (lengths below, at and above the
     /// 32-element statistics chunk), with weight and bias, weight alone and neither, streamed
     /// or not, on and off a 64-byte boundary.
     #[test]

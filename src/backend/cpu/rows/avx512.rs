@@ -386,11 +386,13 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
         let pass = Pass {
             x: xp.add(i * n),
             max: _mm512_set1_ps(max),
-            terms: terms(i),
-            next: (i + 1 < rows).then(|| (xp.add((i + 1) * n), xp.wrapping_add((i + 2) * n))),
+            terms: Some(terms(i)),
+            next: (i + 1 < rows).then(|| xp.add((i + 1) * n)),
+            ahead: Some(xp.wrapping_add((i + 2) * n)),
             prefetch_y: (!stream).then(|| yp.add((i + 1) * n)),
-            prev: (i > 0).then(|| (terms(i - 1).cast_const(), yp.add((i - 1) * n), r_prev)),
-            stream_prev: stream && (yp.add((i.max(1) - 1) * n) as usize).is_multiple_of(64),
+            prev: (i > 0).then(|| Prev::Scale { terms: terms(i - 1).cast_const(), r: r_prev }),
+            prev_y: yp.wrapping_add((i.max(1) - 1) * n),
+            stream,
         };
         let (sum, next_max) = pass.run(n);
         max = next_max;
@@ -401,22 +403,77 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
     write_row(yp.add(last * n), n, stream, |i, m| _mm512_mul_ps(_mm512_maskz_loadu_ps(m, tp.add(i)), r_prev));
 }
 
-/// One pass of [`softmax_rows`] over row `x` (pointers, since the output row it writes and
-/// the one it scales may be the same buffer's neighbours).
+/// log_softmax of consecutive rows of `n > 0`: [`log_softmax`] row by row, with the same
+/// bits, pipelined as [`softmax_rows`] is: one pass sums row `i`'s terms (writing none),
+/// finds row `i + 1`'s maximum and writes row `i - 1`'s output `(x - max) - ln(sum)`.
+///
+/// # Safety
+/// The CPU must have AVX-512F and FMA. `n > 0`; `x` and `y` hold whole rows (the rows both
+/// hold are computed).
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn log_softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
+    debug_assert!(n > 0);
+    let rows = x.len().min(y.len()) / n;
+    if rows == 0 {
+        return;
+    }
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let prefetch = n <= PREFETCH_MAX;
+    let mut max = row_max(&x[..n]);
+    let (mut max_prev, mut lse_prev) = (0.0, 0.0);
+    for i in 0..rows {
+        let pass = Pass {
+            x: xp.add(i * n),
+            max: _mm512_set1_ps(max),
+            terms: None,
+            next: (i + 1 < rows).then(|| xp.add((i + 1) * n)),
+            ahead: prefetch.then(|| xp.wrapping_add((i + 2) * n)),
+            prefetch_y: (prefetch && !stream).then(|| yp.add(i * n)),
+            prev: (i > 0).then(|| Prev::Log {
+                x: xp.add((i - 1) * n),
+                max: _mm512_set1_ps(max_prev),
+                lse: _mm512_set1_ps(lse_prev),
+            }),
+            prev_y: yp.wrapping_add((i.max(1) - 1) * n),
+            stream,
+        };
+        let (sum, next_max) = pass.run(n);
+        (max_prev, lse_prev) = (max, (sum as f64).ln() as f32);
+        max = next_max;
+    }
+    let last = (rows - 1) * n;
+    let (lx, ly) = (xp.add(last), yp.add(last));
+    let (maxv, lsev) = (_mm512_set1_ps(max_prev), _mm512_set1_ps(lse_prev));
+    write_row(ly, n, stream, |i, m| _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, lx.add(i)), maxv), lsev));
+}
+
+/// What a pipelined pass writes for the row before its own.
+enum Prev {
+    /// softmax: the row's terms times `r = 1 / sum`.
+    Scale { terms: *const f32, r: __m512 },
+    /// log_softmax: `(x - max) - lse`.
+    Log { x: *const f32, max: __m512, lse: __m512 },
+}
+
+/// One pass of [`softmax_rows`] or [`log_softmax_rows`] over row `x` (pointers, since the
+/// output row it writes and the one it finishes may be the same buffer's neighbours).
 struct Pass {
     x: *const f32,
     max: __m512,
-    /// Where row `x`'s terms go.
-    terms: *mut f32,
-    /// The next row, whose maximum the pass finds, and the row after it, prefetched (a
-    /// prefetch never faults, so it may lie past the buffer).
-    next: Option<(*const f32, *const f32)>,
-    /// The next row's output, prefetched for writing when the terms go to the output.
+    /// Where row `x`'s terms go (softmax), if anywhere.
+    terms: Option<*mut f32>,
+    /// The next row, whose maximum the pass finds.
+    next: Option<*const f32>,
+    /// The row after next, prefetched (a prefetch never faults, so it may lie past the buffer).
+    ahead: Option<*const f32>,
+    /// The output row the next pass writes, prefetched for writing.
     prefetch_y: Option<*mut f32>,
-    /// The previous row's terms, its output and `1 / sum` of its terms.
-    prev: Option<(*const f32, *mut f32, __m512)>,
-    /// Whether the previous row's output gets streaming stores (on a 64-byte boundary).
-    stream_prev: bool,
+    /// The previous row's output, and what goes there.
+    prev: Option<Prev>,
+    prev_y: *mut f32,
+    /// Streaming stores for the previous row's whole vectors, where its output is on a 64-byte
+    /// boundary.
+    stream: bool,
 }
 
 impl Pass {
@@ -424,21 +481,22 @@ impl Pass {
     /// [`row_max`] accumulate them.
     #[inline(always)]
     unsafe fn run(&self, n: usize) -> (f32, f32) {
+        let stream = self.stream && (self.prev_y as usize).is_multiple_of(64);
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let (mut s, mut mx) = ([_mm512_setzero_ps(); 4], [ninf; 4]);
         let mut i = 0;
         while i + 4 * W <= n {
             for k in 0..4 {
-                self.step(i + k * W, None, &mut s[k], &mut mx[k]);
+                self.step(i + k * W, None, stream, &mut s[k], &mut mx[k]);
             }
             i += 4 * W;
         }
         while i + W <= n {
-            self.step(i, None, &mut s[0], &mut mx[0]);
+            self.step(i, None, stream, &mut s[0], &mut mx[0]);
             i += W;
         }
         if i < n {
-            self.step(i, Some(tail(n - i)), &mut s[1], &mut mx[1]);
+            self.step(i, Some(tail(n - i)), stream, &mut s[1], &mut mx[1]);
         }
         let sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
         let mx = _mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3]));
@@ -447,37 +505,41 @@ impl Pass {
 
     /// The 16 elements at `i` (the lanes of `mask` for a row's last partial vector).
     #[inline(always)]
-    unsafe fn step(&self, i: usize, mask: Option<__mmask16>, s: &mut __m512, mx: &mut __m512) {
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        if let Some((next, after)) = self.next {
-            _mm_prefetch::<_MM_HINT_T0>(after.wrapping_add(i) as *const i8);
+    unsafe fn step(&self, i: usize, mask: Option<__mmask16>, stream: bool, s: &mut __m512, mx: &mut __m512) {
+        if let Some(a) = self.ahead {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(i) as *const i8);
+        }
+        if let Some(next) = self.next {
             let v = match mask {
                 None => _mm512_loadu_ps(next.add(i)),
-                Some(m) => _mm512_mask_loadu_ps(ninf, m, next.add(i)),
+                Some(m) => _mm512_mask_loadu_ps(_mm512_set1_ps(f32::NEG_INFINITY), m, next.add(i)),
             };
             *mx = _mm512_max_ps(v, *mx);
         }
         if let Some(y) = self.prefetch_y {
             _mm_prefetch::<_MM_HINT_ET0>(y.wrapping_add(i) as *const i8);
         }
-        match mask {
-            None => {
-                let e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(self.x.add(i)), self.max));
-                _mm512_storeu_ps(self.terms.add(i), e);
-                *s = _mm512_add_ps(*s, e);
-            }
-            Some(m) => {
-                let e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, self.x.add(i)), self.max));
-                _mm512_mask_storeu_ps(self.terms.add(i), m, e);
-                *s = _mm512_mask_add_ps(*s, m, *s, e);
-            }
+        let m = mask.unwrap_or(0xffff);
+        let e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, self.x.add(i)), self.max));
+        match (mask, self.terms) {
+            (None, Some(t)) => _mm512_storeu_ps(t.add(i), e),
+            (Some(m), Some(t)) => _mm512_mask_storeu_ps(t.add(i), m, e),
+            (_, None) => {}
         }
-        if let Some((t, y, r)) = self.prev {
-            match mask {
-                None if self.stream_prev => _mm512_stream_ps(y.add(i), _mm512_mul_ps(_mm512_loadu_ps(t.add(i)), r)),
-                None => _mm512_storeu_ps(y.add(i), _mm512_mul_ps(_mm512_loadu_ps(t.add(i)), r)),
-                Some(m) => _mm512_mask_storeu_ps(y.add(i), m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, t.add(i)), r)),
-            }
+        *s = match mask {
+            None => _mm512_add_ps(*s, e),
+            Some(m) => _mm512_mask_add_ps(*s, m, *s, e),
+        };
+        let Some(prev) = &self.prev else { return };
+        let v = match *prev {
+            Prev::Scale { terms, r } => _mm512_mul_ps(_mm512_maskz_loadu_ps(m, terms.add(i)), r),
+            Prev::Log { x, max, lse } => _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x.add(i)), max), lse),
+        };
+        let y = self.prev_y.add(i);
+        match mask {
+            None if stream => _mm512_stream_ps(y, v),
+            None => _mm512_storeu_ps(y, v),
+            Some(m) => _mm512_mask_storeu_ps(y, m, v),
         }
     }
 }
