@@ -47,10 +47,15 @@
 //!
 //! Rows are split over rayon workers when there are enough of them (at least
 //! [`PAR_ELEMS`] elements in all). A call whose input and output together are at least
-//! [`STREAM_CACHES`] times the last-level cache writes its output with streaming stores
-//! (softmax through a scratch row on the stack, so that the output is written once), which
-//! saves reading every output line from memory before writing it; each worker fences its
-//! stores before the call returns. Streamed rows have the same bits as cached ones.
+//! [`STREAM_CACHES`] times the last-level cache ([`SOFTMAX_STREAM_CACHES`] for softmax)
+//! writes its output with streaming stores (softmax through scratch rows on the stack, so
+//! that the output is written once), which saves reading every output line from memory
+//! before writing it; each worker fences its stores before the call returns. A streaming
+//! store needs a 64-byte aligned address and the allocator's outputs are 16-byte aligned, so
+//! a worker's rows are written as one flat run of whole cache lines, a line shared by two
+//! rows completed when the second is (`avx512::RowOut`): ordinary stores to every row's
+//! partial lines made streaming slower than not streaming. Streamed rows have the same bits
+//! as cached ones.
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -64,12 +69,17 @@ use crate::ops::OpKind;
 const GELU_PIECE: usize = 4096;
 
 /// Row kernels stream their output when the call's input and output bytes are at least this
-/// many times the last-level cache. Measured on [16384, 1024] (128 MiB in all, 32 MiB of
-/// cache), median ms, cached / streamed: layer_norm 3.08 / 2.88 at one thread and 3.19 / 2.66
-/// at two; softmax 3.89 / 3.23 and 3.07 / 2.64. At [4096, 1024], whose 32 MiB fit the cache
-/// until other tenants' lines push them out, streaming was a toss-up at one thread and slower at
-/// two (layer_norm 0.31 ms cached against 0.41 streamed).
+/// many times the last-level cache. layer_norm and log_softmax, which write each output once
+/// either way: on [16384, 1024] (128 MiB in all, 32 MiB of cache), layer_norm took 3.8 ms at
+/// one thread either way and 1.9–2.4 ms streamed against 3.1–3.2 cached at two; on
+/// [4096, 1024] (32 MiB, which fits the cache until other tenants' lines push it out)
+/// streaming made it slower (0.72–0.92 ms against 0.65–0.70 at one thread).
 const STREAM_CACHES: usize = 2;
+/// softmax streams from the size of the cache on: cached, it writes its terms to the output
+/// and then scales them there, where streamed it keeps the terms in L1 and writes the output
+/// once. Median ms, cached / streamed, at one thread: [4096, 1024] 0.75–0.77 / 0.64–0.70;
+/// [16384, 1024] 4.5–4.7 / 3.3–3.4.
+const SOFTMAX_STREAM_CACHES: usize = 1;
 
 /// Below this many elements a library call stays on the calling thread.
 pub const PAR_ELEMS: usize = 1 << 16;
@@ -103,10 +113,11 @@ pub fn run_f32(
     len("x", x.len(), numel)?;
     len("out", out.len(), numel)?;
     let n = shape.last().copied().unwrap_or(1);
-    // A call whose input and output together are at least twice the last-level cache streams
-    // its output past the caches: a consumer would not find it there anyway, and a streaming
-    // store does not read each output line before writing it.
-    let stream = (x.len() + out.len()).saturating_mul(4) >= STREAM_CACHES * super::last_level_cache_bytes();
+    // A call whose input and output together outgrow the last-level cache (twice it, or once
+    // for softmax) streams its output past the caches: a consumer would not find it there
+    // anyway, and a streaming store does not read each output line before writing it.
+    let beyond = |caches: usize| (x.len() + out.len()).saturating_mul(4) >= caches * super::last_level_cache_bytes();
+    let stream = beyond(STREAM_CACHES);
     let last_axis = |a: i64| a == -1 || (a >= 0 && a as usize + 1 == shape.len());
     match op {
         OpKind::Softmax | OpKind::LogSoftmax => {
@@ -114,6 +125,7 @@ pub fn run_f32(
                 return Err(KernelError::Unsupported(format!("{op} over an axis other than the last")));
             }
             if op == OpKind::Softmax {
+                let stream = beyond(SOFTMAX_STREAM_CACHES);
                 row_chunks(x, out, n, threads, stream, |x, y| softmax_rows_into(x, y, n, stream));
             } else {
                 row_chunks(x, out, n, threads, stream, |x, y| log_softmax_rows_into(x, y, n, stream));
