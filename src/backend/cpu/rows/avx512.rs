@@ -407,6 +407,105 @@ unsafe fn f64_half<const H: i32>(v: __m512) -> __m512d {
     _mm512_cvtps_pd(_mm256_castpd_ps(h))
 }
 
+/// rms_norm of consecutive rows of `n > 0` (`w` of length `n`): `super::rms_norm_row` row by
+/// row, with the same bits, pipelined as [`layer_norm_rows`] is: one pass sums row `i`'s
+/// squares (in f64, lane for lane as `super::stat_sum`) and writes row `i - 1`'s output in f32;
+/// a row whose `1 / rms` is not a normal f32 gets its output pass in f64 after the pass.
+///
+/// # Safety
+/// The CPU must have AVX-512F and FMA; `n > 0`; `x` and `y` hold whole rows (the rows both
+/// hold are computed); `w`, where given, holds at least `n` elements.
+#[target_feature(enable = "avx512f,fma")]
+pub(super) unsafe fn rms_norm_rows(x: &[f32], w: Option<&[f32]>, y: &mut [f32], n: usize, eps: f64) {
+    debug_assert!(n > 0 && w.is_none_or(|w| w.len() >= n));
+    let rows = x.len().min(y.len()) / n;
+    if rows == 0 {
+        return;
+    }
+    let (xp, yp, wp) = (x.as_ptr(), y.as_mut_ptr(), w.map(<[f32]>::as_ptr));
+    let prefetch = n <= PREFETCH_MAX;
+    let scale = |r: usize, inv: f32| {
+        let (rx, inv) = (xp.add(r * n), _mm512_set1_ps(inv));
+        move |i: usize, m: __mmask16| {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rx.add(i)), inv);
+            match wp {
+                Some(w) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+                None => v,
+            }
+        }
+    };
+    // Row `r`'s output in f64 where its `1 / rms` is not a normal f32.
+    let wide = |r: usize, inv: f64| {
+        // SAFETY (of the slice): row `r` of `y`, through the pointer the other rows are
+        // written through.
+        let ry = std::slice::from_raw_parts_mut(yp.add(r * n), n);
+        super::rms_norm_out_f64(&x[r * n..(r + 1) * n], w, ry, inv);
+    };
+    let mut prev: Option<f64> = None;
+    for i in 0..rows {
+        let out = prev.map(|inv| inv as f32).filter(|inv| inv.is_normal()).map(|inv| scale(i - 1, inv));
+        let ahead = prefetch.then(|| (xp.wrapping_add((i + 2) * n), yp.add(i * n)));
+        let row_out = RowOut::new(yp.wrapping_add((i.max(1) - 1) * n), n, false);
+        let total = sumsq_pass(xp.add(i * n), n, out.map(|f| (row_out, f)), ahead);
+        if let Some(inv) = prev.filter(|&inv| !(inv as f32).is_normal()) {
+            wide(i - 1, inv);
+        }
+        prev = Some(super::rms_inv(total, n, eps));
+    }
+    let (last, inv) = (rows - 1, prev.unwrap_or_default());
+    if (inv as f32).is_normal() {
+        RowOut::new(yp.add(last * n), n, false).finish(0, None, true, scale(last, inv as f32));
+    } else {
+        wide(last, inv);
+    }
+}
+
+/// The sum of the squares of the row at `x` in f64 (`super::stat_sum`'s lanes and order),
+/// writing the previous row's output on the way, and prefetching input two rows on and this
+/// row's output, which the next pass writes.
+#[inline(always)]
+unsafe fn sumsq_pass(
+    x: *const f32,
+    n: usize,
+    out: Option<(RowOut, impl Fn(usize, __mmask16) -> __m512)>,
+    ahead: Option<(*const f32, *mut f32)>,
+) -> f64 {
+    const LANES: usize = super::STAT_LANES;
+    let mut acc = [_mm512_setzero_pd(); 4];
+    let mut c = 0;
+    while c + LANES <= n {
+        if let Some((xn, yn)) = ahead {
+            for k in [c, c + W] {
+                _mm_prefetch::<_MM_HINT_T0>(xn.wrapping_add(k) as *const i8);
+                _mm_prefetch::<_MM_HINT_ET0>(yn.wrapping_add(k) as *const i8);
+            }
+        }
+        let (a, b) = (_mm512_loadu_ps(x.add(c)), _mm512_loadu_ps(x.add(c + W)));
+        let parts = [f64_half::<0>(a), f64_half::<1>(a), f64_half::<0>(b), f64_half::<1>(b)];
+        for q in 0..4 {
+            acc[q] = _mm512_add_pd(acc[q], _mm512_mul_pd(parts[q], parts[q]));
+        }
+        if let Some((o, f)) = &out {
+            _mm512_storeu_ps(o.y.add(c), f(c, 0xffff));
+            _mm512_storeu_ps(o.y.add(c + W), f(c + W, 0xffff));
+        }
+        c += LANES;
+    }
+    if let Some((o, f)) = &out {
+        o.finish(c, None, true, f);
+    }
+    let mut lanes = [0f64; LANES];
+    for (q, v) in acc.into_iter().enumerate() {
+        _mm512_storeu_pd(lanes.as_mut_ptr().add(q * 8), v);
+    }
+    let mut total = super::tree_reduce(lanes, |a, b| a + b);
+    for k in c..n {
+        let v = *x.add(k) as f64;
+        total += v * v;
+    }
+    total
+}
+
 /// Rows of up to this many elements keep their `exp` terms in a scratch row on the stack
 /// (8 KiB) when the output is streamed.
 pub(super) const SCRATCH: usize = 2048;
