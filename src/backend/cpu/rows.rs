@@ -881,59 +881,76 @@ mod tests {
         (buf, at)
     }
 
-    /// The rows of a matrix, pipelined (each pass computes one row's terms, the next row's
-    /// maximum and the previous row's output), come out with the bits the one-row kernels give
-    /// (softmax and log_softmax):
-    /// every row kind of the test set (NaN, ±inf, huge and random-bit rows among plain ones)
-    /// in every position of matrices of 1 to 6 rows, streamed or not, on and off a 64-byte
-    /// boundary; rows longer than the scratch rows take the one-row path.
-    #[test]
-    fn pipelined_softmax_rows_match_one_row_kernels() {
+    /// Matrices of the test rows of each length `n`: the rows of that length with `second(n)`
+    /// put second and `last(n)` last, the first `count` of them for every count (1 to 8), in
+    /// order and reversed, as `(n, description, matrix)`.
+    fn matrices(second: fn(usize) -> Vec<f32>, last: fn(usize) -> Vec<f32>) -> Vec<(usize, String, Vec<f32>)> {
         let all = rows();
-        let mut compared = 0;
+        let mut out = Vec::new();
         for n in all.iter().map(Vec::len).collect::<std::collections::BTreeSet<_>>() {
-            // Plus rows whose maximum is negative or -inf (a lane outside a partial vector
-            // must not take part in the maximum).
-            let negative: Vec<f32> = (0..n).map(|i| -50.0 - i as f32).collect();
-            let low = vec![f32::NEG_INFINITY; n];
+            let (second, last) = (second(n), last(n));
             let mut of_n: Vec<&Vec<f32>> = all.iter().filter(|r| r.len() == n).collect();
-            of_n.insert(1, &negative);
-            of_n.push(&low);
+            of_n.insert(1, &second);
+            of_n.push(&last);
             for count in 1..=of_n.len() {
                 for reversed in [false, true] {
-                    let mut picked: Vec<&Vec<f32>> = of_n[..count].to_vec();
+                    let mut picked = of_n[..count].to_vec();
                     if reversed {
                         picked.reverse();
                     }
-                    let x: Vec<f32> = picked.iter().flat_map(|r| r.iter().copied()).collect();
-                    type Rows = fn(&[f32], &mut [f32], usize, bool);
-                    type Row = fn(&[f32], &mut [f32], bool);
-                    let kernels: [(&str, Rows, Row); 2] = [
-                        ("softmax", softmax_rows_into, softmax_into),
-                        ("log_softmax", log_softmax_rows_into, log_softmax_into),
-                    ];
-                    for (op, pipelined, one_row) in kernels {
-                        let mut want = vec![0f32; x.len()];
-                        for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
-                            one_row(xr, yr, false);
-                        }
-                        for (stream, shift) in [(false, 0), (false, 1), (true, 0), (true, 3)] {
-                            let (mut buf, at) = shifted(x.len(), shift);
-                            let got = &mut buf[at..at + x.len()];
-                            pipelined(&x, got, n, stream);
-                            store_fence();
-                            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                                assert!(
-                                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                                    "{op} of {count} rows of {n} (reversed {reversed}, stream {stream}, \
-                                     shift {shift}) at row {} col {}: {g} pipelined, {w} one row at a time",
-                                    i / n,
-                                    i % n
-                                );
-                            }
-                            compared += 1;
-                        }
-                    }
+                    let x = picked.iter().flat_map(|r| r.iter().copied()).collect();
+                    out.push((n, format!("{count} rows of {n} (reversed {reversed})"), x));
+                }
+            }
+        }
+        out
+    }
+
+    /// Asserts that the pipelined kernel's `got` has the bits of the one-row kernel's `want`
+    /// (any NaN for NaN), naming the first element that differs by row and column.
+    fn assert_same_rows(got: &[f32], want: &[f32], n: usize, what: &str) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{what} at row {} col {}: {g} pipelined, {w} one row at a time",
+                i / n,
+                i % n
+            );
+        }
+    }
+
+    /// The output-buffer placements of the pipelined tests: cached and streamed, on and off a
+    /// 64-byte boundary.
+    const PLACES: [(bool, usize); 4] = [(false, 0), (false, 1), (true, 0), (true, 3)];
+
+    /// The rows of a matrix, pipelined (each pass computes one row's terms, the next row's
+    /// maximum and the previous row's output), come out with the bits the one-row kernels give
+    /// (softmax and log_softmax): every row kind of the test set (NaN, ±inf, huge and
+    /// random-bit rows among plain ones, and rows whose maximum is negative or -inf, since a
+    /// lane outside a partial vector must not take part in the maximum) in every position of
+    /// matrices of 1 to 8 rows, streamed or not, on and off a 64-byte boundary; rows longer
+    /// than the scratch rows take the one-row path.
+    #[test]
+    fn pipelined_softmax_rows_match_one_row_kernels() {
+        type Rows = fn(&[f32], &mut [f32], usize, bool);
+        type Row = fn(&[f32], &mut [f32], bool);
+        let kernels: [(&str, Rows, Row); 2] =
+            [("softmax", softmax_rows_into, softmax_into), ("log_softmax", log_softmax_rows_into, log_softmax_into)];
+        let mut compared = 0;
+        let negative = |n| (0..n).map(|i| -50.0 - i as f32).collect();
+        for (n, what, x) in matrices(negative, |n| vec![f32::NEG_INFINITY; n]) {
+            for (op, pipelined, one_row) in kernels {
+                let mut want = vec![0f32; x.len()];
+                for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                    one_row(xr, yr, false);
+                }
+                for (stream, shift) in PLACES {
+                    let (mut buf, at) = shifted(x.len(), shift);
+                    let got = &mut buf[at..at + x.len()];
+                    pipelined(&x, got, n, stream);
+                    store_fence();
+                    assert_same_rows(got, &want, n, &format!("{op} of {what}, stream {stream}, shift {shift}"));
+                    compared += 1;
                 }
             }
         }
@@ -943,45 +960,30 @@ mod tests {
     /// layer_norm pipelined over a matrix's rows (each pass sums one row's statistics and
     /// writes the previous row's output) gives the bits of the one-row kernel: the row set of
     /// [`pipelined_softmax_rows_match_one_row_kernels`] (lengths below, at and above the
-    /// 32-element statistics chunk), with weight and bias, weight alone and neither, streamed
-    /// or not, on and off a 64-byte boundary.
+    /// 32-element statistics chunk) with a row of large offset and tiny spread, with weight
+    /// and bias, weight alone and neither, streamed or not, on and off a 64-byte boundary.
     #[test]
     fn pipelined_layer_norm_rows_match_one_row_layer_norm() {
-        let all = rows();
         let mut compared = 0;
-        for n in all.iter().map(Vec::len).collect::<std::collections::BTreeSet<_>>() {
-            let negative: Vec<f32> = (0..n).map(|i| -50.0 - i as f32).collect();
-            let offset: Vec<f32> = (0..n).map(|i| 1.0e4 + (i % 11) as f32 * 1e-3).collect();
-            let mut of_n: Vec<&Vec<f32>> = all.iter().filter(|r| r.len() == n).collect();
-            of_n.insert(1, &negative);
-            of_n.push(&offset);
+        let negative = |n| (0..n).map(|i| -50.0 - i as f32).collect();
+        let offset = |n| (0..n).map(|i| 1.0e4 + (i % 11) as f32 * 1e-3).collect();
+        for (n, what, x) in matrices(negative, offset) {
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
             let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
-            for count in 1..=of_n.len() {
-                let x: Vec<f32> = of_n[..count].iter().flat_map(|r| r.iter().copied()).collect();
-                for (wv, bv) in [(Some(&w[..]), Some(&b[..])), (Some(&w[..]), None), (None, None)] {
-                    let mut want = vec![0f32; x.len()];
-                    for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
-                        layer_norm_any(xr, wv, bv, yr, 1e-5, false);
-                    }
-                    for (stream, shift) in [(false, 0), (false, 1), (true, 0), (true, 3)] {
-                        let (mut buf, at) = shifted(x.len(), shift);
-                        let got = &mut buf[at..at + x.len()];
-                        layer_norm_rows_into(&x, wv, bv, got, n, 1e-5, stream);
-                        store_fence();
-                        for (i, (g, v)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                g.to_bits() == v.to_bits() || (g.is_nan() && v.is_nan()),
-                                "{count} rows of {n} (weight {}, bias {}, stream {stream}, shift {shift}) \
-                                 at row {} col {}: {g} pipelined, {v} one row at a time",
-                                wv.is_some(),
-                                bv.is_some(),
-                                i / n,
-                                i % n
-                            );
-                        }
-                        compared += 1;
-                    }
+            for (wv, bv) in [(Some(&w[..]), Some(&b[..])), (Some(&w[..]), None), (None, None)] {
+                let mut want = vec![0f32; x.len()];
+                for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                    layer_norm_any(xr, wv, bv, yr, 1e-5, false);
+                }
+                for (stream, shift) in PLACES {
+                    let (mut buf, at) = shifted(x.len(), shift);
+                    let got = &mut buf[at..at + x.len()];
+                    layer_norm_rows_into(&x, wv, bv, got, n, 1e-5, stream);
+                    store_fence();
+                    let (hw, hb) = (wv.is_some(), bv.is_some());
+                    let what = format!("{what}, weight {hw}, bias {hb}, stream {stream}, shift {shift}");
+                    assert_same_rows(got, &want, n, &what);
+                    compared += 1;
                 }
             }
         }
@@ -993,45 +995,21 @@ mod tests {
     /// huge values, NaN rows) among them, in every position, with and without a weight.
     #[test]
     fn pipelined_rms_norm_rows_match_one_row_rms_norm() {
-        let all = rows();
-        let mut compared = 0;
-        let mut wide = 0;
-        for n in all.iter().map(Vec::len).collect::<std::collections::BTreeSet<_>>() {
-            let zero = vec![0f32; n];
-            let huge: Vec<f32> = (0..n).map(|i| 3e38 * if i % 2 == 0 { 1.0 } else { -0.5 }).collect();
-            let mut of_n: Vec<&Vec<f32>> = all.iter().filter(|r| r.len() == n).collect();
-            of_n.insert(1, &zero);
-            of_n.push(&huge);
+        let (mut compared, mut wide) = (0, 0);
+        let huge = |n| (0..n).map(|i| 3e38 * if i % 2 == 0 { 1.0 } else { -0.5 }).collect();
+        for (n, what, x) in matrices(|n| vec![0.0; n], huge) {
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
-            for count in 1..=of_n.len() {
-                for reversed in [false, true] {
-                    let mut picked = of_n[..count].to_vec();
-                    if reversed {
-                        picked.reverse();
-                    }
-                    let x: Vec<f32> = picked.iter().flat_map(|r| r.iter().copied()).collect();
-                    for (wv, eps) in [(Some(&w[..]), 1e-5), (None, 0.0)] {
-                        let mut want = vec![0f32; x.len()];
-                        for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
-                            dispatch_rms_norm(xr, wv, yr, eps);
-                            wide += usize::from(!(rms_inv(stat_sum(xr, |v| v * v), n, eps) as f32).is_normal());
-                        }
-                        let (mut buf, at) = shifted(x.len(), 1);
-                        let got = &mut buf[at..at + x.len()];
-                        rms_norm_rows_into(&x, wv, got, n, eps);
-                        for (i, (g, v)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                g.to_bits() == v.to_bits() || (g.is_nan() && v.is_nan()),
-                                "{count} rows of {n} (weight {}, eps {eps}, reversed {reversed}) at row {} col {}: \
-                                 {g} pipelined, {v} one row at a time",
-                                wv.is_some(),
-                                i / n,
-                                i % n
-                            );
-                        }
-                        compared += 1;
-                    }
+            for (wv, eps) in [(Some(&w[..]), 1e-5), (None, 0.0)] {
+                let mut want = vec![0f32; x.len()];
+                for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                    dispatch_rms_norm(xr, wv, yr, eps);
+                    wide += usize::from(!(rms_inv(stat_sum(xr, |v| v * v), n, eps) as f32).is_normal());
                 }
+                let (mut buf, at) = shifted(x.len(), 1);
+                let got = &mut buf[at..at + x.len()];
+                rms_norm_rows_into(&x, wv, got, n, eps);
+                assert_same_rows(got, &want, n, &format!("{what}, weight {}, eps {eps}", wv.is_some()));
+                compared += 1;
             }
         }
         assert!(compared >= 300 && wide >= 100, "{compared} matrices compared, {wide} rows through f64");
