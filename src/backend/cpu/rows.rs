@@ -6,8 +6,9 @@
 //! interpreter on random and adversarial rows (`tests/recover.rs`, `tests/recover_norms.rs`).
 //! They are plain loops over 16-wide chunks written so that LLVM vectorizes them, compiled for
 //! AVX-512 and AVX2 and picked at run time (the portable build is the same code): the 512-bit
-//! vectors Cranelift's x64 backend does not emit. Softmax and log_softmax, which are bound by
-//! `exp`, have an AVX-512 path written with intrinsics (the same arithmetic, lane for lane).
+//! vectors Cranelift's x64 backend does not emit. On AVX-512 all four norms run kernels
+//! written with intrinsics (`rows/avx512.rs`: the same arithmetic, lane for lane), pipelined
+//! across rows.
 //!
 //! - softmax: the row's maximum (NaN ignored here: a NaN then reaches `exp` and the sum, so
 //!   the whole row is NaN, as the op says; `+inf` or an all-`-inf` row gives `inf - inf`, NaN
@@ -33,7 +34,7 @@
 //!   `exp_neg_stays_within_one_ulp_over_the_softmax_range` in `tests/recover_norms.rs` checks a
 //!   sweep).
 //! - layer_norm: mean and variance in f64 from one pass over the row (sums of `x - x[0]` and
-//!   its square: see [`layer_norm_stats`] for why the shift keeps them exact to well below
+//!   its square: see `layer_norm_stats` for why the shift keeps them exact to well below
 //!   f32's precision), then `(x - mean) * rsqrt(var + eps) * w + b` in f32 with the
 //!   statistics rounded to f32, which is how the op's prims decomposition computes its output
 //!   pass; that pass prefetches the next row. On AVX-512 the rows of a worker's run are
@@ -49,7 +50,7 @@
 //!
 //! Rows are split over rayon workers when there are enough of them (at least
 //! [`PAR_ELEMS`] elements in all). A call whose input and output together are at least
-//! [`STREAM_CACHES`] times the last-level cache ([`SOFTMAX_STREAM_CACHES`] for softmax)
+//! `STREAM_CACHES` times the last-level cache (`SOFTMAX_STREAM_CACHES` for softmax)
 //! writes its output with streaming stores (softmax through scratch rows on the stack, so
 //! that the output is written once), which saves reading every output line from memory
 //! before writing it; each worker fences its stores before the call returns. A streaming
@@ -623,28 +624,8 @@ fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32]
     }
 }
 
-/// [`layer_norm_row`], through the AVX-512 output pass where the CPU has it.
-/// With `stream`, the output pass uses streaming stores (the caller fences).
-fn layer_norm_any(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64, stream: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx512() && !x.is_empty() {
-        #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-        unsafe fn stats(x: &[f32], eps: f64) -> (f32, f32) {
-            layer_norm_stats(x, eps)
-        }
-        // SAFETY: the CPU has AVX-512F (checked just above); `y` is at least as long as `x`
-        // (rows of the same length), and w and b were checked to the row length.
-        unsafe {
-            let (mean, inv) = stats(x, eps);
-            avx512::layer_norm_out(x, w, b, y, mean, inv, stream);
-        }
-        return;
-    }
-    dispatch_layer_norm(x, w, b, y, eps)
-}
-
 /// layer_norm of whole rows of `n > 0` (`y` gets them; `w`, `b` of length `n`), pipelined
-/// across rows where the CPU has AVX-512 (the same bits as [`layer_norm_any`]).
+/// across rows where the CPU has AVX-512 (the same bits as [`layer_norm_row`]).
 fn layer_norm_rows_into(
     x: &[f32],
     w: Option<&[f32]>,
@@ -660,8 +641,9 @@ fn layer_norm_rows_into(
         // n = 0) and w and b were checked to the row length.
         return unsafe { avx512::layer_norm_rows(x, w, b, y, n, eps, stream) };
     }
+    let _ = stream;
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
-        layer_norm_any(xr, w, b, yr, eps, stream);
+        dispatch_layer_norm(xr, w, b, yr, eps);
     }
 }
 
@@ -854,13 +836,13 @@ mod tests {
                     v[i]
                 );
             }
-            // layer_norm: the AVX-512 output pass computes the same f32 operations, so the
+            // layer_norm: the AVX-512 kernel computes the same f64 and f32 operations, so the
             // same bits, with and without weight and bias.
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
             let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
             for (w, b) in [(None, None), (Some(&w[..]), None), (Some(&w[..]), Some(&b[..]))] {
                 layer_norm_row(&row, w, b, &mut p, 1e-5);
-                layer_norm_any(&row, w, b, &mut v, 1e-5, false);
+                layer_norm_rows_into(&row, w, b, &mut v, n, 1e-5, false);
                 for i in 0..n {
                     assert!(
                         p[i].to_bits() == v[i].to_bits() || (p[i].is_nan() && v[i].is_nan()),
@@ -973,7 +955,7 @@ mod tests {
             for (wv, bv) in [(Some(&w[..]), Some(&b[..])), (Some(&w[..]), None), (None, None)] {
                 let mut want = vec![0f32; x.len()];
                 for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
-                    layer_norm_any(xr, wv, bv, yr, 1e-5, false);
+                    dispatch_layer_norm(xr, wv, bv, yr, 1e-5);
                 }
                 for (stream, shift) in PLACES {
                     let (mut buf, at) = shifted(x.len(), shift);
@@ -1043,8 +1025,8 @@ mod tests {
                 log_softmax_into(&row, c, false);
                 log_softmax_into(&row, s, true);
                 same(c, s, &format!("log_softmax of {n}, shift {shift}"));
-                layer_norm_any(&row, Some(&w), Some(&b), c, 1e-5, false);
-                layer_norm_any(&row, Some(&w), Some(&b), s, 1e-5, true);
+                layer_norm_rows_into(&row, Some(&w), Some(&b), c, n, 1e-5, false);
+                layer_norm_rows_into(&row, Some(&w), Some(&b), s, n, 1e-5, true);
                 same(c, s, &format!("layer_norm of {n}, shift {shift}"));
             }
         }

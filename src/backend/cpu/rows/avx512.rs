@@ -1,6 +1,7 @@
-//! Softmax and log_softmax with AVX-512 intrinsics: the portable functions' arithmetic, lane
-//! for lane (`exp_neg` bit for bit; the sums in another order), with masked tails; and
-//! layer_norm's output pass.
+//! The row kernels with AVX-512 intrinsics: softmax and log_softmax (the portable functions'
+//! arithmetic, lane for lane: `exp_neg` bit for bit, the sums in another order), layer_norm
+//! and rms_norm (the portable functions' bits), with masked tails, pipelined across the rows
+//! of a worker's run, and with streaming stores written as whole cache lines ([`RowOut`]).
 
 use std::arch::x86_64::*;
 
@@ -220,32 +221,6 @@ impl RowOut {
     }
 }
 
-/// layer_norm's output pass, `((x - mean) * inv) * w + b` lane for lane as
-/// `super::layer_norm_row` computes it; streaming stores with `stream`.
-///
-/// # Safety
-/// The CPU must have AVX-512F; `x`, `y` and the given `w`, `b` have the same length.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn layer_norm_out(
-    x: &[f32],
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
-    y: &mut [f32],
-    mean: f32,
-    inv: f32,
-    stream: bool,
-) {
-    let (xp, wp, bp) = (x.as_ptr(), w.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
-    let (mv, iv) = (_mm512_set1_ps(mean), _mm512_set1_ps(inv));
-    let (n, yp) = (x.len().min(y.len()), y.as_mut_ptr());
-    let prefetch = n <= PREFETCH_MAX;
-    write_row(yp, n, stream, |i, m| {
-        if prefetch {
-            next_row(xp, yp, n + i, stream);
-        }
-        norm_vec(xp, wp, bp, mv, iv, i, m)
-    });
-}
 /// `((x - mean) * inv) * w + b` for the lanes `m` of the 16 elements at `i` (0 elsewhere).
 #[inline(always)]
 unsafe fn norm_vec(
@@ -267,7 +242,7 @@ unsafe fn norm_vec(
     }
 }
 
-/// layer_norm of consecutive rows of `n > 0` (`w`, `b` of length `n`): `super::layer_norm_any`
+/// layer_norm of consecutive rows of `n > 0` (`w`, `b` of length `n`): `super::layer_norm_row`
 /// row by row, with the same bits, software-pipelined so that the output pass does not wait
 /// on the statistics' reduction. One pass over row `i` sums its statistics (in f64, lane for
 /// lane as `super::layer_norm_stats`) and writes row `i - 1`'s output; the last row's output
