@@ -221,27 +221,6 @@ impl RowOut {
     }
 }
 
-/// `((x - mean) * inv) * w + b` for the lanes `m` of the 16 elements at `i` (0 elsewhere).
-#[inline(always)]
-unsafe fn norm_vec(
-    xp: *const f32,
-    wp: Option<*const f32>,
-    bp: Option<*const f32>,
-    mv: __m512,
-    iv: __m512,
-    i: usize,
-    m: __mmask16,
-) -> __m512 {
-    let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp.add(i)), mv), iv);
-    match (wp, bp) {
-        (Some(w), Some(b)) => {
-            _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))), _mm512_maskz_loadu_ps(m, b.add(i)))
-        }
-        (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
-        _ => v,
-    }
-}
-
 /// layer_norm of consecutive rows of `n > 0` (`w`, `b` of length `n`): `super::layer_norm_row`
 /// row by row, with the same bits, software-pipelined so that the output pass does not wait
 /// on the statistics' reduction. One pass over row `i` sums its statistics (in f64, lane for
@@ -269,17 +248,26 @@ pub(super) unsafe fn layer_norm_rows(
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
     let (wp, bp) = (w.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
     let prefetch = n <= PREFETCH_MAX;
+    // Row `r`'s output, `((x - mean) * inv) * w + b`, for the lanes `m` of the 16 elements at
+    // `i` (0 elsewhere).
+    let normed = |r: usize, (mean, inv): (f32, f32)| {
+        let (rx, mv, iv) = (xp.add(r * n), _mm512_set1_ps(mean), _mm512_set1_ps(inv));
+        move |i: usize, m: __mmask16| {
+            let v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, rx.add(i)), mv), iv);
+            match (wp, bp) {
+                (Some(w), Some(b)) => _mm512_add_ps(
+                    _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+                    _mm512_maskz_loadu_ps(m, b.add(i)),
+                ),
+                (Some(w), None) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w.add(i))),
+                _ => v,
+            }
+        }
+    };
     let mut prev: Option<(f32, f32)> = None;
     let mut carry = None;
     for i in 0..rows {
-        let out = prev.map(|(mean, inv)| NormOut {
-            x: xp.add((i - 1) * n),
-            w: wp,
-            b: bp,
-            out: RowOut::new(yp.add((i - 1) * n), n, stream),
-            mean: _mm512_set1_ps(mean),
-            inv: _mm512_set1_ps(inv),
-        });
+        let out = prev.map(|stats| (RowOut::new(yp.add((i - 1) * n), n, stream), normed(i - 1, stats)));
         let ahead = prefetch.then(|| (xp.wrapping_add((i + 2) * n), (!stream).then(|| yp.add(i * n))));
         // Two copies of the pass, so that the plain one has no streaming branch in its loop
         // (it measured 5-10% slower with one).
@@ -290,28 +278,8 @@ pub(super) unsafe fn layer_norm_rows(
         };
         (prev, carry) = (Some(stats), rest);
     }
-    let (mean, inv) = prev.unwrap_or_default();
-    let (mv, iv) = (_mm512_set1_ps(mean), _mm512_set1_ps(inv));
-    let last = (rows - 1) * n;
-    let lx = xp.add(last);
-    RowOut::new(yp.add(last), n, stream).finish(0, carry, true, |i, m| norm_vec(lx, wp, bp, mv, iv, i, m));
-}
-
-/// Row `i - 1`'s output pass inside [`stats_pass`] over row `i`.
-struct NormOut {
-    x: *const f32,
-    w: Option<*const f32>,
-    b: Option<*const f32>,
-    out: RowOut,
-    mean: __m512,
-    inv: __m512,
-}
-
-impl NormOut {
-    #[inline(always)]
-    unsafe fn vec(&self, i: usize, m: __mmask16) -> __m512 {
-        norm_vec(self.x, self.w, self.b, self.mean, self.inv, i, m)
-    }
+    let last = rows - 1;
+    RowOut::new(yp.add(last * n), n, stream).finish(0, carry, true, normed(last, prev.unwrap_or_default()));
 }
 
 /// layer_norm's statistics of the row at `x` (`super::layer_norm_stats`, the same bits),
@@ -323,7 +291,7 @@ unsafe fn stats_pass<const STREAM: bool>(
     x: *const f32,
     n: usize,
     eps: f64,
-    out: Option<NormOut>,
+    out: Option<(RowOut, impl Fn(usize, __mmask16) -> __m512)>,
     ahead: Option<(*const f32, Option<*mut f32>)>,
     mut carry: Option<__m512>,
 ) -> ((f32, f32), Option<__m512>) {
@@ -350,19 +318,19 @@ unsafe fn stats_pass<const STREAM: bool>(
             s1[q] = _mm512_add_pd(s1[q], d);
             s2[q] = _mm512_fmadd_pd(d, d, s2[q]);
         }
-        if let Some(o) = &out {
+        if let Some((o, f)) = &out {
             if STREAM {
-                o.out.full(c, |p| o.vec(p, 0xffff));
-                o.out.full(c + W, |p| o.vec(p, 0xffff));
+                o.full(c, |p| f(p, 0xffff));
+                o.full(c + W, |p| f(p, 0xffff));
             } else {
-                _mm512_storeu_ps(o.out.y.add(c), o.vec(c, 0xffff));
-                _mm512_storeu_ps(o.out.y.add(c + W), o.vec(c + W, 0xffff));
+                _mm512_storeu_ps(o.y.add(c), f(c, 0xffff));
+                _mm512_storeu_ps(o.y.add(c + W), f(c + W, 0xffff));
             }
         }
         c += LANES;
     }
-    if let Some(o) = &out {
-        carry = o.out.finish(c, carry, false, |p, m| o.vec(p, m));
+    if let Some((o, f)) = &out {
+        carry = o.finish(c, carry, false, f);
     }
     let lanes = |v: [__m512d; 4]| {
         let mut a = [0f64; LANES];
