@@ -31,4 +31,4 @@ pub mod verify;
 pub use attrs::{write_float, AttrDefault, AttrError, AttrKind, AttrSpec, AttrValue, Attrs};
 pub use dtype::DType;
 pub use graph::{Blob, BlobId, Graph, GraphError, Node, Output, TensorType, Value};
-pub use shape::{Dim, DimError, Shape, Symbol};
+pub use shape::{Dim, DimError, Shape, SizeExpr, Symbol};

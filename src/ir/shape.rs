@@ -1,10 +1,30 @@
 //! Shapes whose dims are static or symbolic.
 //!
-//! A symbolic dim is a polynomial with integer coefficients over named symbols (`batch`,
-//! `seq`), kept in a canonical form (monomials sorted, zero terms dropped) so that two dims are
-//! equal exactly when their polynomials are: `batch*seq` equals `seq*batch`, and `2*n + 1`
-//! prints the same way whichever order it was built in. Products and sums are what reshape,
-//! flatten and concatenation need; exact division by a monomial recovers a dim from a product.
+//! A symbolic dim is an integer expression over named size symbols (`batch`, `seq`): a
+//! polynomial with integer coefficients whose factors ("atoms") are symbols or one of the
+//! operations a polynomial cannot express: floor division by a positive constant (`n / 2`),
+//! `min(a, b)` and `max(a, b)`. Ceil division and the remainder are written with them
+//! (`ceil(p / d) = (p + d - 1) / d`, `p mod d = p - d*(p / d)`). Convolution and pooling
+//! output sizes, `(n + 1) / 2` splits and clamped slice bounds are all of this form.
+//!
+//! Expressions are kept in a canonical form, so two dims are equal exactly when their forms
+//! are: `batch*seq` equals `seq*batch`, `(2*n + 2) / 2` is `n + 1`, `min(n, n + 1)` is `n`.
+//! The rules, applied while an expression is built:
+//! - a polynomial keeps its terms sorted and drops zero coefficients;
+//! - `p / d` splits off every multiple of `d` (`(2*n + 3) / 2 = n + 1 + 1 / 2 = n + 1`): the
+//!   numerator left has coefficients in `[0, d)`, and is `0` when it is a constant; a common
+//!   factor of that numerator and `d` is cancelled, and `(p / a) / b` is `p / (a*b)`;
+//! - `min` and `max` flatten nested calls of their own kind and drop repeated and dominated
+//!   arguments (an argument provably at least another for `min`).
+//!
+//! **Assumption:** every symbol is at least 1. Comparisons ([`Dim::prove_le`]) use it: they
+//! substitute `s = 1 + t` for each symbol (and each atom's lower bound likewise) and call an
+//! expression non-negative when every coefficient of the result is; sound, not complete.
+//!
+//! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative, or a size that
+//! overflows, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
+//! [`MAX_NODES`]): building a larger one is [`DimError::TooComplex`], so hostile input cannot
+//! make the algebra expand without limit.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,22 +35,41 @@ use smallvec::SmallVec;
 /// A named size symbol.
 pub type Symbol = Arc<str>;
 
-/// One dimension: a non-negative constant or a polynomial over symbols.
+/// Most terms one expression (or one argument inside it) may have.
+pub const MAX_TERMS: usize = 64;
+/// Most factors one term may have.
+pub const MAX_DEGREE: usize = 8;
+/// Most atoms and terms one expression may hold, nested ones included.
+pub const MAX_NODES: usize = 512;
+
+/// One dimension: a non-negative constant or a symbolic expression.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Dim(DimRepr);
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum DimRepr {
     Const(u64),
-    /// Canonical polynomial with at least one non-constant term.
-    Poly(Arc<Poly>),
+    /// Canonical expression with at least one non-constant term.
+    Expr(Arc<Poly>),
 }
 
-/// Monomial (sorted symbols, with repetition for powers) → coefficient. The empty monomial is
+/// Monomial (sorted atoms, with repetition for powers) → coefficient. The empty monomial is
 /// the constant term. No zero coefficients are stored.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
 struct Poly {
-    terms: BTreeMap<Vec<Symbol>, i64>,
+    terms: BTreeMap<Vec<Atom>, i64>,
+}
+
+/// A factor of a term.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+enum Atom {
+    Sym(Symbol),
+    /// `floor(p / d)` with `d >= 2` and `p` canonical for it (coefficients in `[0, d)`,
+    /// at least one non-constant term, no common factor with `d`).
+    FloorDiv(Arc<Poly>, u64),
+    /// At least two arguments, sorted, none dominated by another.
+    Min(Arc<[Poly]>),
+    Max(Arc<[Poly]>),
 }
 
 /// Why two dims could not be combined.
@@ -40,6 +79,8 @@ pub enum DimError {
     Negative,
     NotDivisible,
     UnboundSymbol(String),
+    /// The expression would exceed the size bounds of the algebra.
+    TooComplex,
 }
 
 impl std::error::Error for DimError {}
@@ -51,7 +92,422 @@ impl fmt::Display for DimError {
             DimError::Negative => write!(f, "dimension would be negative"),
             DimError::NotDivisible => write!(f, "dimension is not exactly divisible"),
             DimError::UnboundSymbol(s) => write!(f, "symbol `{s}` has no value"),
+            DimError::TooComplex => write!(
+                f,
+                "size expression too complex (more than {MAX_TERMS} terms, {MAX_DEGREE} factors in a term or {MAX_NODES} parts)"
+            ),
         }
+    }
+}
+
+fn ovf<T>(x: Option<T>) -> Result<T, DimError> {
+    x.ok_or(DimError::Overflow)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl Poly {
+    fn constant(c: i64) -> Poly {
+        let mut terms = BTreeMap::new();
+        if c != 0 {
+            terms.insert(Vec::new(), c);
+        }
+        Poly { terms }
+    }
+
+    fn atom(a: Atom) -> Poly {
+        Poly { terms: BTreeMap::from([(vec![a], 1)]) }
+    }
+
+    fn as_const(&self) -> Option<i64> {
+        match self.terms.len() {
+            0 => Some(0),
+            1 => self.terms.get(&Vec::new()).copied(),
+            _ => None,
+        }
+    }
+
+    /// The one atom of a polynomial that is exactly that atom.
+    fn single_atom(&self) -> Option<&Atom> {
+        match self.terms.iter().next() {
+            Some((m, 1)) if self.terms.len() == 1 && m.len() == 1 => Some(&m[0]),
+            _ => None,
+        }
+    }
+
+    fn add_term(&mut self, m: Vec<Atom>, c: i64) -> Result<(), DimError> {
+        if c == 0 {
+            return Ok(());
+        }
+        let e = self.terms.entry(m).or_insert(0);
+        *e = ovf(e.checked_add(c))?;
+        if *e == 0 {
+            self.terms.retain(|_, c| *c != 0);
+        }
+        Ok(())
+    }
+
+    fn add(&self, other: &Poly) -> Result<Poly, DimError> {
+        let mut out = self.clone();
+        for (m, &c) in &other.terms {
+            out.add_term(m.clone(), c)?;
+        }
+        out.check()
+    }
+
+    fn scale(&self, k: i64) -> Result<Poly, DimError> {
+        let mut out = Poly::default();
+        for (m, &c) in &self.terms {
+            out.add_term(m.clone(), ovf(c.checked_mul(k))?)?;
+        }
+        Ok(out)
+    }
+
+    fn sub(&self, other: &Poly) -> Result<Poly, DimError> {
+        self.add(&other.scale(-1)?)
+    }
+
+    fn mul(&self, other: &Poly) -> Result<Poly, DimError> {
+        if self.terms.len().saturating_mul(other.terms.len()) > MAX_TERMS * MAX_TERMS {
+            return Err(DimError::TooComplex);
+        }
+        let mut out = Poly::default();
+        for (ma, &ca) in &self.terms {
+            for (mb, &cb) in &other.terms {
+                if ma.len() + mb.len() > MAX_DEGREE {
+                    return Err(DimError::TooComplex);
+                }
+                let mut m: Vec<Atom> = ma.iter().chain(mb.iter()).cloned().collect();
+                m.sort();
+                out.add_term(m, ovf(ca.checked_mul(cb))?)?;
+            }
+        }
+        out.check()
+    }
+
+    /// The size bounds of the module doc.
+    fn check(self) -> Result<Poly, DimError> {
+        if self.terms.len() > MAX_TERMS || self.nodes() > MAX_NODES {
+            return Err(DimError::TooComplex);
+        }
+        Ok(self)
+    }
+
+    fn nodes(&self) -> usize {
+        self.terms.keys().map(|m| 1 + m.iter().map(Atom::nodes).sum::<usize>()).sum()
+    }
+
+    /// `floor(self / d)` in canonical form.
+    fn floor_div(&self, d: u64) -> Result<Poly, DimError> {
+        if d == 0 {
+            return Err(DimError::NotDivisible);
+        }
+        if d == 1 {
+            return Ok(self.clone());
+        }
+        let di = i64::try_from(d).map_err(|_| DimError::Overflow)?;
+        let (mut q, mut r) = (Poly::default(), Poly::default());
+        for (m, &c) in &self.terms {
+            q.add_term(m.clone(), c.div_euclid(di))?;
+            r.add_term(m.clone(), c.rem_euclid(di))?;
+        }
+        // A constant remainder lies in [0, d): its quotient is 0.
+        if r.as_const().is_some() {
+            return Ok(q);
+        }
+        let g = r.terms.values().fold(d, |g, &c| gcd(g, c.unsigned_abs()));
+        let (r, d) = if g > 1 { (r.div_coefficients(g as i64), d / g) } else { (r, d) };
+        if d == 1 {
+            return q.add(&r);
+        }
+        if let Some(Atom::FloorDiv(inner, a)) = r.single_atom() {
+            let ad = ovf(a.checked_mul(d))?;
+            return q.add(&inner.floor_div(ad)?);
+        }
+        q.add(&Poly::atom(Atom::FloorDiv(Arc::new(r), d)))
+    }
+
+    fn div_coefficients(&self, g: i64) -> Poly {
+        Poly { terms: self.terms.iter().map(|(m, &c)| (m.clone(), c / g)).collect() }
+    }
+
+    /// `min` (`is_min`) or `max` of `args`, in canonical form.
+    fn extremum(args: Vec<Poly>, is_min: bool) -> Result<Poly, DimError> {
+        let mut flat: Vec<Poly> = Vec::new();
+        for a in args {
+            match a.single_atom() {
+                Some(Atom::Min(inner)) if is_min => flat.extend(inner.iter().cloned()),
+                Some(Atom::Max(inner)) if !is_min => flat.extend(inner.iter().cloned()),
+                _ => flat.push(a),
+            }
+        }
+        flat.sort();
+        flat.dedup();
+        // Drop every argument another one provably bounds (the first of equal ones stays).
+        let mut keep = vec![true; flat.len()];
+        for i in 0..flat.len() {
+            for j in 0..flat.len() {
+                if i == j || !keep[j] || !keep[i] {
+                    continue;
+                }
+                // For min, i goes when j <= i; for max, when j >= i.
+                let diff = if is_min { flat[i].sub(&flat[j])? } else { flat[j].sub(&flat[i])? };
+                if diff.lower_bound().is_some_and(|lb| lb >= 0) {
+                    keep[i] = false;
+                }
+            }
+        }
+        let mut args: Vec<Poly> = flat.into_iter().zip(keep).filter_map(|(a, k)| k.then_some(a)).collect();
+        if args.len() == 1 {
+            return Ok(args.remove(0));
+        }
+        let args: Arc<[Poly]> = args.into();
+        Poly::atom(if is_min { Atom::Min(args) } else { Atom::Max(args) }).check()
+    }
+
+    /// A lower bound of the value over every assignment with each symbol at least 1, when
+    /// the substitution argument of the module doc finds one.
+    fn lower_bound(&self) -> Option<i128> {
+        // Each term c * Π x_i, with x_i = l_i + t_i (t_i >= 0), expands into a sum over the
+        // subsets S of its factors of c * Π_{i∉S} l_i * Π_{i∈S} t_i. The constant of the
+        // expansion is the bound when every other coefficient is non-negative.
+        let mut constant: i128 = 0;
+        let mut others: BTreeMap<Vec<&Atom>, i128> = BTreeMap::new();
+        let mut budget: usize = 1 << 12;
+        for (m, &c) in &self.terms {
+            let lbs: Vec<i128> = m.iter().map(Atom::lower_bound).collect::<Option<_>>()?;
+            let n = m.len();
+            budget = budget.checked_sub(1usize << n)?;
+            for subset in 0u32..(1u32 << n) {
+                let mut coef = c as i128;
+                let mut t: Vec<&Atom> = Vec::new();
+                for (i, a) in m.iter().enumerate() {
+                    if subset & (1 << i) != 0 {
+                        t.push(a);
+                    } else {
+                        coef = coef.checked_mul(lbs[i])?;
+                    }
+                }
+                if t.is_empty() {
+                    constant = constant.checked_add(coef)?;
+                } else {
+                    let e = others.entry(t).or_insert(0);
+                    *e = e.checked_add(coef)?;
+                }
+            }
+        }
+        others.values().all(|&c| c >= 0).then_some(constant)
+    }
+
+    fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
+        let mut total: i128 = 0;
+        for (m, &c) in &self.terms {
+            let mut v = c as i128;
+            for a in m {
+                v = ovf(v.checked_mul(a.eval(lookup)?))?;
+            }
+            total = ovf(total.checked_add(v))?;
+        }
+        // Sizes are at most i64::MAX; a larger intermediate could overflow a product later.
+        if total.unsigned_abs() > i64::MAX as u128 {
+            return Err(DimError::Overflow);
+        }
+        Ok(total)
+    }
+
+    fn symbols_into(&self, out: &mut Vec<Symbol>) {
+        for m in self.terms.keys() {
+            for a in m {
+                a.symbols_into(out);
+            }
+        }
+    }
+
+    /// Writes the polynomial in the text form's syntax.
+    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Highest-degree terms first, constant last: `2*batch*seq + seq - 1`. The text form
+        // has no unary minus, so the first positive term leads (`65537 - 320*n`), and `0`
+        // leads when there is none (`0 - n`).
+        if self.terms.is_empty() {
+            return f.write_str("0");
+        }
+        let mut terms: Vec<(&Vec<Atom>, &i64)> = self.terms.iter().collect();
+        terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
+        match terms.iter().position(|(_, c)| **c > 0) {
+            Some(lead) => {
+                let t = terms.remove(lead);
+                terms.insert(0, t);
+            }
+            None => f.write_str("0")?,
+        }
+        let zero_led = terms.first().is_some_and(|t| *t.1 < 0);
+        for (i, (m, c)) in terms.into_iter().enumerate() {
+            let neg = *c < 0;
+            let mag = c.unsigned_abs();
+            if i > 0 || zero_led {
+                f.write_str(if neg { " - " } else { " + " })?;
+            }
+            if m.is_empty() {
+                write!(f, "{mag}")?;
+                continue;
+            }
+            if mag != 1 {
+                write!(f, "{mag}*")?;
+            }
+            // A quotient is parenthesised unless it is the whole term: `3*(n / 2)`.
+            let alone = mag == 1 && m.len() == 1;
+            for (j, a) in m.iter().enumerate() {
+                if j > 0 {
+                    f.write_str("*")?;
+                }
+                a.write(f, alone)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Atom {
+    fn nodes(&self) -> usize {
+        match self {
+            Atom::Sym(_) => 1,
+            Atom::FloorDiv(p, _) => 1 + p.nodes(),
+            Atom::Min(args) | Atom::Max(args) => 1 + args.iter().map(Poly::nodes).sum::<usize>(),
+        }
+    }
+
+    fn lower_bound(&self) -> Option<i128> {
+        match self {
+            Atom::Sym(_) => Some(1),
+            Atom::FloorDiv(p, d) => p.lower_bound().map(|l| l.div_euclid(*d as i128)),
+            Atom::Min(args) => args.iter().map(Poly::lower_bound).collect::<Option<Vec<_>>>()?.into_iter().min(),
+            Atom::Max(args) => args.iter().filter_map(Poly::lower_bound).max(),
+        }
+    }
+
+    fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
+        match self {
+            Atom::Sym(s) => {
+                let v = lookup(s).ok_or_else(|| DimError::UnboundSymbol(s.to_string()))?;
+                Ok(v as i128)
+            }
+            Atom::FloorDiv(p, d) => Ok(p.eval(lookup)?.div_euclid(*d as i128)),
+            Atom::Min(args) | Atom::Max(args) => {
+                let vals = args.iter().map(|a| a.eval(lookup)).collect::<Result<Vec<_>, _>>()?;
+                let pick = if matches!(self, Atom::Min(_)) { vals.iter().min() } else { vals.iter().max() };
+                pick.copied().ok_or(DimError::Overflow)
+            }
+        }
+    }
+
+    fn symbols_into(&self, out: &mut Vec<Symbol>) {
+        match self {
+            Atom::Sym(s) => out.push(s.clone()),
+            Atom::FloorDiv(p, _) => p.symbols_into(out),
+            Atom::Min(args) | Atom::Max(args) => args.iter().for_each(|a| a.symbols_into(out)),
+        }
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>, alone: bool) -> fmt::Result {
+        match self {
+            Atom::Sym(s) => f.write_str(s),
+            Atom::FloorDiv(p, d) => {
+                if !alone {
+                    f.write_str("(")?;
+                }
+                let wrap = p.terms.len() > 1;
+                if wrap {
+                    f.write_str("(")?;
+                }
+                p.write(f)?;
+                if wrap {
+                    f.write_str(")")?;
+                }
+                write!(f, " / {d}")?;
+                if !alone {
+                    f.write_str(")")?;
+                }
+                Ok(())
+            }
+            Atom::Min(args) | Atom::Max(args) => {
+                f.write_str(if matches!(self, Atom::Min(_)) { "min(" } else { "max(" })?;
+                // Constants last: `min(n, 512)`.
+                let (consts, exprs): (Vec<&Poly>, Vec<&Poly>) = args.iter().partition(|a| a.as_const().is_some());
+                for (i, a) in exprs.into_iter().chain(consts).enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    a.write(f)?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+/// A signed size expression: the algebra of [`Dim`] without the requirement that the value
+/// be non-negative, for arithmetic whose intermediate results may be negative constants
+/// (`max(5 - a, 0 - 2)` parses through it). [`SizeExpr::to_dim`] makes it a dim.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SizeExpr(Poly);
+
+impl SizeExpr {
+    pub fn constant(c: i64) -> SizeExpr {
+        SizeExpr(Poly::constant(c))
+    }
+
+    pub fn from_dim(d: &Dim) -> Result<SizeExpr, DimError> {
+        d.poly().map(SizeExpr)
+    }
+
+    /// The dim; an error for a negative constant.
+    pub fn to_dim(&self) -> Result<Dim, DimError> {
+        Dim::from_poly(self.0.clone())
+    }
+
+    pub fn as_const(&self) -> Option<i64> {
+        self.0.as_const()
+    }
+
+    pub fn add(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {
+        self.0.add(&other.0).map(SizeExpr)
+    }
+
+    pub fn sub(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {
+        self.0.sub(&other.0).map(SizeExpr)
+    }
+
+    pub fn mul(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {
+        self.0.mul(&other.0).map(SizeExpr)
+    }
+
+    /// `floor(self / d)` for a positive constant `d`.
+    pub fn floor_div(&self, d: u64) -> Result<SizeExpr, DimError> {
+        self.0.floor_div(d).map(SizeExpr)
+    }
+
+    pub fn min(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {
+        Poly::extremum(vec![self.0.clone(), other.0.clone()], true).map(SizeExpr)
+    }
+
+    pub fn max(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {
+        Poly::extremum(vec![self.0.clone(), other.0.clone()], false).map(SizeExpr)
+    }
+
+    /// Evaluates the expression given values for its symbols.
+    pub fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i64, DimError> {
+        Ok(self.0.eval(lookup)? as i64)
+    }
+}
+
+impl fmt::Display for SizeExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write(f)
     }
 }
 
@@ -61,16 +517,14 @@ impl Dim {
     }
 
     pub fn sym(name: &str) -> Dim {
-        let mut terms = BTreeMap::new();
-        terms.insert(vec![Symbol::from(name)], 1);
-        Dim(DimRepr::Poly(Arc::new(Poly { terms })))
+        Dim(DimRepr::Expr(Arc::new(Poly::atom(Atom::Sym(Symbol::from(name))))))
     }
 
     /// The constant value, if the dim is static.
     pub fn as_const(&self) -> Option<u64> {
         match &self.0 {
             DimRepr::Const(n) => Some(*n),
-            DimRepr::Poly(_) => None,
+            DimRepr::Expr(_) => None,
         }
     }
 
@@ -78,72 +532,48 @@ impl Dim {
         self.as_const().is_some()
     }
 
-    fn to_terms(&self) -> Result<BTreeMap<Vec<Symbol>, i64>, DimError> {
-        Ok(match &self.0 {
-            DimRepr::Const(0) => BTreeMap::new(),
-            DimRepr::Const(n) => {
-                let n = i64::try_from(*n).map_err(|_| DimError::Overflow)?;
-                BTreeMap::from([(Vec::new(), n)])
-            }
-            DimRepr::Poly(p) => p.terms.clone(),
-        })
+    fn poly(&self) -> Result<Poly, DimError> {
+        match &self.0 {
+            DimRepr::Const(n) => Ok(Poly::constant(i64::try_from(*n).map_err(|_| DimError::Overflow)?)),
+            DimRepr::Expr(p) => Ok((**p).clone()),
+        }
     }
 
-    fn from_terms(mut terms: BTreeMap<Vec<Symbol>, i64>) -> Result<Dim, DimError> {
-        terms.retain(|_, c| *c != 0);
-        if terms.keys().all(|m| m.is_empty()) {
-            let c = terms.get(&Vec::new()).copied().unwrap_or(0);
-            return u64::try_from(c).map(Dim::new).map_err(|_| DimError::Negative);
+    /// A dim from a canonical polynomial: an error for a negative constant.
+    fn from_poly(p: Poly) -> Result<Dim, DimError> {
+        match p.as_const() {
+            Some(c) => u64::try_from(c).map(Dim::new).map_err(|_| DimError::Negative),
+            None => Ok(Dim(DimRepr::Expr(Arc::new(p.check()?)))),
         }
-        // A polynomial is allowed negative coefficients (`seq - 1`), but a leading
-        // term must be positive for the dim to be non-negative for large symbol values.
-        Ok(Dim(DimRepr::Poly(Arc::new(Poly { terms }))))
     }
 
     pub fn add(&self, other: &Dim) -> Result<Dim, DimError> {
         if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
             return a.checked_add(b).map(Dim::new).ok_or(DimError::Overflow);
         }
-        let mut terms = self.to_terms()?;
-        for (m, c) in other.to_terms()? {
-            let e = terms.entry(m).or_insert(0);
-            *e = e.checked_add(c).ok_or(DimError::Overflow)?;
-        }
-        Dim::from_terms(terms)
+        Dim::from_poly(self.poly()?.add(&other.poly()?)?)
     }
 
-    /// `self - other`; an error when the result is a negative constant.
+    /// `self - other`; an error when the result is a negative constant. A symbolic result
+    /// may still be negative for some symbol values (`seq - 1` at `seq = 0`): evaluating it
+    /// there is the error.
     pub fn sub(&self, other: &Dim) -> Result<Dim, DimError> {
         if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
             return a.checked_sub(b).map(Dim::new).ok_or(DimError::Negative);
         }
-        let mut terms = self.to_terms()?;
-        for (m, c) in other.to_terms()? {
-            let e = terms.entry(m).or_insert(0);
-            *e = e.checked_sub(c).ok_or(DimError::Overflow)?;
-        }
-        Dim::from_terms(terms)
+        Dim::from_poly(self.poly()?.sub(&other.poly()?)?)
     }
 
     pub fn mul(&self, other: &Dim) -> Result<Dim, DimError> {
         if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
             return a.checked_mul(b).map(Dim::new).ok_or(DimError::Overflow);
         }
-        let mut terms: BTreeMap<Vec<Symbol>, i64> = BTreeMap::new();
-        for (ma, ca) in self.to_terms()? {
-            for (mb, cb) in other.to_terms()? {
-                let mut m: Vec<Symbol> = ma.iter().chain(mb.iter()).cloned().collect();
-                m.sort();
-                let c = ca.checked_mul(cb).ok_or(DimError::Overflow)?;
-                let e = terms.entry(m).or_insert(0);
-                *e = e.checked_add(c).ok_or(DimError::Overflow)?;
-            }
-        }
-        Dim::from_terms(terms)
+        Dim::from_poly(self.poly()?.mul(&other.poly()?)?)
     }
 
-    /// Exact division by a dim that is a single monomial (a constant, a symbol, or a product
-    /// of them times a constant): every term of `self` must be divisible by it.
+    /// Exact division by a dim that is a single monomial (a constant, a symbol or another
+    /// atom, or a product of them times a constant): every term of `self` must be divisible
+    /// by it.
     pub fn div_exact(&self, divisor: &Dim) -> Result<Dim, DimError> {
         if let (Some(a), Some(b)) = (self.as_const(), divisor.as_const()) {
             if b == 0 || a % b != 0 {
@@ -151,32 +581,99 @@ impl Dim {
             }
             return Ok(Dim::new(a / b));
         }
-        let div_terms = divisor.to_terms()?;
-        if div_terms.len() != 1 {
+        let div = divisor.poly()?;
+        if div.terms.len() != 1 {
             return Err(DimError::NotDivisible);
         }
-        let (dm, dc) = div_terms.into_iter().next().ok_or(DimError::NotDivisible)?;
-        let mut out = BTreeMap::new();
-        for (m, c) in self.to_terms()? {
+        let (dm, &dc) = div.terms.iter().next().ok_or(DimError::NotDivisible)?;
+        let mut out = Poly::default();
+        for (m, &c) in &self.poly()?.terms {
             if c % dc != 0 {
                 return Err(DimError::NotDivisible);
             }
             let mut rest = m.clone();
-            for s in &dm {
-                let pos = rest.iter().position(|r| r == s).ok_or(DimError::NotDivisible)?;
+            for a in dm {
+                let pos = rest.iter().position(|r| r == a).ok_or(DimError::NotDivisible)?;
                 rest.remove(pos);
             }
-            out.insert(rest, c / dc);
+            out.add_term(rest, c / dc)?;
         }
-        Dim::from_terms(out)
+        Dim::from_poly(out)
+    }
+
+    /// `floor(self / divisor)`. The divisor must be a positive constant, or divide `self`
+    /// exactly ([`Dim::div_exact`]).
+    pub fn floor_div(&self, divisor: &Dim) -> Result<Dim, DimError> {
+        match divisor.as_const() {
+            Some(0) => Err(DimError::NotDivisible),
+            Some(d) => match self.as_const() {
+                Some(a) => Ok(Dim::new(a / d)),
+                None => Dim::from_poly(self.poly()?.floor_div(d)?),
+            },
+            None => self.div_exact(divisor),
+        }
+    }
+
+    /// `ceil(self / divisor)`, under the same conditions as [`Dim::floor_div`].
+    pub fn ceil_div(&self, divisor: &Dim) -> Result<Dim, DimError> {
+        match divisor.as_const() {
+            Some(0) => Err(DimError::NotDivisible),
+            Some(d) => self.add(&Dim::new(d - 1))?.floor_div(divisor),
+            None => self.div_exact(divisor),
+        }
+    }
+
+    /// `self mod divisor` (the remainder of [`Dim::floor_div`]).
+    pub fn rem(&self, divisor: &Dim) -> Result<Dim, DimError> {
+        self.sub(&self.floor_div(divisor)?.mul(divisor)?)
+    }
+
+    pub fn min(&self, other: &Dim) -> Result<Dim, DimError> {
+        if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
+            return Ok(Dim::new(a.min(b)));
+        }
+        Dim::from_poly(Poly::extremum(vec![self.poly()?, other.poly()?], true)?)
+    }
+
+    pub fn max(&self, other: &Dim) -> Result<Dim, DimError> {
+        if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
+            return Ok(Dim::new(a.max(b)));
+        }
+        Dim::from_poly(Poly::extremum(vec![self.poly()?, other.poly()?], false)?)
+    }
+
+    /// Whether `self <= other` for every value of the symbols (each at least 1):
+    /// `Some(true)` when provably so, `Some(false)` when provably not, `None` when the
+    /// algebra cannot tell.
+    pub fn prove_le(&self, other: &Dim) -> Option<bool> {
+        if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
+            return Some(a <= b);
+        }
+        let (a, b) = (self.poly().ok()?, other.poly().ok()?);
+        if b.sub(&a).ok()?.lower_bound().is_some_and(|l| l >= 0) {
+            return Some(true);
+        }
+        if a.sub(&b).ok()?.lower_bound().is_some_and(|l| l >= 1) {
+            return Some(false);
+        }
+        None
+    }
+
+    /// A lower bound of the dim over every value of its symbols (each at least 1), when the
+    /// algebra finds one: `n` for `n`, `1` for `(n + 1) / 2`, `None` for `n - 3`.
+    pub fn lower_bound(&self) -> Option<i128> {
+        match &self.0 {
+            DimRepr::Const(n) => Some(*n as i128),
+            DimRepr::Expr(p) => p.lower_bound(),
+        }
     }
 
     /// The symbols this dim mentions.
     pub fn symbols(&self) -> Vec<Symbol> {
-        let mut out: Vec<Symbol> = match &self.0 {
-            DimRepr::Const(_) => Vec::new(),
-            DimRepr::Poly(p) => p.terms.keys().flatten().cloned().collect(),
-        };
+        let mut out = Vec::new();
+        if let DimRepr::Expr(p) = &self.0 {
+            p.symbols_into(&mut out);
+        }
         out.sort();
         out.dedup();
         out
@@ -185,11 +682,11 @@ impl Dim {
     /// If the dim is exactly one symbol, its name.
     pub fn as_symbol(&self) -> Option<&Symbol> {
         match &self.0 {
-            DimRepr::Poly(p) if p.terms.len() == 1 => {
-                let (m, c) = p.terms.iter().next()?;
-                (m.len() == 1 && *c == 1).then(|| &m[0])
-            }
-            _ => None,
+            DimRepr::Expr(p) => match p.single_atom() {
+                Some(Atom::Sym(s)) => Some(s),
+                _ => None,
+            },
+            DimRepr::Const(_) => None,
         }
     }
 
@@ -197,20 +694,12 @@ impl Dim {
     pub fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<u64, DimError> {
         match &self.0 {
             DimRepr::Const(n) => Ok(*n),
-            DimRepr::Poly(p) => {
-                let mut total: i128 = 0;
-                for (m, c) in &p.terms {
-                    let mut v: i128 = *c as i128;
-                    for s in m {
-                        let x = lookup(s).ok_or_else(|| DimError::UnboundSymbol(s.to_string()))?;
-                        v = v.checked_mul(x as i128).ok_or(DimError::Overflow)?;
-                    }
-                    total = total.checked_add(v).ok_or(DimError::Overflow)?;
-                }
-                if total < 0 {
+            DimRepr::Expr(p) => {
+                let v = p.eval(lookup)?;
+                if v < 0 {
                     return Err(DimError::Negative);
                 }
-                u64::try_from(total).map_err(|_| DimError::Overflow)
+                u64::try_from(v).map_err(|_| DimError::Overflow)
             }
         }
     }
@@ -232,42 +721,7 @@ impl fmt::Display for Dim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             DimRepr::Const(n) => write!(f, "{n}"),
-            DimRepr::Poly(p) => {
-                // Highest-degree terms first, constant last: `2*batch*seq + seq - 1`. The text
-                // form has no unary minus, so the first positive term leads (`65537 - 320*n`),
-                // and `0` leads when there is none (`0 - n`).
-                let mut terms: Vec<(&Vec<Symbol>, &i64)> = p.terms.iter().collect();
-                terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
-                match terms.iter().position(|(_, c)| **c > 0) {
-                    Some(lead) => {
-                        let t = terms.remove(lead);
-                        terms.insert(0, t);
-                    }
-                    None => f.write_str("0")?,
-                }
-                let zero_led = terms.first().is_some_and(|t| *t.1 < 0);
-                for (i, (m, c)) in terms.into_iter().enumerate() {
-                    let neg = *c < 0;
-                    let mag = c.unsigned_abs();
-                    if i > 0 || zero_led {
-                        f.write_str(if neg { " - " } else { " + " })?;
-                    }
-                    if m.is_empty() {
-                        write!(f, "{mag}")?;
-                        continue;
-                    }
-                    if mag != 1 {
-                        write!(f, "{mag}*")?;
-                    }
-                    for (j, s) in m.iter().enumerate() {
-                        if j > 0 {
-                            f.write_str("*")?;
-                        }
-                        f.write_str(s)?;
-                    }
-                }
-                Ok(())
-            }
+            DimRepr::Expr(p) => p.write(f),
         }
     }
 }

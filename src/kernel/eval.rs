@@ -1046,7 +1046,8 @@ pub fn bind_inputs(
             let lookup = |s: &str| pos(s).and_then(|i| values[i]);
             match d.eval(&lookup) {
                 Ok(n) if n == got as u64 => {}
-                Ok(_) | Err(DimError::Negative | DimError::Overflow | DimError::NotDivisible) => {
+                Ok(_)
+                | Err(DimError::Negative | DimError::Overflow | DimError::NotDivisible | DimError::TooComplex) => {
                     return Err(GuardError::Dim {
                         name: g.name.clone(),
                         expected: crate::ir::Shape(g.dims.iter().cloned().collect()).to_string(),

@@ -150,7 +150,7 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             out.push(Token { tok: Tok::Ident(chars[start..i].iter().collect()), line: tl, col: tc });
             continue;
         }
-        if "(){}[],=:*+-".contains(c) {
+        if "(){}[],=:*+-/".contains(c) {
             advance(1, &mut i, &mut col);
             out.push(Token { tok: Tok::Punct(c), line: tl, col: tc });
             continue;

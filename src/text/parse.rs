@@ -6,7 +6,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::lexer::{lex, Tok, Token};
-use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
+use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, SizeExpr, TensorType, Value};
 use crate::ops::OpKind;
 use crate::tensor::{checked_numel, Tensor, TensorData};
 
@@ -33,14 +33,20 @@ const MAX_BLOB_ELEMENTS: usize = 1 << 26;
 /// Parses one graph (with its blobs) from text.
 pub fn parse(src: &str) -> Result<Graph, ParseError> {
     let tokens = lex(src)?;
-    let mut p = Parser { tokens, pos: 0 };
+    let mut p = Parser { tokens, pos: 0, dim_depth: 0 };
     p.file()
 }
 
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// Nesting of parentheses and calls in the dim being parsed (bounded by
+    /// [`MAX_DIM_NESTING`], so hostile text cannot exhaust the stack).
+    dim_depth: usize,
 }
+
+/// Deepest nesting of parentheses and `min`/`max` calls a dim may have.
+pub const MAX_DIM_NESTING: usize = 64;
 
 impl Parser {
     fn peek(&self) -> &Token {
@@ -341,10 +347,17 @@ impl Parser {
         Ok(TensorType::new(dtype, Shape(dims.into())))
     }
 
-    /// A dim: a sum of products of integers and symbols (`2*batch*seq + 1`, `seq - 1`).
+    /// A dim: a sum of products of integers, symbols, floor quotients by positive integers,
+    /// `min(...)` and `max(...)` (`2*batch*seq + 1`, `seq - 1`, `(n + 1) / 2`, `min(n, 512)`).
     fn dim_expr(&mut self) -> Result<Dim, ParseError> {
-        let start = self.peek().clone();
-        let mut acc = self.dim_term()?;
+        let at = self.peek().clone();
+        let e = self.size_expr()?;
+        e.to_dim().map_err(|err| self.error_at(&at, err.to_string()))
+    }
+
+    /// A dim's expression, signed on the way (`max(5 - a, 0 - 2)`).
+    fn size_expr(&mut self) -> Result<SizeExpr, ParseError> {
+        let mut acc = self.size_term()?;
         loop {
             let at = self.peek().clone();
             let sub = if self.eat_punct('+') {
@@ -354,30 +367,64 @@ impl Parser {
             } else {
                 break;
             };
-            let rhs = self.dim_term()?;
+            let rhs = self.size_term()?;
             acc = if sub { acc.sub(&rhs) } else { acc.add(&rhs) }.map_err(|e| self.error_at(&at, e.to_string()))?;
         }
-        let _ = start;
         Ok(acc)
     }
 
-    fn dim_term(&mut self) -> Result<Dim, ParseError> {
-        let mut acc = self.dim_factor()?;
-        while self.peek().tok == Tok::Punct('*') {
-            let at = self.next();
-            let rhs = self.dim_factor()?;
-            acc = acc.mul(&rhs).map_err(|e| self.error_at(&at, e.to_string()))?;
+    fn size_term(&mut self) -> Result<SizeExpr, ParseError> {
+        let mut acc = self.size_factor()?;
+        loop {
+            let at = self.peek().clone();
+            if self.eat_punct('*') {
+                let rhs = self.size_factor()?;
+                acc = acc.mul(&rhs).map_err(|e| self.error_at(&at, e.to_string()))?;
+            } else if self.eat_punct('/') {
+                let t = self.next();
+                let Tok::Int(d) = t.tok else {
+                    self.pos -= 1;
+                    return Err(self.expected("a positive integer divisor"));
+                };
+                if d == 0 {
+                    return Err(self.error_at(&t, "division of a dim by zero"));
+                }
+                acc = acc.floor_div(d).map_err(|e| self.error_at(&at, e.to_string()))?;
+            } else {
+                return Ok(acc);
+            }
         }
-        Ok(acc)
     }
 
-    fn dim_factor(&mut self) -> Result<Dim, ParseError> {
+    fn size_factor(&mut self) -> Result<SizeExpr, ParseError> {
         let t = self.next();
-        match t.tok {
-            Tok::Int(n) => Ok(Dim::new(n)),
-            Tok::Ident(s) => Ok(Dim::sym(&s)),
+        let nested = matches!(&t.tok, Tok::Punct('('))
+            || matches!(&t.tok, Tok::Ident(s) if (s == "min" || s == "max") && self.peek().tok == Tok::Punct('('));
+        if nested {
+            if self.dim_depth >= MAX_DIM_NESTING {
+                return Err(self.error_at(&t, format!("dim nested deeper than {MAX_DIM_NESTING} levels")));
+            }
+            self.dim_depth += 1;
+        }
+        let out = match t.tok.clone() {
+            Tok::Int(n) => {
+                i64::try_from(n).map(SizeExpr::constant).map_err(|_| self.error_at(&t, "dim overflows 2^63 - 1"))
+            }
+            Tok::Ident(s) if nested => {
+                self.expect_punct('(')?;
+                let mut acc = self.size_expr()?;
+                while self.eat_punct(',') {
+                    let at = self.peek().clone();
+                    let rhs = self.size_expr()?;
+                    acc = if s == "min" { acc.min(&rhs) } else { acc.max(&rhs) }
+                        .map_err(|e| self.error_at(&at, e.to_string()))?;
+                }
+                self.expect_punct(')')?;
+                Ok(acc)
+            }
+            Tok::Ident(s) => SizeExpr::from_dim(&Dim::sym(&s)).map_err(|e| self.error_at(&t, e.to_string())),
             Tok::Punct('(') => {
-                let d = self.dim_expr()?;
+                let d = self.size_expr()?;
                 self.expect_punct(')')?;
                 Ok(d)
             }
@@ -385,7 +432,11 @@ impl Parser {
                 self.pos -= 1;
                 Err(self.expected("a dim (an integer or a symbol)"))
             }
+        };
+        if nested {
+            self.dim_depth -= 1;
         }
+        out
     }
 
     fn value_name(&mut self, what: &str) -> Result<(String, Token), ParseError> {
