@@ -219,7 +219,7 @@ fn hostile_sizes_are_bounded() {
         }
     }
     assert!(refused);
-    let text = format!("graph g(%x: f32[{}]) {{\n  return %x\n}}\n", vec!["(a+b+c+d+e+f+g+h+i+j)"; 8].join("*"));
+    let text = format!("graph g(%x: f32[{}]) {{\n  return %x\n}}\n", ["(a+b+c+d+e+f+g+h+i+j)"; 8].join("*"));
     let err = ladder::text::parse(&text).unwrap_err();
     assert!(err.to_string().contains("too complex"), "{err}");
     let deep = format!("graph g(%x: f32[{}n{}]) {{\n  return %x\n}}\n", "(".repeat(10_000), ")".repeat(10_000));
