@@ -190,6 +190,8 @@ pub fn random_attr(src: &mut Source, kind: AttrKind) -> AttrValue {
                     .collect(),
             )
         }
+        // Random graphs bind no symbols of their own: their slice bounds are constants.
+        AttrKind::Size => AttrValue::Int(small_int(src)),
         AttrKind::DType => AttrValue::DType(random_dtype(src)),
         AttrKind::Str => AttrValue::Str(src.choose(&STRINGS).to_string()),
     }

@@ -416,10 +416,13 @@ fn conv_symbolic_shapes() {
     let out = run(src, &[f32t(&[1, 1, 3, 4], &iota(12)), f32t(&[1, 1, 2, 3], &[1.; 6])]).unwrap();
     assert_eq!(out.outputs[0].shape(), &[1, 1, 2, 2]);
     assert_eq!(out.outputs[0].to_f64_vec(), vec![24., 30., 48., 54.]);
-    assert_bad(
-        "graph g(%x: f32[1, 1, h, 4], %w: f32[1, 1, 2, 2]) {\n  %y = conv2d(%x, %w) {stride=[2, 2]}\n  return %y\n}",
-        "must be static",
-    );
+    // Other strides: a floor quotient, evaluated at run time (h = 5: 2 rows).
+    let src =
+        "graph g(%x: f32[1, 1, h, 4], %w: f32[1, 1, 2, 2]) {\n  %y = conv2d(%x, %w) {stride=[2, 2]}\n  return %y\n}";
+    assert_eq!(out_type(src), "f32[1, 1, h / 2, 2]");
+    let out = run(src, &[f32t(&[1, 1, 5, 4], &iota(20)), f32t(&[1, 1, 2, 2], &[1.; 4])]).unwrap();
+    assert_eq!(out.outputs[0].shape(), &[1, 1, 2, 2]);
+    assert_eq!(out.outputs[0].to_f64_vec(), vec![14., 22., 46., 54.]);
     assert_bad("graph g(%x: f32[1, 1, 4, 4], %w: f32[1, 1, k, 2]) {\n  %y = conv2d(%x, %w)\n  return %y\n}", "static");
 }
 
@@ -613,13 +616,16 @@ fn pools_symbolic_shapes() {
     assert_eq!(out_type(src), "f32[batch, c, 2, 2]");
     let src = "graph g(%x: f32[batch, 3, 4, 4]) {\n  %y = avg_pool2d(%x) {kernel=[3, 3], stride=[1, 1], padding=[1, 1]}\n  return %y\n}";
     assert_eq!(out_type(src), "f32[batch, 3, 4, 4]");
-    // Stride 1 on a symbolic dim is a polynomial; otherwise the dim must be static.
+    // Stride 1 on a symbolic dim is a polynomial; other strides a floor quotient, and ceil
+    // mode keeps only windows that start inside the input.
     let src = "graph g(%x: f32[1, 1, h, 4]) {\n  %y = max_pool2d(%x) {kernel=[3, 2], stride=[1, 2]}\n  return %y\n}";
     assert_eq!(out_type(src), "f32[1, 1, h - 2, 2]");
-    assert_bad(
-        "graph g(%x: f32[1, 1, h, 4]) {\n  %y = max_pool2d(%x) {kernel=[2, 2]}\n  return %y\n}",
-        "must be static",
-    );
+    let src = "graph g(%x: f32[1, 1, h, 4]) {\n  %y = max_pool2d(%x) {kernel=[2, 2]}\n  return %y\n}";
+    assert_eq!(out_type(src), "f32[1, 1, h / 2, 2]");
+    let src = "graph g(%x: f32[1, 1, h, 4]) {\n  %y = max_pool2d(%x) {kernel=[2, 2], ceil_mode=true}\n  return %y\n}";
+    assert_eq!(out_type(src), "f32[1, 1, (h + 1) / 2, 2]");
+    let out = run(src, &[f32t(&[1, 1, 3, 4], &iota(12))]).unwrap();
+    assert_eq!(out.outputs[0].to_f64_vec(), vec![6., 8., 10., 12.]);
     // A batch of 2 bound at run time.
     let src = "graph g(%x: f32[batch, 1, 2, 2]) {\n  %y = avg_pool2d(%x) {kernel=[2, 2]}\n  return %y\n}";
     let out = run(src, &[f32t(&[2, 1, 2, 2], &iota(8))]).unwrap();

@@ -89,6 +89,7 @@ fn default_json(a: &AttrSpec) -> Json {
             };
             Json::Array(v.iter().map(dim).collect())
         }
+        AttrValue::Size(e) => json!(e.to_string()),
         AttrValue::DType(d) => json!(d.name()),
         AttrValue::Str(s) => json!(s),
     }

@@ -34,7 +34,7 @@
 
 use super::norm::{unsupported, widen};
 use super::{DecompError, DecompFn, Emitter};
-use crate::ir::{AttrValue, DType, Dim, Node, Shape, Value};
+use crate::ir::{AttrValue, DType, Dim, Node, Shape, SizeExpr, Value};
 use crate::ops::OpKind;
 
 /// The decomposition of `op`, if this family has one.
@@ -187,9 +187,11 @@ fn pool_windows(node: &Node, input: &Shape) -> Result<[Win; 2], DecompError> {
         let extra = match (out.as_const(), input.dims()[r - 2 + d].as_const()) {
             (Some(o), Some(n)) if o > 0 => ((o - 1) * stride + extent).saturating_sub(n + 2 * pad),
             (Some(_), Some(_)) => 0,
-            // Symbolic: the op allows only stride 1, where windows never pass the padding.
-            _ if stride == 1 => 0,
-            _ => return Err(unsupported(op, "a symbolic spatial dim needs stride 1")),
+            // Symbolic: in ceil mode the last window may pass the padding by up to
+            // `stride - 1` (it starts inside the input or its leading padding); otherwise
+            // every window fits.
+            _ if attrs.bool("ceil_mode") => stride - 1,
+            _ => 0,
         };
         Ok(Win { kernel, stride, dilation, pad, extra, out })
     };
@@ -241,9 +243,20 @@ fn window_reduce(e: &mut Emitter, x: Value, axis: usize, w: &Win, op: OpKind) ->
             _ if whole => x,
             Some(0) => e.slice(x, axis, start, start, 1)?,
             Some(o) => e.slice(x, axis, start, start + ((o - 1) * w.stride) as i64 + 1, w.stride as i64)?,
-            None => {
+            None if w.stride == 1 && w.extra == 0 => {
                 let back = (w.extent() - 1 - a * w.dilation) as i64;
                 e.slice(x, axis, start, if back == 0 { i64::MAX } else { -back }, 1)?
+            }
+            None => {
+                // start + (out - 1) * stride + 1, a size expression.
+                let size_err = |err: crate::ir::DimError| unsupported("pool", err.to_string());
+                let c = SizeExpr::constant;
+                let end = SizeExpr::from_dim(&w.out)
+                    .and_then(|o| o.sub(&c(1)))
+                    .and_then(|o| o.mul(&c(w.stride as i64)))
+                    .and_then(|o| o.add(&c(start + 1)))
+                    .map_err(size_err)?;
+                e.slice_sym(x, axis, c(start), end, w.stride as i64)?
             }
         };
         acc = Some(match acc {

@@ -12,7 +12,7 @@
 //! softmax, a sound variance, stable sigmoid and softplus); `tests/numerics.rs` holds each to
 //! the tolerance table against the op evaluated in f64.
 
-use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, GraphError, Node, Shape, TensorType, Value};
+use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, GraphError, Node, Shape, SizeExpr, TensorType, Value};
 use crate::ops::util::broadcast_shapes;
 use crate::ops::{check_explicit, OpError, OpKind, Rung};
 
@@ -225,6 +225,31 @@ impl Emitter<'_> {
                 ("axis", AttrValue::Int(axis as i64)),
                 ("start", AttrValue::Int(start)),
                 ("end", AttrValue::Int(end)),
+                ("step", AttrValue::Int(step)),
+            ],
+        )
+    }
+
+    /// A slice whose bounds may be size expressions (`crate::ops::shape::slice_range`).
+    pub fn slice_sym(
+        &mut self,
+        x: Value,
+        axis: usize,
+        start: SizeExpr,
+        end: SizeExpr,
+        step: i64,
+    ) -> Result<Value, DecompError> {
+        let size = |e: SizeExpr| match e.as_const() {
+            Some(c) => AttrValue::Int(c),
+            None => AttrValue::Size(e),
+        };
+        self.prim(
+            OpKind::Slice,
+            &[x],
+            &[
+                ("axis", AttrValue::Int(axis as i64)),
+                ("start", size(start)),
+                ("end", size(end)),
                 ("step", AttrValue::Int(step)),
             ],
         )

@@ -160,68 +160,24 @@ struct Placement {
     rest: Dim,
 }
 
-/// The placement of `start:end:step` on a dim `n`, or `None` when the slice is empty.
+/// The placement of `start:end:step` on a dim `n` (`crate::ops::shape::slice_range`), or
+/// `None` when the slice is statically empty.
 fn placement(
     node: &Node,
-    axis: usize,
     n: &Dim,
-    start: i64,
-    end: i64,
+    start: &crate::ir::SizeExpr,
+    end: &crate::ir::SizeExpr,
     step: i64,
 ) -> Result<Option<Placement>, DecompError> {
-    if let Some(n) = n.as_const() {
-        // Python slice bounds, as `slice_scatter`'s eval computes them.
-        let n = i128::from(n);
-        let clamp = |i: i64| {
-            let i = i128::from(i);
-            (if i < 0 { i + n } else { i }).clamp(0, n)
-        };
-        let (s, t, step) = (clamp(start), clamp(end), i128::from(step));
-        if t <= s {
-            return Ok(None);
-        }
-        let len = (t - s + step - 1) / step;
-        let rest = n - (s + (len - 1) * step) - 1;
-        let d = |v: i128| Dim::new(v as u64);
-        return Ok(Some(Placement { first: d(s), len: d(len), rest: d(rest) }));
+    let r = crate::ops::shape::slice_range(n, start, end, step).map_err(op_err(node))?;
+    if r.len.as_const() == Some(0) {
+        return Ok(None);
     }
-    let needs_static = |why: &str| {
-        unsupported(
-            node,
-            format!(
-                "slice {start}:{end}:{step} of axis {axis} of symbolic size {n} needs a static size ({why}; \
-                 supported on symbolic dims: step 1 with end negative or omitted, or start and end both >= 0)"
-            ),
-        )
-    };
-    if step != 1 {
-        return Err(needs_static("step > 1"));
-    }
-    let dim_err = |e: crate::ir::DimError| unsupported(node, format!("slice {start}:{end} of {n}: {e}"));
-    let c = Dim::new;
-    let from_end = |v: i64| n.sub(&c(v.unsigned_abs())).map_err(dim_err);
-    let (s, t) = (start.unsigned_abs(), end.unsigned_abs());
-    Ok(Some(match (start >= 0, end) {
-        (true, i64::MAX) => Placement { first: c(s), len: from_end(start.saturating_neg())?, rest: c(0) },
-        (true, e) if e >= 0 => {
-            if t <= s {
-                return Ok(None);
-            }
-            Placement { first: c(s), len: c(t - s), rest: from_end(-e)? }
-        }
-        (true, _) => {
-            let both = s.checked_add(t).ok_or_else(|| needs_static("bounds overflow"))?;
-            Placement { first: c(s), len: n.sub(&c(both)).map_err(dim_err)?, rest: c(t) }
-        }
-        (false, i64::MAX) => Placement { first: from_end(start)?, len: c(s), rest: c(0) },
-        (false, e) if e < 0 => {
-            if t >= s {
-                return Ok(None);
-            }
-            Placement { first: from_end(start)?, len: c(s - t), rest: c(t) }
-        }
-        (false, _) => return Err(needs_static("a negative start with a non-negative end")),
-    }))
+    // rest = n - (first + (len - 1) * step) - 1
+    let dim_err = |e: crate::ir::DimError| unsupported(node, format!("slice {start}:{end}:{step} of {n}: {e}"));
+    let last = r.len.sub(&Dim::new(1)).and_then(|l| l.mul(&Dim::new(step as u64))).and_then(|l| l.add(&r.first));
+    let rest = last.and_then(|l| n.sub(&l)).and_then(|d| d.sub(&Dim::new(1))).map_err(dim_err)?;
+    Ok(Some(Placement { first: r.first, len: r.len, rest }))
 }
 
 /// `block` (of length `len` along `axis`) with `interior` fill elements between neighbours,
@@ -279,12 +235,12 @@ fn slice_scatter(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, 
     let shape = e.shape(x);
     let rank = shape.rank();
     let axis = normalize_axis(node.attrs.int("axis"), rank).map_err(op_err(node))?;
-    let (start, end, step) = (node.attrs.int("start"), node.attrs.int("end"), node.attrs.int("step"));
+    let (start, end, step) = (node.attrs.size("start"), node.attrs.size("end"), node.attrs.int("step"));
     if step < 1 {
         return Err(unsupported(node, format!("step must be at least 1, got {step}")));
     }
     let n = shape.dims()[axis].clone();
-    let Some(p) = placement(node, axis, &n, start, end, step)? else {
+    let Some(p) = placement(node, &n, &start, &end, step)? else {
         return Ok(x);
     };
 

@@ -54,12 +54,20 @@ pub struct EvalCtx {
     /// symbols bound), set by the run loop before each `eval`. Ops whose result shape comes
     /// from attributes that may be symbolic (`full`, `iota`, `reshape`, `expand`) read it.
     pub out_shape: Option<Vec<usize>>,
+    /// This run's size symbols and their values: ops whose attributes are size expressions
+    /// (`slice` bounds, `dim_values`) evaluate them here.
+    pub symbols: HashMap<String, u64>,
     fuel: u64,
 }
 
 impl EvalCtx {
     pub fn new(precise: bool, fuel: u64) -> EvalCtx {
-        EvalCtx { precise, out_shape: None, fuel }
+        EvalCtx { precise, out_shape: None, symbols: HashMap::new(), fuel }
+    }
+
+    /// The value of a size expression with this run's symbols.
+    pub fn size(&self, e: &crate::ir::SizeExpr) -> Result<i64, EvalError> {
+        e.eval(&|s| self.symbols.get(s).copied()).map_err(|err| EvalError::Invalid(format!("size `{e}`: {err}")))
     }
 
     /// Spends `n` units of fuel.
@@ -131,6 +139,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
     let bindings = bind_symbols(graph, inputs)?;
     let lookup = |s: &str| bindings.get(s).copied();
     let mut ctx = EvalCtx::new(options.precise, options.fuel);
+    ctx.symbols = bindings.clone();
     let mut values: Vec<Option<View>> = Vec::with_capacity(graph.len());
 
     for (v, node) in graph.nodes() {

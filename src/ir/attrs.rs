@@ -8,7 +8,7 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
-use super::{DType, Dim};
+use super::{DType, Dim, SizeExpr};
 
 /// The kind an attribute must have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub enum AttrKind {
     Ints,
     /// A shape-like list whose entries are dims (possibly symbolic) or `-1` ("infer").
     Dims,
+    /// A signed integer that may be a size expression (`seq`, `seq - 1`): a slice bound.
+    Size,
     DType,
     Str,
 }
@@ -31,6 +33,7 @@ impl AttrKind {
             AttrKind::Bool => "bool",
             AttrKind::Ints => "int list",
             AttrKind::Dims => "dim list",
+            AttrKind::Size => "size",
             AttrKind::DType => "dtype",
             AttrKind::Str => "string",
         }
@@ -46,6 +49,8 @@ pub enum AttrValue {
     Ints(Vec<i64>),
     /// `None` is `-1`: a dim the op infers (reshape/view).
     Dims(Vec<Option<Dim>>),
+    /// Always symbolic: a constant size is an `Int`.
+    Size(SizeExpr),
     DType(DType),
     Str(String),
 }
@@ -60,6 +65,7 @@ impl PartialEq for AttrValue {
             (Bool(a), Bool(b)) => a == b,
             (Ints(a), Ints(b)) => a == b,
             (Dims(a), Dims(b)) => a == b,
+            (Size(a), Size(b)) => a == b,
             (DType(a), DType(b)) => a == b,
             (Str(a), Str(b)) => a == b,
             _ => false,
@@ -75,6 +81,7 @@ impl AttrValue {
             AttrValue::Bool(_) => AttrKind::Bool,
             AttrValue::Ints(_) => AttrKind::Ints,
             AttrValue::Dims(_) => AttrKind::Dims,
+            AttrValue::Size(_) => AttrKind::Size,
             AttrValue::DType(_) => AttrKind::DType,
             AttrValue::Str(_) => AttrKind::Str,
         }
@@ -128,6 +135,7 @@ impl fmt::Display for AttrValue {
                 }
                 f.write_str("]")
             }
+            AttrValue::Size(e) => write!(f, "{e}"),
             AttrValue::DType(d) => write!(f, "{d}"),
             AttrValue::Str(s) => write!(f, "{s:?}"),
         }
@@ -282,6 +290,15 @@ impl Attrs {
         }
     }
 
+    /// A `Size` attribute (its constants are stored as ints).
+    pub fn size(&self, name: &str) -> SizeExpr {
+        match self.get(name) {
+            Some(AttrValue::Int(v)) => SizeExpr::constant(*v),
+            Some(AttrValue::Size(e)) => e.clone(),
+            other => bug(name, "size", other),
+        }
+    }
+
     pub fn dtype(&self, name: &str) -> DType {
         match self.get(name) {
             Some(AttrValue::DType(v)) => *v,
@@ -325,6 +342,13 @@ fn coerce(spec: AttrSpec, value: AttrValue) -> Result<AttrValue, AttrError> {
         }
         (AttrKind::Ints, AttrValue::Dims(v)) if v.is_empty() => AttrValue::Ints(Vec::new()),
         (AttrKind::Dims, AttrValue::Dims(v)) => AttrValue::Dims(v),
+        // A size is stored as an int when it is constant, so a node compares equal however
+        // its bound was written.
+        (AttrKind::Size, AttrValue::Size(e)) => match e.as_const() {
+            Some(c) => AttrValue::Int(c),
+            None => AttrValue::Size(e),
+        },
+        (AttrKind::Size, AttrValue::Int(v)) => return Ok(AttrValue::Int(v)),
         (_, v) => v,
     };
     if value.kind() != spec.kind {

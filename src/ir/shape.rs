@@ -13,7 +13,8 @@
 //! - a polynomial keeps its terms sorted and drops zero coefficients;
 //! - `p / d` splits off every multiple of `d` (`(2*n + 3) / 2 = n + 1 + 1 / 2 = n + 1`): the
 //!   numerator left has coefficients in `[0, d)`, and is `0` when it is a constant; a common
-//!   factor of that numerator and `d` is cancelled, and `(p / a) / b` is `p / (a*b)`;
+//!   factor of that numerator and `d` is cancelled, and `(p / a + q) / b` is
+//!   `(p + a*q) / (a*b)`;
 //! - `min` and `max` flatten nested calls of their own kind and drop repeated and dominated
 //!   arguments (an argument provably at least another for `min`).
 //!
@@ -140,6 +141,21 @@ impl Poly {
         }
     }
 
+    /// The one term that is a quotient atom alone with coefficient 1, when there is exactly
+    /// one such term: (its monomial, the quotient's numerator, its divisor).
+    fn lone_quotient(&self) -> Option<(Vec<Atom>, Arc<Poly>, u64)> {
+        let mut found = None;
+        for (m, &c) in &self.terms {
+            if let ([Atom::FloorDiv(inner, a)], 1) = (m.as_slice(), c) {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some((m.clone(), inner.clone(), *a));
+            }
+        }
+        found
+    }
+
     fn add_term(&mut self, m: Vec<Atom>, c: i64) -> Result<(), DimError> {
         if c == 0 {
             return Ok(());
@@ -225,9 +241,13 @@ impl Poly {
         if d == 1 {
             return q.add(&r);
         }
-        if let Some(Atom::FloorDiv(inner, a)) = r.single_atom() {
+        // floor((floor(x / a) + p) / d) = floor((x + a*p) / (a*d)) for integer-valued p.
+        if let Some((m, inner, a)) = r.lone_quotient() {
+            let mut p = r.clone();
+            p.terms.remove(&m);
             let ad = ovf(a.checked_mul(d))?;
-            return q.add(&inner.floor_div(ad)?);
+            let a = i64::try_from(a).map_err(|_| DimError::Overflow)?;
+            return q.add(&inner.add(&p.scale(a)?)?.floor_div(ad)?);
         }
         q.add(&Poly::atom(Atom::FloorDiv(Arc::new(r), d)))
     }
@@ -472,6 +492,11 @@ impl SizeExpr {
 
     pub fn as_const(&self) -> Option<i64> {
         self.0.as_const()
+    }
+
+    /// The constant term (`-3` for `seq - 3`).
+    pub fn constant_term(&self) -> i64 {
+        self.0.terms.get(&Vec::new()).copied().unwrap_or(0)
     }
 
     pub fn add(&self, other: &SizeExpr) -> Result<SizeExpr, DimError> {

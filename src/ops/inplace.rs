@@ -36,10 +36,10 @@
 //! functionalization rewrites a write through a slice into.
 
 use super::elementwise::{binary_float, binary_int};
-use super::util::{broadcast_shapes, broadcast_view, expect_bool, int_attr, normalize_axis};
+use super::util::{broadcast_shapes, broadcast_view, expect_bool, int_attr, normalize_axis, size_attr};
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{EvalCtx, EvalError, View};
-use crate::ir::{AttrKind, AttrSpec, Attrs, DType, Dim, Shape, TensorType};
+use crate::ir::{AttrKind, AttrSpec, Attrs, DType, Dim, Shape, SizeExpr, TensorType};
 
 const fn inplace(
     kind: OpKind,
@@ -65,8 +65,12 @@ const fn inplace(
 }
 
 const VALUE: &[AttrSpec] = &[AttrSpec::required("value", AttrKind::Float)];
-const SLICE: &[AttrSpec] =
-    &[AttrSpec::required("axis", AttrKind::Int), int_attr("start", 0), int_attr("end", i64::MAX), int_attr("step", 1)];
+const SLICE: &[AttrSpec] = &[
+    AttrSpec::required("axis", AttrKind::Int),
+    size_attr("start", 0),
+    size_attr("end", i64::MAX),
+    int_attr("step", 1),
+];
 
 pub static SPECS: &[OpSpec] = &[
     inplace(OpKind::AddInplace, "add_", 2, &[], eval_arith, "x += y in place (y broadcasts to x); returns x"),
@@ -193,7 +197,16 @@ fn infer_inplace(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Te
         SliceAssignInplace | SliceScatter => {
             let (axis, start, end, step) = slice_attrs(attrs, x.rank())?;
             let mut target = whole;
-            target[axis] = Some(crate::ops::shape::slice_dim(&x.shape.dims()[axis], start, end, step)?);
+            let len = crate::ops::shape::slice_dim(&x.shape.dims()[axis], &start, &end, step)?;
+            if step > 1 && !len.is_static() {
+                // Writing every step-th element of a symbolic run needs interior padding of a
+                // symbolic size, which `pad` does not have.
+                return Err(OpError::Shape(format!(
+                    "slice {start}:{end}:{step} of a dim of size {} has the symbolic length {len}: a write with step > 1 needs a static size",
+                    x.shape.dims()[axis]
+                )));
+            }
+            target[axis] = Some(len);
             let mut shown = x.shape.clone();
             if let Some(len) = &target[axis] {
                 shown.0[axis] = len.clone();
@@ -206,27 +219,13 @@ fn infer_inplace(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Te
 }
 
 /// `slice_assign_`'s attributes, checked: the normalised axis, start, end and step.
-fn slice_attrs(attrs: &Attrs, rank: usize) -> Result<(usize, i64, i64, i64), OpError> {
+fn slice_attrs(attrs: &Attrs, rank: usize) -> Result<(usize, SizeExpr, SizeExpr, i64), OpError> {
     let axis = normalize_axis(attrs.int("axis"), rank)?;
     let step = attrs.int("step");
     if step < 1 {
         return Err(OpError::AttrValue { name: "step", problem: format!("must be at least 1, got {step}") });
     }
-    Ok((axis, attrs.int("start"), attrs.int("end"), step))
-}
-
-/// The first index and the length of `start:end:step` on a dim of size `n`, Python style:
-/// negative bounds count from the end, then clamp to `0..=n`.
-fn slice_range(n: u64, start: i64, end: i64, step: i64) -> (u64, u64) {
-    let n = n as i128;
-    let clamp = |i: i64| {
-        let i = i as i128;
-        (if i < 0 { i + n } else { i }).clamp(0, n)
-    };
-    let (s, e) = (clamp(start), clamp(end));
-    let step = step as i128;
-    let len = if e > s { (e - s + step - 1) / step } else { 0 };
-    (s as u64, len as u64)
+    Ok((axis, attrs.size("start"), attrs.size("end"), step))
 }
 
 /// Writes `values` (already of `x`'s shape) through `x` and returns `x`.
@@ -328,20 +327,14 @@ fn eval_slice_assign(
     let x = &args[0];
     let (axis, start, end, step) = slice_attrs(attrs, x.rank()).map_err(|e| EvalError::Invalid(e.to_string()))?;
     let n = x.shape()[axis] as u64;
-    let (first, len) = slice_range(n, start, end, step);
-    // On a symbolic axis the shape rule assumed the window fits (as `slice` does); a run
-    // where it does not is an error, never a silent clamp.
-    if out.shape.dims().get(axis).is_some_and(|d| !d.is_static()) {
-        // Evaluate the shape rule's own length formula at this size: the run is valid only
-        // when it is non-negative and equals the clamped length.
-        let assumed =
-            crate::ops::shape::slice_dim(&Dim::sym("n"), start, end, step).ok().and_then(|d| d.eval(&|_| Some(n)).ok());
-        if assumed != Some(len) {
-            return Err(EvalError::Invalid(format!(
-                "slice {start}:{end} of axis {axis} (size {n}) is shorter than the graph assumes"
-            )));
-        }
-    }
+    // On a symbolic axis or with symbolic bounds the shape rule assumed the window fits (as
+    // `slice` does); a run where it does not is an error, never a silent clamp.
+    let assumed = start.as_const().is_none()
+        || end.as_const().is_none()
+        || out.shape.dims().get(axis).is_some_and(|d| !d.is_static());
+    let start = (ctx.size(&start)?, start.as_const().is_none());
+    let end = (ctx.size(&end)?, end.as_const().is_none());
+    let (first, len) = crate::ops::shape::slice_concrete(n, start, end, step, assumed).map_err(EvalError::Invalid)?;
     let mut shape = x.shape().to_vec();
     shape[axis] = len as usize;
     let mut strides = x.strides().to_vec();

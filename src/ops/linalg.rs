@@ -25,9 +25,9 @@
 //!   channels of the group, then kernel positions row-major, like matmul. Float only.
 //!   **conv2d** is conv with symmetric padding `[p_h, p_w]` plus an optional bias `[O]`
 //!   added in f64 and rounded once.
-//! - Spatial dims must be static to size a windowed output unless the stride is 1 (the
-//!   length is then a polynomial in the symbol); kernel dims must be static; batch and channel
-//!   dims may be symbolic.
+//! - Spatial dims may be symbolic: a windowed output's length is then a size expression
+//!   (`(n + 1) / 2` for a stride-2, 3-wide window with padding 1); kernel dims must be static;
+//!   batch and channel dims may be symbolic.
 //! - **Pools** take `[N, C, H, W]` or unbatched `[C, H, W]`, float only, and follow torch:
 //!   `stride = []` means the kernel; padding must be at most half the kernel; output length is
 //!   as for conv, with `ceil_mode` rounding up but dropping a last window that would start
@@ -46,7 +46,7 @@ use super::util::{
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{EvalCtx, EvalError, View};
-use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, DimError, Shape, TensorType};
+use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, DimError, Shape, SizeExpr, TensorType};
 
 const fn ints_attr(name: &'static str, default: &'static [i64]) -> AttrSpec {
     AttrSpec::optional(name, AttrKind::Ints, AttrDefault::Ints(default))
@@ -405,13 +405,28 @@ fn window_count(
     if kernel == 0 {
         return Err(OpError::Shape("kernel size must be at least 1".into()));
     }
-    let eff = dilation as i128 * (kernel as i128 - 1) + 1;
-    if stride != 1 || (ceil_mode && pad_e as i128 >= eff) {
-        return Err(OpError::Shape(format!("spatial dim {input} must be static to size the output (stride {stride})")));
-    }
-    let delta = pad_b as i128 + pad_e as i128 + 1 - eff;
-    let mag = u64::try_from(delta.unsigned_abs()).map_err(|_| OpError::Dim(DimError::Overflow))?;
-    Ok(if delta >= 0 { input.add(&Dim::new(mag))? } else { input.sub(&Dim::new(mag))? })
+    // floor(num / s) + 1 windows, num = n + pads - extent; in ceil mode ceil(num / s) + 1,
+    // but only windows that start inside the input or its leading padding:
+    // min(ceil(num / s) + 1, ceil((n + pad_b) / s)).
+    let int = |x: u64| i64::try_from(x).map(SizeExpr::constant).map_err(|_| OpError::Dim(DimError::Overflow));
+    let eff = dilation.checked_mul(kernel - 1).and_then(|e| e.checked_add(1)).ok_or(DimError::Overflow)?;
+    let s = stride.max(1);
+    let n = SizeExpr::from_dim(input)?;
+    let num = n.add(&int(pad_b)?)?.add(&int(pad_e)?)?.sub(&int(eff)?)?;
+    let one = SizeExpr::constant(1);
+    let out = if ceil_mode {
+        let windows = num.add(&int(s - 1)?)?.floor_div(s)?.add(&one)?;
+        let starts = n.add(&int(pad_b)?)?.add(&int(s - 1)?)?.floor_div(s)?;
+        windows.min(&starts)?
+    } else {
+        num.floor_div(s)?.add(&one)?
+    };
+    out.to_dim().map_err(|_| {
+        OpError::Shape(format!(
+            "a window of extent {eff} does not fit the padded input of length {input} + {}",
+            pad_b + pad_e
+        ))
+    })
 }
 
 fn static_kernel(d: &Dim) -> Result<u64, OpError> {

@@ -42,11 +42,11 @@
 
 use super::util::{
     broadcast_view, dims_attr_to_shape, float_attr, int_attr, normalize_axes, normalize_axis, normalize_insert_axis,
-    promote_all, ravel, unravel,
+    promote_all, ravel, size_attr, unravel,
 };
 use super::{Arity, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{contiguous_strides, EvalCtx, EvalError, View};
-use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, Shape, TensorType};
+use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Dim, Shape, SizeExpr, TensorType};
 
 const fn row(
     kind: OpKind,
@@ -112,12 +112,12 @@ pub static SPECS: &[OpSpec] = &[
         ONE,
         &[
             AttrSpec::required("axis", AttrKind::Int),
-            int_attr("start", 0),
-            int_attr("end", i64::MAX),
+            size_attr("start", 0),
+            size_attr("end", i64::MAX),
             int_attr("step", 1),
         ],
         true,
-        "x[start:end:step] along one axis, Python semantics (a view)",
+        "x[start:end:step] along one axis, Python semantics (a view); start and end may be size expressions (then assumed in range)",
     ),
     row(
         OpKind::Pad,
@@ -299,7 +299,7 @@ fn infer_shape_op(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<T
             let x = &args[0].shape;
             let axis = normalize_axis(attrs.int("axis"), x.rank())?;
             let mut dims = x.0.clone();
-            dims[axis] = slice_dim(&x.0[axis], attrs.int("start"), attrs.int("end"), attrs.int("step"))?;
+            dims[axis] = slice_dim(&x.0[axis], &attrs.size("start"), &attrs.size("end"), attrs.int("step"))?;
             same_dtype(Shape(dims))
         }
         Pad => same_dtype(infer_pad(attrs, &args[0].shape)?),
@@ -490,41 +490,109 @@ fn slice_bounds(n: u64, start: i64, end: i64, step: i64) -> (u64, u64) {
     (s as u64, size as u64)
 }
 
-/// The size of `slice` along its axis (also the rule `slice_scatter` and `slice_assign_`
-/// use). On a symbolic dim the slice must be one whose size is a polynomial of the dim, or a
-/// constant: step 1 with `end` negative or omitted, or `0 <= start <= end`; the dim is
-/// assumed large enough, and a run where it is not fails with a typed shape error.
-pub(crate) fn slice_dim(d: &Dim, start: i64, end: i64, step: i64) -> Result<Dim, OpError> {
+/// `start:end:step` on a dim of concrete size `n`, the bounds evaluated with this run's
+/// symbols: (first, len). Constant bounds on a static dim follow Python (clamped). When the
+/// graph's shape rule assumed the slice in range ([`slice_range`]: the dim or a bound is
+/// symbolic), the bounds are placed as it places them (a constant negative bound from the
+/// end, a symbolic one from the front) and must lie inside the dim unless the slice is
+/// exactly empty (its unclamped length 0, as the shape rule's is); the error says so.
+pub(crate) fn slice_concrete(
+    n: u64,
+    start: (i64, bool),
+    end: (i64, bool),
+    step: i64,
+    assumed: bool,
+) -> Result<(u64, u64), String> {
+    if step < 1 {
+        return Err(format!("slice step must be at least 1, got {step}"));
+    }
+    if !assumed {
+        let (first, len) = slice_bounds(n, start.0, end.0, step);
+        return Ok((if len == 0 { 0 } else { first }, len));
+    }
+    let ni = n.min(i64::MAX as u64) as i128;
+    let place = |(b, symbolic): (i64, bool)| match b {
+        i64::MAX if !symbolic => ni,
+        b if b < 0 && !symbolic => ni + b as i128,
+        b => b as i128,
+    };
+    let (first, stop) = (place(start), place(end));
+    let step = step as i128;
+    let len = (stop - first + step - 1).div_euclid(step);
+    // Empty: exactly (the shape rule's length is 0 too), or with constant bounds counted
+    // from the same side, whose length does not depend on the dim: the shape rule makes them
+    // statically empty when they cross.
+    let from_end = |(b, symbolic): (i64, bool)| !symbolic && (b == i64::MAX || b < 0);
+    if len == 0 || (len < 0 && !start.1 && !end.1 && from_end(start) == from_end(end)) {
+        return Ok((0, 0));
+    }
+    if len < 0 || !(0..=ni).contains(&first) || !(0..=ni).contains(&stop) {
+        return Err(format!(
+            "slice {}:{}:{step} of a dim of size {n} is shorter than the graph assumes \
+             (the symbolic dim is too small, or a symbolic bound is out of range)",
+            start.0, end.0
+        ));
+    }
+    Ok((first as u64, len as u64))
+}
+
+/// Where a slice lies along its axis: its first index and its number of elements.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SliceRange {
+    pub first: Dim,
+    pub len: Dim,
+}
+
+/// The range `start:end:step` selects on a dim of size `n` (the rule `slice`, `slice_scatter`
+/// and `slice_assign_` share). Constant bounds on a static dim follow Python: a negative
+/// bound counts from the end and an out-of-range one is clamped. Otherwise nothing is
+/// clamped: `i64::MAX` is the end, a negative constant counts from the end, and anything
+/// else (a constant, or a size expression) counts from the front; the slice is assumed to lie inside the dim, and a run where it does not is an
+/// error (the interpreter's `slice` checks it; compiled kernels check every access against
+/// its buffer).
+pub(crate) fn slice_range(n: &Dim, start: &SizeExpr, end: &SizeExpr, step: i64) -> Result<SliceRange, OpError> {
     if step < 1 {
         return Err(attr_err("step", format!("must be at least 1, got {step}")));
     }
-    if let Some(n) = d.as_const() {
-        return Ok(Dim::new(slice_bounds(n, start, end, step).1));
+    if let (Some(n), Some(s), Some(e)) = (n.as_const(), start.as_const(), end.as_const()) {
+        let (first, len) = slice_bounds(n, s, e, step);
+        return Ok(SliceRange { first: Dim::new(if len == 0 { 0 } else { first }), len: Dim::new(len) });
+    }
+    let place = |b: &SizeExpr| -> Result<SizeExpr, OpError> {
+        match b.as_const() {
+            Some(i64::MAX) => Ok(SizeExpr::from_dim(n)?),
+            Some(c) if c < 0 => Ok(SizeExpr::from_dim(n)?.add(b)?),
+            // A non-negative constant, or a size expression: counted from the front (a size
+            // expression that is negative at run time is out of range).
+            _ => Ok(b.clone()),
+        }
+    };
+    let (first, stop) = (place(start)?, place(end)?);
+    let len = stop.sub(&first)?.add(&SizeExpr::constant(step - 1))?.floor_div(step as u64)?;
+    if len.as_const().is_some_and(|l| l <= 0) {
+        // Statically empty, as in Python.
+        return Ok(SliceRange { first: Dim::new(0), len: Dim::new(0) });
     }
     let static_needed = || {
         OpError::Shape(format!(
-            "slice {start}:{end}:{step} of a dim of symbolic size {d} needs a static size \
-             (supported on symbolic dims: step 1 with end negative or omitted, or 0 <= start <= end)"
+            "slice {start}:{end}:{step} of a dim of size {n} needs a static size (its start {first} or its length {len} \
+             may be negative)"
         ))
     };
-    if step != 1 {
+    // The dim is assumed large enough for the slice: its length may fall below zero only
+    // through its constant term (`seq - 3`), never decrease as the symbols grow (`5 - seq`).
+    let growing = len.sub(&SizeExpr::constant(len.constant_term()))?;
+    if !growing.to_dim().ok().and_then(|d| d.lower_bound()).is_some_and(|l| l >= 0) {
         return Err(static_needed());
     }
-    if start >= 0 && end >= 0 && end != i64::MAX {
-        // A fixed window counted from the front.
-        return Ok(Dim::new(end.saturating_sub(start).max(0) as u64));
-    }
-    if end >= 0 && end != i64::MAX {
-        return Err(static_needed());
-    }
-    if start < 0 && end < 0 {
-        // Both count from the end: the size does not depend on the dim (assumed large enough).
-        return Ok(Dim::new(end.saturating_sub(start).max(0) as u64));
-    }
-    let from_end = |v: i64| d.sub(&Dim::new(v.unsigned_abs()));
-    let begin = if start >= 0 { Dim::new(start as u64) } else { from_end(start)? };
-    let stop = if end == i64::MAX { d.clone() } else { from_end(end)? };
-    Ok(stop.sub(&begin)?)
+    let first = first.to_dim().map_err(|_| static_needed())?;
+    let len = len.to_dim().map_err(|_| static_needed())?;
+    Ok(SliceRange { first, len })
+}
+
+/// The size of `slice` along its axis (see [`slice_range`]).
+pub(crate) fn slice_dim(d: &Dim, start: &SizeExpr, end: &SizeExpr, step: i64) -> Result<Dim, OpError> {
+    Ok(slice_range(d, start, end, step)?.len)
 }
 
 /// Per-axis (low, high, interior) of `pad`, checked against the rank.
@@ -785,20 +853,26 @@ fn eval_shape_op(
             if step < 1 {
                 return Err(EvalError::Invalid(format!("slice step must be at least 1, got {step}")));
             }
-            let (start, size) = slice_bounds(x.shape()[axis] as u64, attrs.int("start"), attrs.int("end"), step);
+            let (start, end) = (attrs.size("start"), attrs.size("end"));
+            let assumed = start.as_const().is_none()
+                || end.as_const().is_none()
+                || out.shape.dims().get(axis).is_some_and(|d| !d.is_static());
+            let start = (ctx.size(&start)?, start.as_const().is_none());
+            let end = (ctx.size(&end)?, end.as_const().is_none());
+            let (first, size) =
+                slice_concrete(x.shape()[axis] as u64, start, end, step, assumed).map_err(EvalError::Invalid)?;
             if let Some(expected) = ctx.out_shape.as_ref().and_then(|s| s.get(axis)) {
                 if *expected as u64 != size {
                     return Err(EvalError::Invalid(format!(
                         "slice {}:{}:{step} of a dim of size {} has {size} elements, but the graph assumed {expected} \
                          (the symbolic dim is too small)",
-                        attrs.int("start"),
-                        attrs.int("end"),
+                        start.0,
+                        end.0,
                         x.shape()[axis]
                     )));
                 }
             }
-            let start = if size == 0 { 0 } else { start as usize };
-            sub_view(x, axis, start, size as usize, step as isize)
+            sub_view(x, axis, first as usize, size as usize, step as isize)
         }
         OpKind::Select => {
             let x = &args[0];

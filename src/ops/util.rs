@@ -238,6 +238,11 @@ pub const fn int_attr(name: &'static str, default: i64) -> AttrSpec {
     AttrSpec::optional(name, AttrKind::Int, AttrDefault::Int(default))
 }
 
+/// A spec for an optional size attribute (a slice bound: an int or a size expression).
+pub const fn size_attr(name: &'static str, default: i64) -> AttrSpec {
+    AttrSpec::optional(name, AttrKind::Size, AttrDefault::Int(default))
+}
+
 /// A spec for an optional bool attribute.
 pub const fn bool_attr(name: &'static str, default: bool) -> AttrSpec {
     AttrSpec::optional(name, AttrKind::Bool, AttrDefault::Bool(default))

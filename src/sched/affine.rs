@@ -119,22 +119,6 @@ impl From<DimError> for MapFail {
     }
 }
 
-/// The start of a slice along a dim of size `d` (Python semantics, clamped), as a dim.
-fn slice_start(d: &Dim, start: i64, end: i64, step: i64) -> Result<Dim, DimError> {
-    if let Some(n) = d.as_const() {
-        let n = n.min(i64::MAX as u64) as i64;
-        let clamp = |v: i64| if v < 0 { v.saturating_add(n).max(0) } else { v.min(n) };
-        let (s, e) = (clamp(start), clamp(end));
-        let size = if e > s { (e - s - 1) / step.max(1) + 1 } else { 0 };
-        return Ok(Dim::new(if size == 0 { 0 } else { s as u64 }));
-    }
-    if start >= 0 {
-        Ok(Dim::new(start as u64))
-    } else {
-        d.sub(&Dim::new(start.unsigned_abs()))
-    }
-}
-
 /// The index of `node`'s (single) argument, given the index `ix` of its result.
 pub(crate) fn arg_index(g: &Graph, node: &Node, ix: &[Aff]) -> Result<Ix, MapFail> {
     let arg_shape = g.ty(node.args[0]).shape.dims().to_vec();
@@ -160,8 +144,15 @@ pub(crate) fn arg_index(g: &Graph, node: &Node, ix: &[Aff]) -> Result<Ix, MapFai
         }
         OpKind::Slice => {
             let axis = normalize_axis(node.attrs.int("axis"), arg_shape.len()).map_err(|_| MapFail::NotAffine)?;
-            let (start, end, step) = (node.attrs.int("start"), node.attrs.int("end"), node.attrs.int("step"));
-            let s = slice_start(&arg_shape[axis], start, end, step)?;
+            let step = node.attrs.int("step");
+            let range = crate::ops::shape::slice_range(
+                &arg_shape[axis],
+                &node.attrs.size("start"),
+                &node.attrs.size("end"),
+                step,
+            )
+            .map_err(|_| MapFail::NotAffine)?;
+            let s = range.first;
             let mut out = ix.to_vec();
             out[axis] = ix[axis].scale(&Dim::new(step.max(1) as u64))?.add(&Aff::constant(s))?;
             Ok(out)

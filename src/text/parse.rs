@@ -637,12 +637,20 @@ impl Parser {
             }
             Tok::Ident(s) if s == "true" || s == "false" => Ok(AttrValue::Bool(self.bool_literal()?)),
             Tok::Ident(s) if s == "inf" || s == "nan" => Ok(AttrValue::Float(self.float_literal()?)),
-            Tok::Ident(s) => {
+            Tok::Ident(s) if DType::from_name(s).is_some() => {
                 let s = s.clone();
                 self.next();
                 DType::from_name(&s)
                     .map(AttrValue::DType)
                     .ok_or_else(|| self.error_at(&t, format!("expected an attribute value, found `{s}`")))
+            }
+            // A size: a symbol, a parenthesised or `min`/`max` expression, or an integer that
+            // an operator follows (`seq - 1`, `2*n`).
+            Tok::Ident(_) | Tok::Punct('(') => self.size_attr(),
+            Tok::Int(_)
+                if matches!(self.tokens.get(self.pos + 1).map(|t| &t.tok), Some(Tok::Punct('*' | '+' | '-' | '/'))) =>
+            {
+                self.size_attr()
             }
             Tok::Float(_) => Ok(AttrValue::Float(self.float_literal()?)),
             Tok::Punct('-') => {
@@ -655,6 +663,15 @@ impl Parser {
             Tok::Int(_) => Ok(AttrValue::Int(self.int_literal()?)),
             _ => Err(self.expected("an attribute value")),
         }
+    }
+
+    /// A size attribute value (an int when it is constant).
+    fn size_attr(&mut self) -> Result<AttrValue, ParseError> {
+        let e = self.size_expr()?;
+        Ok(match e.as_const() {
+            Some(c) => AttrValue::Int(c),
+            None => AttrValue::Size(e),
+        })
     }
 
     /// `[1, 2, 3]` is an int list; a list with any symbol (`[batch, -1]`) is a dim list.

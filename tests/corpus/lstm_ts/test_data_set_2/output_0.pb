@@ -1,0 +1,1 @@
+BscoresJ(ha}=ì½)<kQƒ=ÖÈ®¼ÙPI>h®÷<€cR:H§f=èHk¼D6L>
