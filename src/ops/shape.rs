@@ -582,7 +582,7 @@ pub(crate) fn slice_range(n: &Dim, start: &SizeExpr, end: &SizeExpr, step: i64) 
     // The dim is assumed large enough for the slice: its length may fall below zero only
     // through its constant term (`seq - 3`), never decrease as the symbols grow (`5 - seq`).
     let growing = len.sub(&SizeExpr::constant(len.constant_term()))?;
-    if !growing.to_dim().ok().and_then(|d| d.lower_bound()).is_some_and(|l| l >= 0) {
+    if growing.to_dim().ok().and_then(|d| d.lower_bound()).is_none_or(|l| l < 0) {
         return Err(static_needed());
     }
     let first = first.to_dim().map_err(|_| static_needed())?;
