@@ -216,6 +216,20 @@ impl Tensor {
         Tensor::new(shape.to_vec(), data)
     }
 
+    /// A tensor of `dtype` from f64 values: floats rounded to nearest, integers truncated
+    /// (and wrapped to the width), bools `x != 0`.
+    pub fn from_f64_as(dtype: DType, shape: &[usize], values: &[f64]) -> Result<Tensor, TensorError> {
+        let data = match dtype {
+            DType::F64 => TensorData::F64(values.to_vec()),
+            DType::F32 => TensorData::F32(values.iter().map(|&x| x as f32).collect()),
+            DType::F16 => TensorData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::Bool => TensorData::Bool(values.iter().map(|&x| x != 0.0).collect()),
+            int => TensorData::from_ints(int, values.iter().map(|&x| x as i64)).ok_or(TensorError::NotInteger(int))?,
+        };
+        Tensor::new(shape.to_vec(), data)
+    }
+
     pub fn from_bool(shape: &[usize], values: Vec<bool>) -> Result<Tensor, TensorError> {
         Tensor::new(shape.to_vec(), TensorData::Bool(values))
     }

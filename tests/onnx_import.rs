@@ -4,7 +4,7 @@
 
 mod onnx_build;
 
-use ladder::frontend::onnx::{import, ImportError, ImportOptions, NodeError};
+use ladder::frontend::onnx::{import, ImportError, ImportOptions};
 use ladder::interp::{self, Options};
 use ladder::{Graph, Tensor};
 use onnx_build::*;
@@ -393,14 +393,16 @@ fn symbolic_shape_chain() {
     assert_eq!(g.ty(y).to_string(), "f32[batch, 3, 2]");
     let out = run(&g, &[t(&[2, 2, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12.])]);
     assert_eq!(out[0].shape(), &[2, 3, 2]);
-    // Using a symbolic size as data is an error naming the symbol.
+    // A symbolic size used as data is evaluated when the graph runs (`dim_values`).
     let n = vec![node("Shape", &["x"], &["s"], vec![]), node("Cast", &["s"], &["f"], vec![a_int("to", 1)])];
-    let e = import(
+    let g = import(
         &encode(&model_proto(graph(n, vec![vi("x", FLOAT, &["batch"])], vec![vi("f", FLOAT, &[])], vec![]), 13)),
         &ImportOptions::default(),
     )
-    .unwrap_err();
-    assert!(matches!(&e, ImportError::Node { error: NodeError::Unsupported(m), .. } if m.contains("batch")), "{e}");
+    .unwrap();
+    assert!(ladder::text::print(&g).contains("dim_values() {dims=[batch], dtype=f32}"), "{}", ladder::text::print(&g));
+    let out = run(&g, &[t(&[3], &[1., 2., 3.])]);
+    assert_eq!(out[0].to_f64_vec(), vec![3.0]);
 }
 
 /// On static shapes the shape arithmetic is folded away: only the reshape remains.

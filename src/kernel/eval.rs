@@ -896,8 +896,21 @@ pub fn eval_library(
     out_dtype: DType,
     out_shape: &[usize],
 ) -> Result<Tensor, EvalError> {
+    eval_library_with(kind, attrs, args, out_dtype, out_shape, Default::default())
+}
+
+/// [`eval_library`] with the run's size symbols (for ops whose attributes are sizes).
+pub fn eval_library_with(
+    kind: OpKind,
+    attrs: &Attrs,
+    args: &[&Tensor],
+    out_dtype: DType,
+    out_shape: &[usize],
+    symbols: std::collections::HashMap<String, u64>,
+) -> Result<Tensor, EvalError> {
     let views: Vec<View> = args.iter().map(|t| View::from_tensor(t)).collect();
     let mut ctx = EvalCtx::new(false, u64::MAX);
+    ctx.symbols = symbols;
     ctx.out_shape = Some(out_shape.to_vec());
     let ty = TensorType::new(
         out_dtype,
@@ -1198,11 +1211,14 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
         Tensor::new(shapes[b.index()].clone(), mem.bufs[b.index()].data().clone())
             .map_err(|e| ExecError::Invalid(e.to_string()))
     };
+    let symbol_values: std::collections::HashMap<String, u64> =
+        p.symbols.iter().zip(&values).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
     // A library call (a step, or a matmul's or kernel's activation) on the buffers so far.
     let library = |mem: &mut HostMemory, l: &super::LibraryCall| -> Result<(), ExecError> {
         let args: Vec<Tensor> = l.args.iter().map(|&b| tensor_of(mem, b)).collect::<Result<_, _>>()?;
         let refs: Vec<&Tensor> = args.iter().collect();
-        let t = eval_library(l.op, &l.attrs, &refs, p.buffers[l.out].dtype, &shapes[l.out.index()])
+        let out = (p.buffers[l.out].dtype, &shapes[l.out.index()]);
+        let t = eval_library_with(l.op, &l.attrs, &refs, out.0, out.1, symbol_values.clone())
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
         mem.bufs[l.out.index()] = Store::Owned(t.into_data());
         Ok(())

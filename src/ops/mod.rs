@@ -94,6 +94,7 @@ pub enum OpKind {
     Rev,
     Iota,
     Full,
+    DimValues,
 
     // --- Reduction prims (reduce.rs) ---
     ReduceSum,

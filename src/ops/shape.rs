@@ -181,6 +181,18 @@ pub static SPECS: &[OpSpec] = &[
         "a tensor filled with `value` (converted like convert_element_type)",
     ),
     row(
+        OpKind::DimValues,
+        "dim_values",
+        Rung::Prim,
+        Arity::Exactly(0),
+        &[
+            AttrSpec::required("dims", AttrKind::Dims),
+            AttrSpec::optional("dtype", AttrKind::DType, AttrDefault::DType(DType::I64)),
+        ],
+        false,
+        "the values of size expressions as a 1-d tensor, evaluated with the run's symbols (sizes as data)",
+    ),
+    row(
         OpKind::View,
         "view",
         Rung::High,
@@ -318,6 +330,17 @@ fn infer_shape_op(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<T
             Ok(TensorType::new(dtype, shape))
         }
         Full => Ok(TensorType::new(attrs.dtype("dtype"), dims_attr_to_shape("shape", attrs.dims("shape"))?)),
+        DimValues => {
+            let dims = attrs.dims("dims");
+            if dims.iter().any(Option::is_none) {
+                return Err(attr_err("dims", "must hold sizes, not -1"));
+            }
+            let dtype = attrs.dtype("dtype");
+            if dtype.is_bool() {
+                return Err(attr_err("dtype", "dim_values needs a numeric dtype, not bool"));
+            }
+            Ok(TensorType::new(dtype, Shape::from_static(&[dims.len() as u64])))
+        }
         Flatten => {
             let (start, end) = flatten_range(attrs, args[0].rank())?;
             let x = &args[0].shape.0;
@@ -918,6 +941,20 @@ fn eval_shape_op(
             let shape = out_dims(ctx, out)?;
             let n = shape.iter().product();
             Ok(View::from_f64_as(ctx, out.dtype, shape, vec![attrs.float("value"); n]))
+        }
+        OpKind::DimValues => {
+            let lookup = |s: &str| ctx.symbols.get(s).copied();
+            let mut values = Vec::new();
+            for d in attrs.dims("dims").iter().flatten() {
+                let v = d.eval(&lookup).map_err(|e| EvalError::Invalid(format!("dim_values: size `{d}`: {e}")))?;
+                values.push(i64::try_from(v).map_err(|_| EvalError::Invalid(format!("dim_values: {v} overflows")))?);
+            }
+            let shape = vec![values.len()];
+            if out.dtype.is_float() {
+                Ok(View::from_floats(ctx, out.dtype, shape, values.into_iter().map(|v| v as f64).collect()))
+            } else {
+                Ok(View::from_ints(out.dtype, shape, values))
+            }
         }
         OpKind::Cat | OpKind::Stack => {
             let rank = args[0].rank();

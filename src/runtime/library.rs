@@ -141,11 +141,24 @@ impl Plan {
         if self.native_library && crate::recover::RECOVERABLE.contains(&l.op) && self.native_operands(p, l) {
             return self.run_rows(p, st, inputs, l);
         }
+        if l.op == OpKind::DimValues {
+            return self.run_dim_values(p, st, l);
+        }
         let args: Vec<Tensor> = l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>()?;
         let refs: Vec<&Tensor> = args.iter().collect();
         let out = &p.buffers[l.out];
         let shape = self.shape(p, st, l.out)?;
         let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
+            .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
+        self.write(p, st, l.out, &t)
+    }
+
+    /// `dim_values`: the op's meaning, with this run's symbols.
+    fn run_dim_values(&self, p: &Program, st: &mut RunState, l: &LibraryCall) -> Result<(), ExecError> {
+        let out = &p.buffers[l.out];
+        let shape = self.shape(p, st, l.out)?;
+        let symbols = p.symbols.iter().zip(&st.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
+        let t = crate::kernel::eval::eval_library_with(l.op, &l.attrs, &[], out.dtype, &shape, symbols)
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
         self.write(p, st, l.out, &t)
     }

@@ -421,32 +421,56 @@ impl<'m> Importer<'m> {
         )
     }
 
-    /// Turns a slot into a ladder value: a symbolic shape list becomes a constant when it is
-    /// all numbers, and is an error otherwise.
+    /// Turns a slot into a ladder value: a shape list becomes a constant when it is all
+    /// numbers, and a `dim_values` node (sizes evaluated when the plan runs) otherwise.
     pub fn materialize(&mut self, slot: &Slot, name: &str) -> NResult<Value> {
-        match slot {
-            Slot::Val(v) => Ok(*v),
-            Slot::Syms(s) => {
-                let mut ints = Vec::with_capacity(s.elems.len());
-                for e in &s.elems {
-                    match e {
-                        SymInt::I(n) => ints.push(*n),
-                        SymInt::D(d) => {
-                            return Err(NodeError::Unsupported(format!(
-                                "`{name}` holds the symbolic size `{d}` and is used as tensor data; ladder can only use sizes computed from symbolic shapes as shapes"
-                            )))
-                        }
-                    }
+        let s = match slot {
+            Slot::Val(v) => return Ok(*v),
+            Slot::Syms(s) => s,
+        };
+        let shape: Vec<usize> = if s.scalar { vec![] } else { vec![s.elems.len()] };
+        if s.is_static() {
+            let ints: Vec<i64> = s.elems.iter().map(|e| if let SymInt::I(n) = e { *n } else { 0 }).collect();
+            let t = if s.dtype.is_int() {
+                Tensor::from_ints(s.dtype, &shape, ints)
+            } else {
+                Tensor::from_f64_as(s.dtype, &shape, &ints.iter().map(|&x| x as f64).collect::<Vec<_>>())
+            };
+            let t = t.map_err(|e| NodeError::Invalid(e.to_string()))?;
+            return Ok(self.constant(name, t));
+        }
+        // Runs of sizes become `dim_values` nodes, negative numbers constants, joined by `cat`.
+        let mut parts: Vec<Value> = Vec::new();
+        let mut run: Vec<Dim> = Vec::new();
+        let dtype = s.dtype;
+        let flush = |imp: &mut Importer, run: &mut Vec<Dim>, parts: &mut Vec<Value>| -> NResult<()> {
+            if !run.is_empty() {
+                let dims = AttrValue::Dims(run.drain(..).map(Some).collect());
+                parts.push(imp.emit(OpKind::DimValues, &[], &[("dims", dims), ("dtype", AttrValue::DType(dtype))])?);
+            }
+            Ok(())
+        };
+        for e in &s.elems {
+            match e.to_dim() {
+                Some(d) => run.push(d),
+                None => {
+                    flush(self, &mut run, &mut parts)?;
+                    let SymInt::I(n) = e else { continue };
+                    let t = Tensor::from_f64_as(dtype, &[1], &[*n as f64])
+                        .map_err(|e| NodeError::Invalid(e.to_string()))?;
+                    parts.push(self.constant(name, t));
                 }
-                let shape: Vec<usize> = if s.scalar { vec![] } else { vec![ints.len()] };
-                let data = match s.dtype {
-                    DType::I32 => TensorData::I32(ints.iter().map(|&x| x as i32).collect()),
-                    _ => TensorData::I64(ints),
-                };
-                let t = Tensor::new(shape, data).map_err(|e| NodeError::Invalid(e.to_string()))?;
-                Ok(self.constant(name, t))
             }
         }
+        flush(self, &mut run, &mut parts)?;
+        let mut v = match parts.as_slice() {
+            [one] => *one,
+            _ => self.emit(OpKind::Cat, &parts, &[("axis", AttrValue::Int(0))])?,
+        };
+        if s.scalar {
+            v = self.emit(OpKind::Reshape, &[v], &[("shape", AttrValue::Dims(vec![]))])?;
+        }
+        Ok(v)
     }
 
     pub fn ty(&self, v: Value) -> &TensorType {
@@ -531,6 +555,25 @@ impl<'m> Importer<'m> {
             Some(Slot::Syms(s)) => Ok(Some(s)),
             Some(Slot::Val(v)) => Ok(self.const_of(v).and_then(|t| sym_list_of(&t))),
         }
+    }
+
+    /// Input `i` as a shape list for arithmetic on sizes: [`Importer::sym_input`], and also a
+    /// small constant list of whole floats (sizes cast to floats, as exporters compute them).
+    pub fn size_input(&mut self, node: &NodeProto, i: usize) -> NResult<Option<SymList>> {
+        if let Some(s) = self.sym_input(node, i)? {
+            return Ok(Some(s));
+        }
+        let Some(Slot::Val(v)) = self.slot(node, i)? else { return Ok(None) };
+        let Some(t) = self.const_of(v) else { return Ok(None) };
+        if t.shape().len() > 1 || !t.dtype().is_float() || t.numel() > 64 {
+            return Ok(None);
+        }
+        let vals = t.to_f64_vec();
+        if !vals.iter().all(|x| x.fract() == 0.0 && x.abs() < 9.0e15) {
+            return Ok(None);
+        }
+        let elems = vals.iter().map(|&x| SymInt::I(x as i64)).collect();
+        Ok(Some(SymList { elems, scalar: t.shape().is_empty(), dtype: t.dtype() }))
     }
 
     /// Input `i` as constant integers: `None` when absent, an error when not constant.

@@ -47,6 +47,7 @@ mod index;
 mod ops;
 mod quant;
 mod recur;
+mod shapes;
 mod signal;
 mod spatial;
 mod tensor;

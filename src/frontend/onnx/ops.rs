@@ -51,7 +51,7 @@ use super::import::{a_float, a_int, a_ints, a_str, attr, Importer, NResult, Slot
 use super::proto::NodeProto;
 use super::tensor::{dtype_name, dtype_of};
 use super::NodeError;
-use crate::ir::{AttrValue, DType, Dim, Shape, Value};
+use crate::ir::{AttrValue, DType, Dim, Shape, SizeExpr, Value};
 use crate::ops::OpKind;
 use crate::tensor::Tensor;
 
@@ -315,185 +315,9 @@ impl Importer<'_> {
     }
 }
 
-/// Arithmetic on shape-list elements.
-fn sym_arith(op: &str, a: &SymInt, b: &SymInt) -> NResult<SymInt> {
-    use SymInt::*;
-    let bad = || NodeError::Unsupported(format!("cannot compute {a:?} {op} {b:?} on sizes"));
-    let as_dim = |x: &SymInt| -> Option<Dim> { x.to_dim() };
-    Ok(match (op, a, b) {
-        ("Add", I(x), I(y)) => I(x.checked_add(*y).ok_or_else(bad)?),
-        ("Sub", I(x), I(y)) => I(x.checked_sub(*y).ok_or_else(bad)?),
-        ("Mul", I(x), I(y)) => I(x.checked_mul(*y).ok_or_else(bad)?),
-        ("Div", I(x), I(y)) => {
-            if *y == 0 {
-                return Err(bad());
-            }
-            I(x.checked_div(*y).ok_or_else(bad)?)
-        }
-        ("Add", D(d), I(n)) | ("Add", I(n), D(d)) => {
-            let r = if *n >= 0 { d.add(&Dim::new(*n as u64)) } else { d.sub(&Dim::new(n.unsigned_abs())) };
-            SymInt::from_dim(&r.map_err(|_| bad())?)
-        }
-        ("Sub", D(d), I(n)) => {
-            let r = if *n >= 0 { d.sub(&Dim::new(*n as u64)) } else { d.add(&Dim::new(n.unsigned_abs())) };
-            SymInt::from_dim(&r.map_err(|_| bad())?)
-        }
-        ("Add" | "Sub" | "Mul" | "Div", _, _) => {
-            let (x, y) = (as_dim(a).ok_or_else(bad)?, as_dim(b).ok_or_else(bad)?);
-            let r = match op {
-                "Add" => x.add(&y),
-                "Sub" => x.sub(&y),
-                "Mul" => x.mul(&y),
-                _ => x.div_exact(&y),
-            };
-            SymInt::from_dim(&r.map_err(|_| bad())?)
-        }
-        _ => return Err(bad()),
-    })
-}
-
-/// Ops on symbolic shape lists (`Shape` results over symbolic dims). `None` when no input is
-/// such a list, so the op converts normally.
-fn convert_syms(imp: &mut Importer, node: &NodeProto) -> NResult<Option<Outs>> {
-    // Ops that compute on shape lists: those reading one list (input 0) and the joins.
-    let inputs: &[usize] = match node.op_type.as_str() {
-        "Identity" | "Cast" | "Gather" | "Unsqueeze" | "Squeeze" | "Reshape" | "Slice" | "ReduceProd" => &[0],
-        "Concat" | "Add" | "Sub" | "Mul" | "Div" => &[0, 1, 2, 3, 4, 5, 6, 7],
-        _ => return Ok(None),
-    };
-    let mut any = false;
-    for &i in inputs.iter().filter(|&&i| i < node.input.len()) {
-        if let Some(Slot::Syms(_)) = imp.slot(node, i)? {
-            any = true;
-        }
-    }
-    if !any {
-        return Ok(None);
-    }
-    let syms = |s: SymList| Ok(Some(vec![Some(Slot::Syms(s))]));
-    let get = |imp: &mut Importer, i: usize| -> NResult<SymList> {
-        imp.sym_input(node, i)?.ok_or_else(|| {
-            NodeError::Unsupported(format!(
-                "{} mixes sizes computed from symbolic shapes with run-time data (input {i})",
-                node.op_type
-            ))
-        })
-    };
-    match node.op_type.as_str() {
-        "Identity" => syms(get(imp, 0)?),
-        "Cast" => {
-            let mut s = get(imp, 0)?;
-            match dtype_of(a_int(node, "to", 0) as i32) {
-                Some(d @ (DType::I32 | DType::I64)) => {
-                    s.dtype = d;
-                    syms(s)
-                }
-                _ => {
-                    let sym =
-                        s.elems.iter().find_map(|e| if let SymInt::D(d) = e { Some(d.to_string()) } else { None });
-                    unsupported(format!(
-                        "`{}` holds the symbolic size `{}` and is cast to a non-integer type; ladder can only use sizes computed from symbolic shapes as shapes",
-                        node.input[0],
-                        sym.unwrap_or_default()
-                    ))
-                }
-            }
-        }
-        "Gather" => {
-            let s = get(imp, 0)?;
-            let idx = get(imp, 1)?;
-            if s.scalar || norm_axis(a_int(node, "axis", 0), 1)? != 0 {
-                return invalid("Gather on a shape list needs axis 0 of a 1-D list");
-            }
-            let n = s.elems.len() as i64;
-            let mut out = Vec::with_capacity(idx.elems.len());
-            for e in &idx.elems {
-                let SymInt::I(i) = e else { return unsupported("symbolic gather index") };
-                let j = if *i < 0 { i + n } else { *i };
-                if j < 0 || j >= n {
-                    return Err(NodeError::IndexOutOfRange { index: *i, axis: 0, size: n as u64 });
-                }
-                out.push(s.elems[j as usize].clone());
-            }
-            syms(SymList { elems: out, scalar: idx.scalar, dtype: s.dtype })
-        }
-        "Unsqueeze" => {
-            let s = get(imp, 0)?;
-            if !s.scalar {
-                return unsupported("Unsqueeze of a 1-D shape list");
-            }
-            syms(SymList { scalar: false, ..s })
-        }
-        "Squeeze" => {
-            let s = get(imp, 0)?;
-            if s.scalar || s.elems.len() != 1 {
-                return unsupported("Squeeze of a shape list that is not [1]");
-            }
-            syms(SymList { scalar: true, ..s })
-        }
-        "Reshape" => {
-            let s = get(imp, 0)?;
-            let target = imp.ints_input(node, 1, "shape")?.unwrap_or_default();
-            match target.as_slice() {
-                [] if s.elems.len() == 1 => syms(SymList { scalar: true, ..s }),
-                [-1] | [_] => syms(SymList { scalar: false, ..s }),
-                _ => unsupported("Reshape of a shape list to rank > 1"),
-            }
-        }
-        "Concat" => {
-            let mut elems = Vec::new();
-            let mut dtype = DType::I64;
-            for i in 0..node.input.len() {
-                let s = get(imp, i)?;
-                if s.scalar {
-                    return invalid("Concat of a scalar");
-                }
-                dtype = s.dtype;
-                elems.extend(s.elems);
-            }
-            syms(SymList { elems, scalar: false, dtype })
-        }
-        "Slice" => {
-            let s = get(imp, 0)?;
-            let n = s.elems.len() as i64;
-            let starts = imp.ints_input(node, 1, "starts")?.or_else(|| a_ints(node, "starts")).unwrap_or_default();
-            let ends = imp.ints_input(node, 2, "ends")?.or_else(|| a_ints(node, "ends")).unwrap_or_default();
-            let steps = imp.ints_input(node, 4, "steps")?.unwrap_or_else(|| vec![1]);
-            if starts.len() != 1 || ends.len() != 1 || steps.first() != Some(&1) || s.scalar {
-                return unsupported("Slice of a shape list other than a 1-D step-1 range");
-            }
-            let clamp = |x: i64| (if x < 0 { x.saturating_add(n) } else { x }).clamp(0, n) as usize;
-            let (a, b) = (clamp(starts[0]), clamp(ends[0]));
-            let elems = if a < b { s.elems[a..b].to_vec() } else { vec![] };
-            syms(SymList { elems, ..s })
-        }
-        op @ ("Add" | "Sub" | "Mul" | "Div") => {
-            let a = get(imp, 0)?;
-            let b = get(imp, 1)?;
-            let n = a.elems.len().max(b.elems.len());
-            if !(a.elems.len() == n || a.elems.len() == 1) || !(b.elems.len() == n || b.elems.len() == 1) {
-                return invalid("shape lists of different lengths");
-            }
-            let pick = |s: &SymList, i: usize| if s.elems.len() == 1 { s.elems[0].clone() } else { s.elems[i].clone() };
-            let elems = (0..n).map(|i| sym_arith(op, &pick(&a, i), &pick(&b, i))).collect::<NResult<Vec<_>>>()?;
-            syms(SymList { elems, scalar: a.scalar && b.scalar, dtype: a.dtype })
-        }
-        "ReduceProd" => {
-            let s = get(imp, 0)?;
-            let mut acc = SymInt::I(1);
-            for e in &s.elems {
-                acc = sym_arith("Mul", &acc, e)?;
-            }
-            let keep = a_int(node, "keepdims", 1) != 0;
-            syms(SymList { elems: vec![acc], scalar: !keep, dtype: s.dtype })
-        }
-        _ => Ok(None),
-    }
-}
-
 /// Converts one node; returns a slot per output.
 pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
-    if let Some(outs) = convert_syms(imp, node)? {
+    if let Some(outs) = super::shapes::convert_syms(imp, node)? {
         return Ok(outs);
     }
     use OpKind as K;
@@ -800,12 +624,16 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             let end = clamp(a_int(node, "end", r));
             let elems: Vec<SymInt> =
                 if start < end { dims[start..end].iter().map(SymInt::from_dim).collect() } else { vec![] };
-            shape_list(imp, SymList { elems, scalar: false, dtype: DType::I64 }, node)
+            super::shapes::shape_list(imp, SymList { elems, scalar: false, dtype: DType::I64 }, node)
         }
         "Size" => {
             let x = imp.input(node, 0)?;
             let n = imp.numel_of(&imp.shape_of(x))?;
-            shape_list(imp, SymList { elems: vec![SymInt::from_dim(&n)], scalar: true, dtype: DType::I64 }, node)
+            super::shapes::shape_list(
+                imp,
+                SymList { elems: vec![SymInt::from_dim(&n)], scalar: true, dtype: DType::I64 },
+                node,
+            )
         }
         "ConstantOfShape" => {
             let shape = imp
@@ -832,7 +660,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                 &[("shape", dims_attr(&dims)), ("value", AttrValue::Float(value)), ("dtype", AttrValue::DType(dtype))],
             )?)
         }
-        "Range" => range(imp, node),
+        "Range" => super::shapes::range(imp, node),
         "EyeLike" => {
             let x = imp.input(node, 0)?;
             let shape = imp.shape_of(x);
@@ -1281,65 +1109,6 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
 }
 
 /// A shape list result: a constant when static, a symbolic list otherwise.
-fn shape_list(imp: &mut Importer, s: SymList, node: &NodeProto) -> NResult<Outs> {
-    if s.is_static() {
-        let name = node.output.first().cloned().unwrap_or_default();
-        let v = imp.materialize(&Slot::Syms(s), &name)?;
-        return one(v);
-    }
-    Ok(vec![Some(Slot::Syms(s))])
-}
-
-fn range(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
-    let s = imp.input(node, 0)?;
-    let dtype = imp.dtype_of_v(s);
-    let known = |imp: &mut Importer, i: usize| -> NResult<Option<f64>> {
-        Ok(match imp.float_input(node, i)? {
-            Some(Ok(x)) => Some(x),
-            _ => None,
-        })
-    };
-    let (start, limit, delta) = (known(imp, 0)?, known(imp, 1)?, known(imp, 2)?);
-    if let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) {
-        if delta == 0.0 {
-            return invalid("delta is 0");
-        }
-        let n = ((limit - start) / delta).ceil().max(0.0);
-        let max = imp.opts.max_tensor_bytes / dtype.size_bytes() as u64;
-        if n.is_nan() || n > max as f64 {
-            return Err(NodeError::Tensor(Box::new(super::ImportError::Limit {
-                what: "the result of Range".into(),
-                size: (n as u64).saturating_mul(dtype.size_bytes() as u64),
-                limit: imp.opts.max_tensor_bytes,
-            })));
-        }
-        let n = n as u64;
-        let iota = imp.emit(
-            OpKind::Iota,
-            &[],
-            &[("shape", dims_attr(&[Dim::new(n)])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
-        )?;
-        let m = if delta != 1.0 { imp.bin_scalar(OpKind::Mul, iota, delta)? } else { iota };
-        return one(if start != 0.0 { imp.bin_scalar(OpKind::Add, m, start)? } else { m });
-    }
-    // Symbolic: start and delta known, delta 1, limit a size.
-    let lim = imp.sym_input(node, 1)?;
-    match (start, delta, lim) {
-        (Some(start), Some(1.0), Some(l)) if l.elems.len() == 1 && start >= 0.0 && start.fract() == 0.0 => {
-            let n = sym_arith("Sub", &l.elems[0], &SymInt::I(start as i64))?
-                .to_dim()
-                .ok_or_else(|| NodeError::Invalid("negative range".into()))?;
-            let iota = imp.emit(
-                OpKind::Iota,
-                &[],
-                &[("shape", dims_attr(&[n])), ("axis", int(0)), ("dtype", AttrValue::DType(dtype))],
-            )?;
-            one(if start != 0.0 { imp.bin_scalar(OpKind::Add, iota, start)? } else { iota })
-        }
-        _ => unsupported("Range whose bounds are not known at import"),
-    }
-}
-
 fn split(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let dims = imp.shape_of(x);
@@ -1380,21 +1149,39 @@ fn split(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     Ok(outs)
 }
 
+/// A `Slice` bound: a number, or a size (then counted from the front, assumed in range).
+fn size_attr(e: &SymInt) -> NResult<AttrValue> {
+    match e {
+        SymInt::I(n) => Ok(int(*n)),
+        SymInt::D(d) => SizeExpr::from_dim(d)
+            .map(AttrValue::Size)
+            .map_err(|e| NodeError::Unsupported(format!("size arithmetic: {e}"))),
+    }
+}
+
 fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let dims = imp.shape_of(x);
     let r = dims.len();
+    let list = |v: Vec<i64>| v.into_iter().map(SymInt::I).collect::<Vec<_>>();
+    let bounds = |imp: &mut Importer, i: usize, what: &str| -> NResult<Vec<SymInt>> {
+        match imp.sym_input(node, i)? {
+            Some(s) => Ok(s.elems),
+            None if imp.slot(node, i)?.is_none() => invalid(format!("{what} are required")),
+            None => unsupported(format!("{what} (input {i}) must be known at import (constants or sizes)")),
+        }
+    };
     let (starts, ends, axes, steps) = if imp.opset < 10 {
         (
-            a_ints(node, "starts").unwrap_or_default(),
-            a_ints(node, "ends").unwrap_or_default(),
+            list(a_ints(node, "starts").unwrap_or_default()),
+            list(a_ints(node, "ends").unwrap_or_default()),
             a_ints(node, "axes"),
             None,
         )
     } else {
         (
-            imp.ints_input(node, 1, "starts")?.ok_or_else(|| NodeError::Invalid("starts are required".into()))?,
-            imp.ints_input(node, 2, "ends")?.ok_or_else(|| NodeError::Invalid("ends are required".into()))?,
+            bounds(imp, 1, "starts")?,
+            bounds(imp, 2, "ends")?,
             imp.ints_input(node, 3, "axes")?,
             imp.ints_input(node, 4, "steps")?,
         )
@@ -1412,12 +1199,13 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             return invalid(format!("axis {axis} is sliced twice"));
         }
         seen.push(axis);
-        let (start, end, step) = (starts[i], ends[i], steps[i]);
+        let step = steps[i];
         if step == 0 {
             return invalid("step 0");
         }
-        match dims[axis].as_const() {
-            Some(n) => {
+        match (dims[axis].as_const(), &starts[i], &ends[i]) {
+            (Some(n), SymInt::I(start), SymInt::I(end)) => {
+                let (start, end) = (*start, *end);
                 let n = n as i128;
                 let (mut s, mut e) = (start as i128, end as i128);
                 if s < 0 {
@@ -1471,18 +1259,34 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                     )?;
                 }
             }
-            None => {
-                if step != 1 {
+            (_, start, end) => {
+                // A symbolic dim or bound: ladder's slice counts a size bound from the front
+                // and assumes the slice in range (checked when the plan runs), where ONNX
+                // would clamp.
+                if step < 0 {
                     return unsupported(format!("Slice with step {step} on the symbolic dim {}", dims[axis]));
                 }
-                let end = if end >= i64::from(i32::MAX) { i64::MAX } else { end };
-                if start == 0 && end == i64::MAX {
+                let end = match end {
+                    SymInt::I(e) if *e >= i64::from(i32::MAX) => SymInt::I(i64::MAX),
+                    e => e.clone(),
+                };
+                if matches!((start, &end), (SymInt::I(0), SymInt::I(i64::MAX))) && step == 1 {
                     continue;
+                }
+                if let SymInt::D(d) = &end {
+                    if *d == dims[axis] && matches!(start, SymInt::I(0)) && step == 1 {
+                        continue;
+                    }
                 }
                 y = imp.emit(
                     OpKind::Slice,
                     &[y],
-                    &[("axis", int(axis as i64)), ("start", int(start)), ("end", int(end))],
+                    &[
+                        ("axis", int(axis as i64)),
+                        ("start", size_attr(start)?),
+                        ("end", size_attr(&end)?),
+                        ("step", int(step)),
+                    ],
                 )?;
             }
         }
