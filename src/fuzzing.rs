@@ -75,6 +75,7 @@ pub fn tight_import_options() -> crate::frontend::onnx::ImportOptions {
         max_depth: 4,
         allow_external_data: false,
         fold_max_elements: 1 << 12,
+        ..Default::default()
     }
 }
 

@@ -22,6 +22,7 @@ pub mod passes;
 pub mod recover;
 pub mod runtime;
 pub mod sched;
+pub mod session;
 pub mod tensor;
 pub mod text;
 
@@ -29,4 +30,5 @@ pub use builder::GraphBuilder;
 pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
 pub use ops::OpKind;
 pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan, StepTime};
+pub use session::{Model, Session};
 pub use tensor::{Tensor, TensorData};

@@ -542,11 +542,9 @@ fn fixtures_match_onnxruntime() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_fixtures");
     let all = cases(&dir).unwrap();
     assert_eq!(all.len(), 4);
-    let backend = |g: &Graph, inputs: &[Tensor]| {
-        interp::run(g, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
-    };
+    let interp = ladder::CompileOptions { backend: ladder::Backend::Interp, ..Default::default() };
     for case in all {
-        let r = run_case(&case, &ImportOptions::default(), &backend);
+        let r = run_case(&case, &ImportOptions::default(), &interp);
         assert_eq!(r.verdict, Verdict::Passed, "{}: {}", r.name, r.reason);
     }
 }

@@ -27,6 +27,14 @@ fn unsupported_with(bytes: &[u8], text: &str) {
 }
 
 #[track_caller]
+fn static_needed_with(bytes: &[u8], text: &str) {
+    match imp_err(bytes) {
+        NodeError::NeedsStatic(m) => assert!(m.contains(text), "`{m}` does not mention `{text}`"),
+        e => panic!("expected a static size to be needed ({text}), got {e:?}"),
+    }
+}
+
+#[track_caller]
 fn invalid_with(bytes: &[u8], text: &str) {
     match imp_err(bytes) {
         NodeError::Invalid(m) => assert!(m.contains(text), "`{m}` does not mention `{text}`"),
@@ -314,8 +322,8 @@ fn recurrent_bad_models_are_typed_errors() {
         22,
         vec![tensor_f32("w", &[1, 1, 1], &[1.]), tensor_f32("r", &[1, 1, 1], &[1.])],
     );
-    unsupported_with(&bytes, "must be a constant");
-    unsupported_with(&rnn1("s", 1, &[1.0], &[1.0], vec![], &["y"]), "sequence length");
+    assert_eq!(needs_value(&bytes), "lens");
+    static_needed_with(&rnn1("s", 1, &[1.0], &[1.0], vec![], &["y"]), "sequence length");
     unsupported_with(&rnn1("100000", 1, &[1.0], &[1.0], vec![], &["y"]), "limit");
     // Lengths past the sequence, and weights of the wrong shape.
     let bytes = model(
@@ -498,7 +506,23 @@ fn loop_unrolls_known_trip_counts_and_conditions() {
         13,
         vec![tensor_i64("m", &[], &[2])],
     );
-    unsupported_with(&bytes, "computed at run time");
+    assert_eq!(needs_value(&bytes), "c");
+    // ... which a session probes: the same result as the condition given as a constant.
+    let constant = |c: bool| {
+        imp(&model(
+            "Loop",
+            &[("y0", FLOAT, &["1"])],
+            &["m", "c", "y0"],
+            &["y", "ys"],
+            vec![a_graph("body", loop_body(None))],
+            13,
+            vec![tensor_i64("m", &[], &[2]), tensor_bool("c", &[], &[c])],
+        ))
+    };
+    let y0 = t(&[1], &[0.5]);
+    let want = run(&constant(true), std::slice::from_ref(&y0));
+    let got = session_run(&bytes, &[Tensor::from_bool(&[], vec![true]).unwrap(), y0.clone()]);
+    assert!(got.iter().zip(&want).all(|(a, b)| a.bit_eq(b)), "{got:?} vs {want:?}");
     // A run-time trip count.
     let bytes = model(
         "Loop",
@@ -509,7 +533,9 @@ fn loop_unrolls_known_trip_counts_and_conditions() {
         13,
         vec![],
     );
-    unsupported_with(&bytes, "must be a constant");
+    assert_eq!(needs_value(&bytes), "m");
+    let got = session_run(&bytes, &[Tensor::from_i64(&[], vec![2]).unwrap(), y0]);
+    assert!(got.iter().zip(&want).all(|(a, b)| a.bit_eq(b)), "{got:?} vs {want:?}");
     // A body with the wrong number of inputs.
     let mut bad = loop_body(None);
     bad.input.pop();
@@ -704,7 +730,7 @@ fn col2im_sums_overlapping_blocks() {
         18,
         vec![tensor_i64("blk", &[2], &[1, 2])],
     );
-    unsupported_with(&bytes, "must be a constant");
+    assert_eq!(needs_value(&bytes), "img");
 }
 
 fn roi(attrs: Vec<AttributeProto>, n_rois: &str) -> Vec<u8> {
@@ -903,14 +929,14 @@ fn node_tests_of_this_slice_pass_on_the_cpu_backend() {
         "test_optional_has_element_empty_no_input",
         "test_optional_get_element_tensor",
     ];
-    let backend = |g: &Graph, x: &[Tensor]| cpu(g, x);
+    let native = ladder::CompileOptions::native_cpu(1).unwrap();
     let mut passed = 0;
     for case in ladder::frontend::onnx::conformance::cases(dir).unwrap() {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
         if !prefixes.iter().any(|p| name.starts_with(p)) || name.contains("_expanded") {
             continue;
         }
-        let r = run_case(&case, &ImportOptions::default(), &backend);
+        let r = run_case(&case, &ImportOptions::default(), &native);
         assert_eq!(r.verdict, Verdict::Passed, "{name}: {}", r.reason);
         passed += 1;
     }

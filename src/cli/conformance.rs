@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use ladder::frontend::onnx::conformance::{self, CaseResult, Verdict};
 use ladder::frontend::onnx::ImportOptions;
-use ladder::interp::{self, Options};
 use ladder::runtime::{Backend, CompileOptions};
 
 use super::{note, Error};
@@ -53,17 +52,9 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
         return Err(Error::Usage(format!("no cases (folders with model.onnx) in `{}`", args.dir.display())));
     }
     let options = ImportOptions::default();
-    let run_options = Options { fuel: 1 << 33, ..Options::default() };
-    let native = match backend_kind {
-        Backend::Cpu => Some(CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?),
-        Backend::Interp => None,
-    };
-    let backend = |g: &ladder::Graph, inputs: &[ladder::Tensor]| match &native {
-        None => interp::run(g, inputs, &run_options).map(|o| o.outputs).map_err(|e| e.to_string()),
-        Some(options) => {
-            let plan = ladder::compile(g, options).map_err(|e| format!("compile: {e}"))?;
-            plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
-        }
+    let compile = match backend_kind {
+        Backend::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
+        Backend::Interp => CompileOptions { backend: Backend::Interp, ..CompileOptions::default() },
     };
     let start = Instant::now();
     let quiet_hook = std::panic::take_hook();
@@ -80,29 +71,29 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
                 verdict: Verdict::Denied,
                 reason: reason.clone(),
                 panicked: false,
-                frozen: false,
+                specialized: false,
             });
             continue;
         }
-        results.push(conformance::run_case_guarded(case, &options, &backend));
+        results.push(conformance::run_case_guarded(case, &options, &compile));
     }
     std::panic::set_hook(quiet_hook);
     let count = |v: Verdict| results.iter().filter(|r| r.verdict == v).count();
     let (passed, failed, unsupported, denied) =
         (count(Verdict::Passed), count(Verdict::Failed), count(Verdict::Unsupported), count(Verdict::Denied));
     let panics = results.iter().filter(|r| r.panicked).count();
-    let frozen = results.iter().filter(|r| r.frozen && r.verdict == Verdict::Passed).count();
+    let specialized = results.iter().filter(|r| r.specialized && r.verdict == Verdict::Passed).count();
     let total = results.len();
     let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(Error::Stdout);
     if args.json {
         let cases: Vec<serde_json::Value> = results
             .iter()
-            .map(|r| serde_json::json!({"name": r.name, "verdict": r.verdict.name(), "reason": r.reason, "frozen": r.frozen}))
+            .map(|r| serde_json::json!({"name": r.name, "verdict": r.verdict.name(), "reason": r.reason, "specialized": r.specialized}))
             .collect();
         let j = serde_json::json!({
             "backend": args.backend,
             "passed": passed, "failed": failed, "unsupported": unsupported, "denied": denied, "total": total,
-            "panics": panics, "passed_frozen": frozen, "seconds": start.elapsed().as_secs_f64(), "cases": cases,
+            "panics": panics, "passed_specialized": specialized, "seconds": start.elapsed().as_secs_f64(), "cases": cases,
         });
         return w(out, serde_json::to_string_pretty(&j).unwrap_or_default());
     }
@@ -119,8 +110,10 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
         pct(passed, total),
         pct(passed, passed + failed)
     ))?;
-    if frozen > 0 {
-        note(&format!("{frozen} passing case(s) had integer or bool inputs (axes, pads, shapes, loop conditions) frozen to their test data"));
+    if specialized > 0 {
+        note(&format!(
+            "{specialized} passing case(s) were compiled per data set: for their input shapes, or for values their graph depends on (axes, pads, shapes, trip counts, branch conditions)"
+        ));
     }
     if panics > 0 {
         note(&format!("{panics} case(s) panicked"));

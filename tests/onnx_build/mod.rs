@@ -183,6 +183,25 @@ pub fn imp_err(bytes: &[u8]) -> NodeError {
     }
 }
 
+/// The name of the run-time value an import must ask for ([`ImportError::NeedsValue`]).
+#[allow(dead_code)]
+pub fn needs_value(bytes: &[u8]) -> String {
+    match import(bytes, &ImportOptions::default()) {
+        Err(ImportError::NeedsValue { name, .. }) => name,
+        Err(e) => panic!("expected a value to be needed, got {e}"),
+        Ok(_) => panic!("expected a value to be needed, the import succeeded"),
+    }
+}
+
+/// A model run through a session on the CPU backend (specialized on values it depends on).
+#[allow(dead_code)]
+pub fn session_run(bytes: &[u8], inputs: &[Tensor]) -> Vec<Tensor> {
+    let model = ladder::frontend::onnx::decode(bytes, &ImportOptions::default()).unwrap();
+    let model = ladder::Model::from_onnx(model, None, ImportOptions::default());
+    let session = ladder::Session::new(model, ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
+    session.run(inputs).unwrap().outputs
+}
+
 /// `g` compiled for the CPU backend and run.
 pub fn cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let plan = compile(g, &CompileOptions::default()).map_err(|e| e.to_string())?;

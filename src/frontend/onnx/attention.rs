@@ -57,7 +57,7 @@ fn cat(imp: &mut Importer, args: &[Value], axis: usize) -> NResult<Value> {
 }
 
 fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
-    d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} is the symbolic size `{d}`; it must be static")))
+    d.as_const().ok_or_else(|| NodeError::NeedsStatic(format!("{what} is the symbolic size `{d}`")))
 }
 
 /// The output slots the node asks for (`node.output[i]` present and non-empty).

@@ -4,6 +4,11 @@
 //! tolerance (`|got - want| <= atol + rtol * |want|`, rtol 1e-3, atol 1e-7; NaN matches NaN;
 //! integers and bools exactly; dtypes and shapes must match).
 //!
+//! Each case runs through a [`Session`], as a user's model would: compiled once for symbolic
+//! shapes where it can be, else per data set for its input shapes and for the values its
+//! graph depends on (a trip count, a branch condition, an axis given as an input), which the
+//! session probes. A case that needed that is marked `specialized`.
+//!
 //! Verdicts: `Passed`; `Unsupported` when the importer reports something ladder cannot
 //! express (an op type, element type or mode); `Failed` for anything else (a wrong number,
 //! an import or run error, or a panic, which is also flagged); `Denied` when the deny list
@@ -13,8 +18,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{decode_tensor, tensor_from_proto, Budget, ImportError, ImportOptions, NodeError};
+use crate::runtime::CompileOptions;
+use crate::session::{Model, Session, SessionError};
 use crate::tensor::Tensor;
-use crate::Graph;
 
 pub const RTOL: f64 = 1e-3;
 pub const ATOL: f64 = 1e-7;
@@ -45,12 +51,10 @@ pub struct CaseResult {
     /// Why it did not pass.
     pub reason: String,
     pub panicked: bool,
-    /// Integer and bool graph inputs were frozen to each data set's values (see [`run_case`]).
-    pub frozen: bool,
+    /// The model was compiled per data set (its input shapes, or values computed from its
+    /// inputs), not once for symbolic shapes.
+    pub specialized: bool,
 }
-
-/// Runs a graph on some backend: the graph's outputs for these inputs, or why not.
-pub type Backend<'a> = &'a dyn Fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>;
 
 /// Reads a deny list: one case per line, `name  reason` (the reason is required); `#`
 /// starts a comment.
@@ -88,7 +92,17 @@ fn is_unsupported(e: &ImportError) -> bool {
             NodeError::Tensor(e) => is_unsupported(e),
             _ => false,
         },
-        ImportError::Graph(m) => m.contains("not a tensor") || m.contains("not supported"),
+        ImportError::Graph(m) => {
+            m.contains("not a tensor") || m.contains("not supported") || m.contains("cannot be probed")
+        }
+        _ => false,
+    }
+}
+
+fn session_unsupported(e: &SessionError) -> bool {
+    match e {
+        SessionError::Import(e) => is_unsupported(e),
+        SessionError::Probe(_) => true,
         _ => false,
     }
 }
@@ -138,58 +152,15 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Option<String> {
     None
 }
 
-/// True for import errors that only say a shape-like input must be known at import.
-fn needs_constant(e: &ImportError) -> bool {
-    match e {
-        ImportError::Node { error: NodeError::Unsupported(m), .. } => {
-            m.contains("must be a constant") || m.contains("known at import") || m.contains("computed at run time")
-        }
-        _ => false,
-    }
-}
-
-/// The model with the integer and bool inputs given in `inputs` (shape-like values, trip
-/// counts, conditions) turned into initializers; with `floats`, also the small float vectors
-/// and scalars (scales, roi, window bounds).
-fn freeze(model: &super::proto::ModelProto, inputs: &[(String, Tensor)], floats: bool) -> super::proto::ModelProto {
-    use crate::tensor::TensorData;
-    let mut m = model.clone();
-    if let Some(g) = m.graph.as_mut() {
-        for (name, t) in inputs {
-            let mut p = super::proto::TensorProto {
-                name: name.clone(),
-                dims: t.shape().iter().map(|&d| d as i64).collect(),
-                data_type: super::elem_type_of(t.dtype()),
-                ..Default::default()
-            };
-            match t.data() {
-                TensorData::I64(v) => p.int64_data = v.clone(),
-                TensorData::I32(v) => p.int32_data = v.clone(),
-                TensorData::Bool(v) => p.int32_data = v.iter().map(|&b| i32::from(b)).collect(),
-                TensorData::F32(v) if floats && t.shape().len() <= 1 => p.float_data = v.clone(),
-                TensorData::F64(v) if floats && t.shape().len() <= 1 => p.double_data = v.clone(),
-                _ => continue,
-            }
-            if t.numel() > 64 {
-                continue;
-            }
-            g.input.retain(|i| i.name != *name);
-            g.initializer.push(p);
-        }
-    }
-    m
-}
-
-/// Runs `g` on one data set; `Err` with the verdict when it does not pass.
+/// Runs the session on one data set; `Err` with the verdict when it does not pass.
 fn run_set(
-    g: &Graph,
+    session: &Session,
     inputs: Vec<(String, Tensor)>,
     outputs: &[(String, Tensor)],
-    backend: Backend,
 ) -> Result<(), (Verdict, String)> {
-    let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
+    let names: Vec<&str> = session.inputs().iter().map(|(n, _)| n.as_str()).collect();
     let mut ordered: Vec<Option<Tensor>> = vec![None; names.len()];
-    let named = inputs.iter().all(|(n, _)| names.contains(n));
+    let named = inputs.iter().all(|(n, _)| names.contains(&n.as_str()));
     for (pos, (n, t)) in inputs.into_iter().enumerate() {
         let i = if named { names.iter().position(|x| *x == n).unwrap_or(pos) } else { pos };
         if i < ordered.len() {
@@ -199,13 +170,19 @@ fn run_set(
     let Some(ordered) = ordered.into_iter().collect::<Option<Vec<_>>>() else {
         return Err((Verdict::Failed, format!("the data set does not give every input ({})", names.join(", "))));
     };
-    let got = backend(g, &ordered).map_err(|e| (Verdict::Failed, format!("run: {e}")))?;
+    let got = match session.run(&ordered) {
+        Ok(o) => o.outputs,
+        Err(e) if session_unsupported(&e) => return Err((Verdict::Unsupported, e.to_string())),
+        Err(e) => return Err((Verdict::Failed, format!("run: {e}"))),
+    };
     if got.len() != outputs.len() {
         return Err((Verdict::Failed, format!("{} outputs, expected {}", got.len(), outputs.len())));
     }
+    let out_names = session.model().output_names();
     for (i, (a, (_, b))) in got.iter().zip(outputs).enumerate() {
         if let Some(why) = compare(a, b) {
-            return Err((Verdict::Failed, format!("output {i} (`{}`): {why}", g.outputs()[i].name)));
+            let name = out_names.get(i).map(String::as_str).unwrap_or("?");
+            return Err((Verdict::Failed, format!("output {i} (`{name}`): {why}")));
         }
     }
     Ok(())
@@ -227,26 +204,28 @@ fn read_set(set: &Path, options: &ImportOptions) -> Result<DataSet, (Verdict, St
     Ok(io)
 }
 
-/// Runs one case on `backend`. When the importer needs a shape-like input (axes, pads, a
-/// shape, a trip count or a branch condition) as a constant and the model takes it as a graph
-/// input, each data set's integer and bool inputs are frozen into initializers and the case
-/// is imported per data set (`frozen`);
-/// when that is not enough, small float vectors and scalars (Resize scales and roi) too.
-pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
+/// Runs one case: a session for its model (with `compile`'s backend), run on each data set.
+pub fn run_case(case: &Path, options: &ImportOptions, compile: &CompileOptions) -> CaseResult {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let result =
-        |verdict, reason: String, frozen| CaseResult { name: name.clone(), verdict, reason, panicked: false, frozen };
+    let result = |verdict, reason: String, specialized| CaseResult {
+        name: name.clone(),
+        verdict,
+        reason,
+        panicked: false,
+        specialized,
+    };
     let path = case.join("model.onnx");
     let model = match super::read_bounded(&path, options.max_total_bytes).and_then(|b| super::decode(&b, options)) {
         Ok(m) => m,
         Err(e) => return result(Verdict::Failed, format!("import: {e}"), false),
     };
-    let g = match super::import_model(&model, options, Some(case)) {
-        Ok(g) => Some(g),
-        Err(e) if needs_constant(&e) => None,
-        Err(e) if is_unsupported(&e) => return result(Verdict::Unsupported, e.to_string(), false),
-        Err(e) => return result(Verdict::Failed, format!("import: {e}"), false),
-    };
+    let session =
+        match Session::new(Model::from_onnx(model, Some(case.to_path_buf()), options.clone()), compile.clone()) {
+            Ok(s) => s,
+            Err(e) if session_unsupported(&e) => return result(Verdict::Unsupported, e.to_string(), false),
+            Err(e) => return result(Verdict::Failed, format!("{e}"), false),
+        };
+    let specialized = session.general_plan().is_none();
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map(|r| {
             r.filter_map(|e| e.ok().map(|e| e.path()))
@@ -258,46 +237,23 @@ pub fn run_case(case: &Path, options: &ImportOptions, backend: Backend) -> CaseR
         .unwrap_or_default();
     sets.sort();
     if sets.is_empty() {
-        return result(Verdict::Failed, "no test_data_set_* folder".into(), false);
+        return result(Verdict::Failed, "no test_data_set_* folder".into(), specialized);
     }
-    let frozen = g.is_none();
     for set in &sets {
         let (inputs, outputs) = match read_set(set, options) {
             Ok(io) => io,
-            Err((v, why)) => return result(v, why, frozen),
+            Err((v, why)) => return result(v, why, specialized),
         };
-        let outcome = match &g {
-            Some(g) => run_set(g, inputs, &outputs, backend),
-            None => {
-                let mut m = freeze(&model, &inputs, false);
-                let mut imported = super::import_model(&m, options, Some(case));
-                if matches!(&imported, Err(e) if needs_constant(e)) {
-                    m = freeze(&model, &inputs, true);
-                    imported = super::import_model(&m, options, Some(case));
-                }
-                match imported {
-                    Ok(g) => {
-                        let rest: Vec<(String, Tensor)> = inputs
-                            .into_iter()
-                            .filter(|(n, _)| (0..g.inputs().len()).any(|i| g.input_name(i) == *n))
-                            .collect();
-                        run_set(&g, rest, &outputs, backend)
-                    }
-                    Err(e) if is_unsupported(&e) => Err((Verdict::Unsupported, e.to_string())),
-                    Err(e) => Err((Verdict::Failed, format!("import: {e}"))),
-                }
-            }
-        };
-        if let Err((v, why)) = outcome {
-            return result(v, why, frozen);
+        if let Err((v, why)) = run_set(&session, inputs, &outputs) {
+            return result(v, why, specialized);
         }
     }
-    result(Verdict::Passed, String::new(), frozen)
+    result(Verdict::Passed, String::new(), specialized)
 }
 
 /// Runs a case, turning a panic into a failed verdict.
-pub fn run_case_guarded(case: &Path, options: &ImportOptions, backend: Backend) -> CaseResult {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(case, options, backend))) {
+pub fn run_case_guarded(case: &Path, options: &ImportOptions, compile: &CompileOptions) -> CaseResult {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(case, options, compile))) {
         Ok(r) => r,
         Err(p) => {
             let msg = p
@@ -310,7 +266,7 @@ pub fn run_case_guarded(case: &Path, options: &ImportOptions, backend: Backend) 
                 verdict: Verdict::Failed,
                 reason: format!("PANIC: {msg}"),
                 panicked: true,
-                frozen: false,
+                specialized: false,
             }
         }
     }

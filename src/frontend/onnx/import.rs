@@ -187,20 +187,7 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
         return Err(ImportError::Opset(opset));
     }
     let name = if graph.name.is_empty() { "onnx" } else { graph.name.as_str() };
-    let mut imp = Importer {
-        opts,
-        g: Graph::new(name),
-        opset,
-        env: HashMap::new(),
-        inits: HashMap::new(),
-        consts: HashMap::new(),
-        budget: Budget::default(),
-        dir,
-        blob_names: HashSet::new(),
-        value_names: HashSet::new(),
-        n_syms: 0,
-        fold_fuel: 1 << 26,
-    };
+    let mut imp = Importer::new(opts, name, opset, dir);
     for t in &graph.initializer {
         if t.name.is_empty() {
             return Err(ImportError::Missing("the name of an initializer".into()));
@@ -231,6 +218,15 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
     if graph.output.is_empty() {
         return Err(ImportError::Missing("graph outputs".into()));
     }
+    if let Some(name) = &opts.probe {
+        // The probed value is the only output.
+        let slot = imp.binding(name).ok_or_else(|| {
+            ImportError::Graph(format!("`{name}` is not computed by the main graph, so its value cannot be probed"))
+        })?;
+        let v = imp.materialize(&slot, name).map_err(|e| ImportError::Graph(format!("probe `{name}`: {e}")))?;
+        imp.g.add_output(name, v).map_err(|e| ImportError::Graph(e.to_string()))?;
+        return Ok(imp.g);
+    }
     for out in &graph.output {
         let slot = imp.lookup(&out.name).map_err(|e| match e {
             NodeError::Undefined(name) => ImportError::Graph(format!("graph output `{name}` is never computed")),
@@ -242,7 +238,38 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
     Ok(imp.g)
 }
 
+/// The graph's declared inputs (those without an initializer), with the types the importer
+/// gives them: a `dim_param` is a symbol, an unknown or negative dim a fresh one, and
+/// `options.input_shapes` makes them concrete.
+pub fn input_types(model: &ModelProto, opts: &ImportOptions) -> Result<Vec<(String, TensorType)>, ImportError> {
+    let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
+    let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut imp = Importer::new(opts, "inputs", default_opset(model).unwrap_or(0), None);
+    let mut out = Vec::new();
+    for input in graph.input.iter().filter(|i| !inits.contains(i.name.as_str())) {
+        out.push((input.name.clone(), imp.value_type(input)?));
+    }
+    Ok(out)
+}
+
 impl<'m> Importer<'m> {
+    fn new(opts: &'m ImportOptions, name: &str, opset: i64, dir: Option<&'m Path>) -> Importer<'m> {
+        Importer {
+            opts,
+            g: Graph::new(name),
+            opset,
+            env: HashMap::new(),
+            inits: HashMap::new(),
+            consts: HashMap::new(),
+            budget: Budget::default(),
+            dir,
+            blob_names: HashSet::new(),
+            value_names: HashSet::new(),
+            n_syms: 0,
+            fold_fuel: 1 << 26,
+        }
+    }
+
     /// The ladder type of a graph input.
     fn value_type(&mut self, vi: &proto::ValueInfoProto) -> Result<TensorType, ImportError> {
         let what = format!("graph input `{}`", vi.name);
@@ -270,12 +297,14 @@ impl<'m> Importer<'m> {
         for d in &shape.dim {
             use proto::tensor_shape_proto::dimension::Value as V;
             match &d.value {
-                Some(V::DimValue(n)) => {
+                Some(V::DimValue(n)) if *n >= 0 => {
                     statics.push(*n);
                     check_dims(&what, &[*n])?;
                     dims.push(Dim::new(*n as u64));
                 }
                 Some(V::DimParam(p)) if !p.is_empty() => dims.push(Dim::sym(&symbol_name(p))),
+                // No size, an empty name, or a negative value (`-1`, as Paddle's exporter
+                // writes a dynamic dim): a fresh symbol.
                 _ => {
                     self.n_syms += 1;
                     dims.push(Dim::sym(&format!("unk{}", self.n_syms)));
@@ -283,12 +312,34 @@ impl<'m> Importer<'m> {
             }
         }
         check_dims(&what, &statics)?;
+        if let Some(sizes) = self.opts.input_shapes.get(&vi.name) {
+            // A specialized import: the given sizes, where they fit the declared ones.
+            let fits =
+                sizes.len() == dims.len() && dims.iter().zip(sizes).all(|(d, &n)| d.as_const().is_none_or(|c| c == n));
+            if !fits {
+                return Err(ImportError::Graph(format!(
+                    "{what} is declared {}, so it cannot have the shape {sizes:?}",
+                    Shape(dims.into())
+                )));
+            }
+            return Ok(TensorType::new(dtype, Shape::from_static(sizes)));
+        }
         Ok(TensorType::new(dtype, Shape(dims.into())))
     }
 
     /// Converts nodes in order. `depth` counts inlined subgraphs.
     pub fn run_nodes(&mut self, nodes: &'m [NodeProto], depth: u32) -> Result<(), ImportError> {
         for (index, node) in nodes.iter().enumerate() {
+            // A probe for a graph input or an initializer needs no node at all.
+            if depth == 0
+                && self
+                    .opts
+                    .probe
+                    .as_ref()
+                    .is_some_and(|p| self.env.contains_key(p) || self.inits.contains_key(p.as_str()))
+            {
+                return Ok(());
+            }
             let node_ref = || NodeRef { index, name: node.name.clone(), op_type: node.op_type.clone() };
             if node.op_type.is_empty() {
                 return Err(ImportError::Missing(format!("the op_type of node {index}")));
@@ -297,6 +348,10 @@ impl<'m> Importer<'m> {
                 Ok(outs) => outs,
                 Err(NodeError::Undefined(name)) => return Err(ImportError::UndefinedValue { node: node_ref(), name }),
                 Err(NodeError::Subgraph(e) | NodeError::Tensor(e)) => return Err(*e),
+                Err(NodeError::NeedsValue { input, what }) => {
+                    let name = node.input.get(input).cloned().unwrap_or_default();
+                    return Err(ImportError::NeedsValue { node: node_ref(), name, what });
+                }
                 Err(error) => return Err(ImportError::Node { node: node_ref(), error }),
             };
             for (i, name) in node.output.iter().enumerate() {
@@ -325,6 +380,9 @@ impl<'m> Importer<'m> {
                     self.name_value(*v, name);
                 }
                 self.env.insert(name.clone(), slot);
+            }
+            if depth == 0 && self.opts.probe.as_ref().is_some_and(|p| node.output.contains(p)) {
+                return Ok(());
             }
         }
         Ok(())
@@ -373,6 +431,15 @@ impl<'m> Importer<'m> {
     /// (converted the first time it is used).
     pub fn lookup(&mut self, name: &str) -> NResult<Slot> {
         if let Some(s) = self.env.get(name) {
+            if let (Slot::Val(v), Some(t)) = (s, self.opts.known_values.get(name)) {
+                if self.consts.contains_key(v) {
+                    return Ok(s.clone());
+                }
+                // A value computed at run time that this specialized import knows.
+                let v = self.constant(name, (**t).clone());
+                self.env.insert(name.to_string(), Slot::Val(v));
+                return Ok(Slot::Val(v));
+            }
             return Ok(s.clone());
         }
         let Some(&t) = self.inits.get(name) else {
@@ -580,14 +647,14 @@ impl<'m> Importer<'m> {
     pub fn ints_input(&mut self, node: &NodeProto, i: usize, what: &str) -> NResult<Option<Vec<i64>>> {
         match self.sym_input(node, i)? {
             None if self.slot(node, i)?.is_none() => Ok(None),
-            None => Err(NodeError::Unsupported(format!("{what} (input {i}) must be a constant integer tensor"))),
+            None => Err(NodeError::NeedsValue { input: i, what: what.to_string() }),
             Some(s) => {
                 let mut out = Vec::with_capacity(s.elems.len());
                 for e in s.elems {
                     match e {
                         SymInt::I(n) => out.push(n),
                         SymInt::D(d) => {
-                            return Err(NodeError::Unsupported(format!(
+                            return Err(NodeError::NeedsStatic(format!(
                                 "{what} (input {i}) depends on the symbolic size `{d}`"
                             )))
                         }

@@ -638,9 +638,7 @@ fn reverse_sequence(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 fn compress(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let x = imp.input(node, 0)?;
     let c = imp.input(node, 1)?;
-    let cond = imp
-        .const_of(c)
-        .ok_or_else(|| NodeError::Unsupported("Compress whose condition is computed at run time".into()))?;
+    let cond = imp.const_of(c).ok_or_else(|| NodeError::NeedsValue { input: 1, what: "the condition".into() })?;
     if cond.shape().len() != 1 {
         return invalid("the condition must be 1-D");
     }

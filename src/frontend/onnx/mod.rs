@@ -53,14 +53,16 @@ mod spatial;
 mod tensor;
 mod wire;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-pub use import::{import_model, summarize, ModelSummary, OpCount};
+pub use import::{import_model, input_types, summarize, ModelSummary, OpCount};
 pub use tensor::{dtype_name, dtype_of, elem_type_of, tensor_from_proto, Budget};
 
 use crate::ir::GraphError;
-use crate::Graph;
+use crate::{Graph, Tensor};
 
 /// Bounds on what an import may read and allocate. The defaults admit real models (up to a
 /// 2 GiB protobuf plus external data) and nothing unbounded.
@@ -79,6 +81,16 @@ pub struct ImportOptions {
     pub allow_external_data: bool,
     /// Largest integer/bool result computed at import time (shape arithmetic).
     pub fold_max_elements: u64,
+    /// Concrete sizes for graph inputs, by name: those inputs get these static dims instead of
+    /// their symbols, so every shape computation on them is static (a specialized import).
+    pub input_shapes: HashMap<String, Vec<u64>>,
+    /// Values of tensors computed at run time, by ONNX name, known for this specialization (a
+    /// branch condition, a trip count, a shape computed from data): nodes read them as
+    /// constants.
+    pub known_values: HashMap<String, Arc<Tensor>>,
+    /// Import only up to the node that computes this value, and make it the graph's one output
+    /// (a probe for a value a later node needs, see [`ImportError::NeedsValue`]).
+    pub probe: Option<String>,
 }
 
 impl Default for ImportOptions {
@@ -90,6 +102,9 @@ impl Default for ImportOptions {
             max_depth: 8,
             allow_external_data: false,
             fold_max_elements: 1 << 16,
+            input_shapes: HashMap::new(),
+            known_values: HashMap::new(),
+            probe: None,
         }
     }
 }
@@ -161,6 +176,16 @@ pub enum NodeError {
     /// An error inside an inlined subgraph, reported as it is.
     #[error("{0}")]
     Subgraph(Box<ImportError>),
+    /// Input `input` must be known when the graph is built (a branch condition, a trip count,
+    /// a shape computed from data) but is computed at run time; reported as
+    /// [`ImportError::NeedsValue`].
+    #[error("{what} (input {input}) is computed at run time; its value must be known to build the graph")]
+    NeedsValue { input: usize, what: String },
+    /// A symbolic size the conversion needs as a number (the length of an unrolled
+    /// recurrence, the input size of a resize): an import for concrete input shapes
+    /// ([`ImportOptions::input_shapes`]) converts it.
+    #[error("{0}: it must be a static size")]
+    NeedsStatic(String),
 }
 
 impl From<GraphError> for NodeError {
@@ -215,6 +240,40 @@ pub enum ImportError {
     /// One node failed to convert.
     #[error("{node}: {error}")]
     Node { node: NodeRef, error: NodeError },
+    /// A node needs the value of `name` (computed at run time) to be converted: an import that
+    /// knows it ([`ImportOptions::known_values`]) can, and a probe import
+    /// ([`ImportOptions::probe`]) computes it.
+    #[error("{node}: {what} `{name}` is computed at run time; its value must be known to build the graph")]
+    NeedsValue { node: NodeRef, name: String, what: String },
+}
+
+/// What a specialized import needs in order to convert a model that the symbolic import
+/// could not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// The value of this tensor (by ONNX name), computed from the inputs.
+    Value(String),
+    /// Concrete input shapes.
+    Shapes,
+}
+
+impl ImportError {
+    /// Whether an import that knows more (concrete input shapes, values computed at run time)
+    /// may succeed where this one failed, and what it must know. `None` for errors that no
+    /// specialization can mend (an unsupported op type, a malformed file).
+    pub fn needs(&self) -> Option<Needs> {
+        match self {
+            ImportError::NeedsValue { name, .. } => Some(Needs::Value(name.clone())),
+            // A conversion that fails on symbolic shapes (a size it needs as a number, shapes
+            // the size algebra cannot prove compatible) may succeed on concrete ones.
+            ImportError::Node { error, .. } => match error {
+                NodeError::Tensor(_) | NodeError::Undefined(_) => None,
+                NodeError::Subgraph(e) => e.needs(),
+                _ => Some(Needs::Shapes),
+            },
+            _ => None,
+        }
+    }
 }
 
 /// Imports an ONNX model from its bytes. External data is never read (use [`import_file`]).

@@ -636,9 +636,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
             )
         }
         "ConstantOfShape" => {
-            let shape = imp
-                .sym_input(node, 0)?
-                .ok_or_else(|| NodeError::Unsupported("the shape (input 0) must be known at import".into()))?;
+            let shape =
+                imp.sym_input(node, 0)?.ok_or_else(|| NodeError::NeedsValue { input: 0, what: "the shape".into() })?;
             let dims = shape
                 .elems
                 .iter()
@@ -697,7 +696,7 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
                     let s = a_ints(node, "shape").unwrap_or_default();
                     SymList { elems: s.into_iter().map(SymInt::I).collect(), scalar: false, dtype: DType::I64 }
                 }
-                None => return unsupported("the shape (input 1) must be known at import"),
+                None => return Err(NodeError::NeedsValue { input: 1, what: "the shape".into() }),
             };
             let allowzero = a_int(node, "allowzero", 0) != 0;
             let xs = imp.shape_of(x);
@@ -793,9 +792,8 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         }
         "Expand" => {
             let x = imp.input(node, 0)?;
-            let target = imp
-                .sym_input(node, 1)?
-                .ok_or_else(|| NodeError::Unsupported("the shape (input 1) must be known at import".into()))?;
+            let target =
+                imp.sym_input(node, 1)?.ok_or_else(|| NodeError::NeedsValue { input: 1, what: "the shape".into() })?;
             let dims = target
                 .elems
                 .iter()
@@ -1168,7 +1166,7 @@ fn slice(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         match imp.sym_input(node, i)? {
             Some(s) => Ok(s.elems),
             None if imp.slot(node, i)?.is_none() => invalid(format!("{what} are required")),
-            None => unsupported(format!("{what} (input {i}) must be known at import (constants or sizes)")),
+            None => Err(NodeError::NeedsValue { input: i, what: what.to_string() }),
         }
     };
     let (starts, ends, axes, steps) = if imp.opset < 10 {
@@ -1377,21 +1375,28 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             &[("low", ints(&low)), ("high", ints(&high)), ("value", AttrValue::Float(value))],
         )?);
     }
-    // edge / reflect / wrap: per axis, assemble slices.
+    // edge / reflect / wrap: per axis, assemble slices. On a symbolic axis the slices count
+    // from the end (`n - 1 - p : n - 1` is `-1 - p : -1`) and assume the axis long enough,
+    // which the plan checks when it runs.
     let mut y = x;
     for a in 0..r {
         let (l, h) = (low[a], high[a]);
         if l == 0 && h == 0 {
             continue;
         }
-        let n = imp.shape_of(y)[a]
-            .as_const()
-            .ok_or_else(|| NodeError::Unsupported(format!("{mode} padding of a symbolic dim")))? as i64;
-        if l < 0 || h < 0 || n == 0 {
+        let n = imp.shape_of(y)[a].as_const().map(|n| n as i64);
+        if l < 0 || h < 0 || n == Some(0) {
             return unsupported(format!("{mode} padding with negative pads or an empty axis"));
         }
         let sl = |imp: &mut Importer, v: Value, s: i64, e: i64| -> NResult<Value> {
             imp.emit(OpKind::Slice, &[v], &[("axis", int(a as i64)), ("start", int(s)), ("end", int(e))])
+        };
+        // Position `k` counted from the end: `n - k`, or `-k` on a symbolic axis (`i64::MAX`
+        // for the end itself).
+        let back = |k: i64| match n {
+            Some(n) => n - k,
+            None if k == 0 => i64::MAX,
+            None => -k,
         };
         let rev = |imp: &mut Importer, v: Value| imp.emit(OpKind::Rev, &[v], &[("axes", ints(&[a as i64]))]);
         let mut parts = Vec::new();
@@ -1401,24 +1406,24 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
             }
             Ok(Some(match mode.as_str() {
                 "edge" => {
-                    let e = if left { sl(imp, y, 0, 1)? } else { sl(imp, y, n - 1, n)? };
+                    let e = if left { sl(imp, y, 0, 1)? } else { sl(imp, y, back(1), back(0))? };
                     let mut shape = imp.shape_of(e);
                     shape[a] = Dim::new(p as u64);
                     imp.emit(OpKind::Expand, &[e], &[("shape", dims_attr(&shape))])?
                 }
                 "reflect" => {
-                    if p > n - 1 {
-                        return Err(NodeError::Unsupported(format!("reflect padding of {p} on an axis of {n}")));
+                    if n.is_some_and(|n| p > n - 1) {
+                        return Err(NodeError::Unsupported(format!("reflect padding of {p} on an axis of {n:?}")));
                     }
-                    let s = if left { sl(imp, y, 1, p + 1)? } else { sl(imp, y, n - 1 - p, n - 1)? };
+                    let s = if left { sl(imp, y, 1, p + 1)? } else { sl(imp, y, back(1 + p), back(1))? };
                     rev(imp, s)?
                 }
                 "wrap" => {
-                    if p > n {
-                        return Err(NodeError::Unsupported(format!("wrap padding of {p} on an axis of {n}")));
+                    if n.is_some_and(|n| p > n) {
+                        return Err(NodeError::Unsupported(format!("wrap padding of {p} on an axis of {n:?}")));
                     }
                     if left {
-                        sl(imp, y, n - p, n)?
+                        sl(imp, y, back(p), back(0))?
                     } else {
                         sl(imp, y, 0, p)?
                     }
@@ -1871,12 +1876,11 @@ fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     let idx = imp.input(node, 0)?;
     let depth = match imp.float_input(node, 1)? {
         Some(Ok(d)) if d >= 0.0 && d <= (1u64 << 32) as f64 => d as u64,
-        _ => return unsupported("OneHot needs a constant non-negative depth"),
+        Some(Err(_)) => return Err(NodeError::NeedsValue { input: 1, what: "the depth".into() }),
+        _ => return unsupported("OneHot needs a non-negative depth below 2^32"),
     };
     let values = imp.input(node, 2)?;
-    let vt = imp.const_of(values).ok_or_else(|| NodeError::Unsupported("OneHot needs constant values".into()))?;
-    let vv = vt.to_f64_vec();
-    if vv.len() != 2 {
+    if imp.ty(values).shape.numel().ok().and_then(|n| n.as_const()) != Some(2) {
         return invalid("values must hold [off, on]");
     }
     let r = imp.rank_of(idx);
@@ -1894,9 +1898,13 @@ fn one_hot(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
         &[("shape", dims_attr(&shape)), ("axis", int(axis as i64)), ("dtype", AttrValue::DType(DType::I64))],
     )?;
     let eq = imp.bin(K::Eq, u, iota)?;
-    let dt = vt.dtype();
-    let on = imp.scalar(dt, vv[1])?;
-    let off = imp.scalar(dt, vv[0])?;
+    // off and on as scalars (read at run time when `values` is not a constant).
+    let flat = imp.reshape(values, &[Dim::new(2)])?;
+    let pick = |imp: &mut Importer, i: i64| -> NResult<Value> {
+        let s = imp.emit(K::Slice, &[flat], &[("axis", int(0)), ("start", int(i)), ("end", int(i + 1))])?;
+        imp.reshape(s, &[])
+    };
+    let (off, on) = (pick(imp, 0)?, pick(imp, 1)?);
     one(imp.emit(K::Where, &[eq, on, off], &[])?)
 }
 
@@ -2060,7 +2068,7 @@ fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResu
     let c = imp.input(node, 0)?;
     let cond = match imp.const_of(c) {
         Some(t) if t.numel() == 1 => t.to_f64_vec()[0] != 0.0,
-        _ => return unsupported("If whose condition is computed at run time"),
+        _ => return Err(NodeError::NeedsValue { input: 0, what: "the condition".into() }),
     };
     let branch = if cond { "then_branch" } else { "else_branch" };
     let g = attr(node, branch)

@@ -75,7 +75,7 @@ pub(super) fn full(imp: &mut Importer, d: &[Dim], value: f64, dt: DType) -> NRes
 }
 
 pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
-    d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} is the symbolic size `{d}`; it must be static")))
+    d.as_const().ok_or_else(|| NodeError::NeedsStatic(format!("{what} is the symbolic size `{d}`")))
 }
 
 pub(super) fn wants(node: &NodeProto, i: usize) -> bool {
@@ -764,11 +764,9 @@ pub fn loop_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) ->
     };
     let mut cond = match imp.opt_input(node, 1)? {
         None => true,
-        Some(c) => const_bool(imp, c).ok_or_else(|| {
-            NodeError::Unsupported(
-                "the loop condition (input 1) is computed at run time; it must be known at import".into(),
-            )
-        })?,
+        Some(c) => {
+            const_bool(imp, c).ok_or_else(|| NodeError::NeedsValue { input: 1, what: "the loop condition".into() })?
+        }
     };
     let n_carried = node.input.len().saturating_sub(2);
     let mut carried = Vec::with_capacity(n_carried);

@@ -478,7 +478,8 @@ fn range_constant(imp: &mut Importer, node: &NodeProto, dtype: DType) -> NResult
     };
     let (start, limit, delta) = (known(imp, 0)?, known(imp, 1)?, known(imp, 2)?);
     let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) else {
-        return unsupported("the bounds of Range must be known at import (constants or sizes)");
+        let input = [start, limit, delta].iter().position(Option::is_none).unwrap_or(0);
+        return Err(NodeError::NeedsValue { input, what: ["the start", "the limit", "the delta"][input].into() });
     };
     if delta == 0.0 {
         return invalid("delta is 0");

@@ -140,7 +140,7 @@ fn float_scalar(imp: &mut Importer, node: &NodeProto, i: usize, what: &str) -> N
     match imp.const_of(v) {
         Some(t) if t.numel() == 1 => Ok(t.to_f64_vec()[0]),
         Some(_) => invalid(format!("{what} must be a scalar")),
-        None => unsupported(format!("{what} (input {i}) must be a constant")),
+        None => Err(NodeError::NeedsValue { input: i, what: what.to_string() }),
     }
 }
 

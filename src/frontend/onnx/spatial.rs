@@ -35,7 +35,7 @@ use crate::tensor::{Tensor, TensorData};
 
 /// A dim that must be known at import.
 pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
-    d.as_const().ok_or_else(|| NodeError::Unsupported(format!("{what} on the symbolic dim {d}")))
+    d.as_const().ok_or_else(|| NodeError::NeedsStatic(format!("{what} on the symbolic dim {d}")))
 }
 
 /// Checks that a constant table of `n` elements of `elem_bytes` fits the importer's limit
@@ -127,7 +127,7 @@ fn const_floats(imp: &mut Importer, node: &NodeProto, i: usize, what: &str) -> N
         None => Ok(None),
         Some(v) => match imp.const_of(v) {
             Some(t) => Ok(Some(t.to_f64_vec())),
-            None => unsupported(format!("{what} (input {i}) must be a constant")),
+            None => Err(NodeError::NeedsValue { input: i, what: what.to_string() }),
         },
     }
 }
