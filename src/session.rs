@@ -48,7 +48,7 @@ pub enum LoadError {
     #[error("{}:{error}", path.display())]
     Parse { path: PathBuf, error: crate::text::ParseError },
     #[error("{}: {error}", path.display())]
-    Onnx { path: PathBuf, error: ImportError },
+    Onnx { path: PathBuf, error: Box<ImportError> },
 }
 
 /// Why a session could not be made or run.
@@ -103,11 +103,12 @@ impl Model {
         let len = std::fs::metadata(path).map_err(read_err)?.len();
         if len > options.max_total_bytes {
             let error = ImportError::Limit { what: "the file".into(), size: len, limit: options.max_total_bytes };
-            return Err(LoadError::Onnx { path: path.into(), error });
+            return Err(LoadError::Onnx { path: path.into(), error: Box::new(error) });
         }
         let bytes = std::fs::read(path).map_err(read_err)?;
         if is_onnx(path, &bytes[..bytes.len().min(64)]) {
-            let model = onnx::decode(&bytes, options).map_err(|error| LoadError::Onnx { path: path.into(), error })?;
+            let model = onnx::decode(&bytes, options)
+                .map_err(|error| LoadError::Onnx { path: path.into(), error: Box::new(error) })?;
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
             return Ok(Model::from_onnx(model, Some(dir), options.clone()));
         }
