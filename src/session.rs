@@ -45,17 +45,23 @@ pub const MAX_PROBED_ELEMENTS: usize = 1 << 12;
 pub enum LoadError {
     #[error("cannot read `{}`: {source}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("{}:{error}", path.display())]
+    #[error("{}:{}:{}: {}", path.display(), error.line, error.col, error.message)]
     Parse { path: PathBuf, error: crate::text::ParseError },
     #[error("{}: {error}", path.display())]
     Onnx { path: PathBuf, error: Box<ImportError> },
+}
+
+impl From<ImportError> for SessionError {
+    fn from(e: ImportError) -> SessionError {
+        SessionError::Import(Box::new(e))
+    }
 }
 
 /// Why a session could not be made or run.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("import: {0}")]
-    Import(#[from] ImportError),
+    Import(Box<ImportError>),
     #[error("compile: {0}")]
     Compile(#[from] CompileError),
     #[error("{0}")]

@@ -64,7 +64,9 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             if !args.workloads.is_empty() {
                 return Err(Error::Usage("--workload selects built-in workloads; it does not apply to a model".into()));
             }
-            let g = model::load(Some(path))?;
+            let model = model::load(Some(path))?;
+            let declared =
+                model.inputs().map_err(|error| Error::Onnx { path: path.clone(), error: Box::new(error) })?;
             let run_args = RunArgs {
                 model: Some(path.clone()),
                 inputs: args.inputs.clone(),
@@ -75,7 +77,11 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 precise: false,
                 no_recover: args.no_recover,
             };
-            let inputs = prepare_inputs(&g, &run_args)?;
+            let inputs = prepare_inputs(&declared, &run_args)?;
+            // The graph for every shape, or the one specialized for these inputs (their shapes
+            // and the values the model's graph depends on).
+            let interp = super::run::compile_options(Backend::Interp, false, false)?;
+            let g = super::run::session(model, interp)?.plan_for(&inputs)?.graph().clone();
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
             work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
         }

@@ -12,10 +12,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ladder::interp::{self, Options};
-use ladder::{Backend, Tensor};
+use ladder::{Backend, Session, Tensor};
 
-use super::run::{backend, compile_cpu, prepare_inputs, RunArgs};
+use super::run::{backend, compile_options, prepare_inputs, run_session, session, RunArgs};
 use super::{model, Error};
 
 #[derive(clap::Args, Debug)]
@@ -86,7 +85,10 @@ fn compare(got: &Tensor, want: &Tensor) -> Report {
 
 pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
     let which = backend(&args.backend)?;
-    let g = model::load(args.model.as_deref())?;
+    let model = model::load(args.model.as_deref())?;
+    let declared = model
+        .inputs()
+        .map_err(|error| Error::Onnx { path: args.model.clone().unwrap_or_default(), error: Box::new(error) })?;
     let run_args = RunArgs {
         model: args.model.clone(),
         inputs: args.inputs.clone(),
@@ -97,23 +99,19 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         precise: false,
         no_recover: args.no_recover,
     };
-    let inputs = prepare_inputs(&g, &run_args)?;
-    let reference = interp::run(&g, &inputs, &Options { precise: true, ..Options::default() })?.outputs;
-    let got = match which {
-        Backend::Interp => interp::run(&g, &inputs, &Options::default())?.outputs,
-        Backend::Cpu => {
-            let plan = compile_cpu(&g, &inputs, !args.no_recover)?;
-            plan.run(&inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))?.outputs
-        }
-    };
+    let inputs = prepare_inputs(&declared, &run_args)?;
+    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true)?)?.run(&inputs)?.outputs;
+    let checked = session(model, compile_options(which, !args.no_recover, false)?)?;
+    let got = run_session(&checked, &inputs)?.outputs;
+    let names = checked.model().output_names();
     let mut failed = Vec::new();
-    for ((o, g_t), w_t) in g.outputs().iter().zip(&got).zip(&reference) {
+    for ((name, g_t), w_t) in names.iter().zip(&got).zip(&reference) {
         let r = compare(g_t, w_t);
-        let dtype = g.ty(o.value).dtype;
+        let dtype = g_t.dtype();
         let rtol = args.rtol.unwrap_or_else(|| 1e-5f64.max(16.0 * ladder::numerics::eps(dtype)));
         let ok = r.exact_mismatches == 0 && r.max_rel <= rtol;
         let shape: Vec<String> = g_t.shape().iter().map(|d| d.to_string()).collect();
-        let mut line = format!("{}: {}[{}]", o.name, g_t.dtype(), shape.join(", "));
+        let mut line = format!("{name}: {}[{}]", g_t.dtype(), shape.join(", "));
         if dtype.is_float() {
             line += &format!("  max abs {:.3e}  max rel {:.3e}  (tolerance {rtol:.1e})", r.max_abs, r.max_rel);
         }
@@ -123,7 +121,7 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         line += if ok { "  ok" } else { "  FAILED" };
         writeln!(out, "{line}").map_err(Error::Stdout)?;
         if !ok {
-            failed.push(o.name.clone());
+            failed.push(name.clone());
         }
     }
     if !failed.is_empty() {

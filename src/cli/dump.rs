@@ -63,7 +63,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     if !STAGES.contains(&args.stage.as_str()) {
         return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
     }
-    let g = model::load(args.model.as_deref())?;
+    let g = model::load_graph(args.model.as_deref())?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }

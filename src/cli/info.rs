@@ -19,7 +19,7 @@ pub struct InfoArgs {
 pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
     let options = ImportOptions::default();
     let path = &args.model;
-    let onnx_err = |error| Error::Onnx { path: path.clone(), error };
+    let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
     let bytes = onnx::read_bounded(path, options.max_total_bytes).map_err(onnx_err)?;
     let model = onnx::decode(&bytes, &options).map_err(onnx_err)?;
     let dir = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();

@@ -18,7 +18,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use ladder::interp::InterpError;
-use ladder::text::ParseError;
 
 /// ladder: a tensor-graph compiler and runtime.
 #[derive(Parser, Debug)]
@@ -53,10 +52,12 @@ pub enum Error {
     Read { path: PathBuf, source: io::Error },
     #[error("cannot write `{path}`: {source}")]
     Write { path: PathBuf, source: io::Error },
-    #[error("{path}:{}:{}: {}", error.line, error.col, error.message)]
-    Parse { path: PathBuf, error: ParseError },
+    #[error("{0}")]
+    Load(#[from] ladder::session::LoadError),
     #[error("{path}: {error}")]
-    Onnx { path: PathBuf, error: ladder::frontend::onnx::ImportError },
+    Onnx { path: PathBuf, error: Box<ladder::frontend::onnx::ImportError> },
+    #[error("{0}")]
+    Session(Box<ladder::session::SessionError>),
     #[error("`{path}` is not a usable .npy file: {message}")]
     Npy { path: PathBuf, message: String },
     #[error("input `{name}` (from `{path}`): {message}")]
@@ -68,6 +69,12 @@ pub enum Error {
     /// Writing to stdout failed (a closed pipe ends the program quietly).
     #[error("cannot write to stdout: {0}")]
     Stdout(io::Error),
+}
+
+impl From<ladder::session::SessionError> for Error {
+    fn from(e: ladder::session::SessionError) -> Error {
+        Error::Session(Box::new(e))
+    }
 }
 
 /// Writes a note to stderr (where everything that is not the command's result goes).

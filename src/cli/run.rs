@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use ladder::interp::{self, Options};
+use ladder::interp::Options;
 use ladder::models::{random_tensor, Rng};
 use ladder::tensor::checked_numel;
-use ladder::{Backend, CompileOptions, DType, Dim, Graph, Tensor};
+use ladder::{Backend, CompileOptions, DType, Dim, Model, Session, Tensor, TensorType};
 
 use super::{model, note, npy, Error};
 
@@ -69,12 +69,46 @@ pub fn backend(name: &str) -> Result<Backend, Error> {
         .ok_or_else(|| Error::Usage(format!("backend `{name}` is not available yet (available: interp, cpu)")))
 }
 
-/// Compiles `g` for the CPU backend, with a note on the schedule and its memory.
-pub fn compile_cpu(g: &Graph, inputs: &[Tensor], recover: bool) -> Result<ladder::Plan, Error> {
-    let mut options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
-    options.recover = recover;
-    let plan = ladder::compile(g, &options)
-        .map_err(|e| Error::Usage(format!("cannot compile the model for the cpu backend: {e}")))?;
+/// The compile options of a backend: the CPU backend in native mode (`recover` as given),
+/// or the interpreter (`precise` as given).
+pub fn compile_options(backend: Backend, recover: bool, precise: bool) -> Result<CompileOptions, Error> {
+    Ok(match backend {
+        Backend::Cpu => {
+            let mut options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
+            options.recover = recover;
+            options
+        }
+        Backend::Interp => CompileOptions {
+            backend: Backend::Interp,
+            interp: Options { precise, ..Options::default() },
+            ..CompileOptions::default()
+        },
+    })
+}
+
+/// A session for `model`, with a note when its plans are specialized per call.
+pub fn session(model: Model, options: CompileOptions) -> Result<Session, Error> {
+    let backend = options.backend;
+    let session = Session::new(model, options)?;
+    if let Some(why) = session.specialized_because() {
+        note(&format!(
+            "{}: the model is compiled for each call's input shapes and the values its graph depends on ({why})",
+            backend.name()
+        ));
+    }
+    Ok(session)
+}
+
+/// Runs `session` on `inputs`, with a note on the CPU plan's schedule and memory, and on
+/// every compilation beyond the first.
+pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outputs, Error> {
+    let before = session.compilations();
+    let plan = session.plan_for(inputs)?;
+    let compiled = session.compilations() - before;
+    if session.general_plan().is_none() && compiled > 0 {
+        let shapes: Vec<String> = inputs.iter().map(|t| format!("{:?}", t.shape())).collect();
+        note(&format!("compiled {compiled} plan(s) for input shapes {}", shapes.join(", ")));
+    }
     if let (Some(p), Ok(m)) = (plan.program(), plan.memory_report(inputs)) {
         use ladder::kernel::Step;
         let fused = p.steps.iter().filter(|s| matches!(s, Step::Matmul(m) if m.epilogue.is_some())).count();
@@ -88,7 +122,7 @@ pub fn compile_cpu(g: &Graph, inputs: &[Tensor], recover: bool) -> Result<ladder
             m.naive_bytes
         ));
     }
-    Ok(plan)
+    plan.run(inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))
 }
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
@@ -96,32 +130,26 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
     if backend == Backend::Cpu && args.precise {
         return Err(Error::Usage("--precise is a mode of the interpreter; use it with --backend interp".into()));
     }
-    let g = model::load(args.model.as_deref())?;
-    let inputs = prepare_inputs(&g, args)?;
-    let outputs = match backend {
-        Backend::Interp => {
-            let options = Options { precise: args.precise, ..Options::default() };
-            interp::run(&g, &inputs, &options)?.outputs
-        }
-        Backend::Cpu => {
-            let plan = compile_cpu(&g, &inputs, !args.no_recover)?;
-            let outs = plan.run(&inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))?;
-            for (i, _) in &outs.mutated_inputs {
-                note(&format!("input `{}` is mutated in place by the model", g.input_name(*i)));
-            }
-            outs.outputs
-        }
-    };
-
-    if g.outputs().is_empty() {
+    let model = model::load(args.model.as_deref())?;
+    let declared = model
+        .inputs()
+        .map_err(|error| Error::Onnx { path: args.model.clone().unwrap_or_default(), error: Box::new(error) })?;
+    let inputs = prepare_inputs(&declared, args)?;
+    let session = session(model, compile_options(backend, !args.no_recover, args.precise)?)?;
+    let outs = run_session(&session, &inputs)?;
+    for (i, _) in &outs.mutated_inputs {
+        note(&format!("input `{}` is mutated in place by the model", declared[*i].0));
+    }
+    let names = session.model().output_names();
+    if names.is_empty() {
         note("the model has no outputs");
     }
-    for (o, t) in g.outputs().iter().zip(&outputs) {
-        writeln!(out, "{}: {t}", o.name).map_err(Error::Stdout)?;
+    for (name, t) in names.iter().zip(&outs.outputs) {
+        writeln!(out, "{name}: {t}").map_err(Error::Stdout)?;
         writeln!(out, "  {}", stats(t)).map_err(Error::Stdout)?;
     }
     if let Some(dir) = &args.out {
-        write_outputs(&g, &outputs, dir)?;
+        write_outputs(&names, &outs.outputs, dir)?;
     }
     Ok(())
 }
@@ -161,17 +189,17 @@ fn file_name(output: &str) -> String {
     s + ".npy"
 }
 
-fn write_outputs(g: &Graph, outputs: &[Tensor], dir: &Path) -> Result<(), Error> {
+fn write_outputs(names: &[String], outputs: &[Tensor], dir: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Write { path: dir.into(), source })?;
     let mut used: BTreeMap<String, &str> = BTreeMap::new();
-    for o in g.outputs() {
-        let f = file_name(&o.name);
-        if let Some(other) = used.insert(f.clone(), &o.name) {
-            return Err(Error::Usage(format!("outputs `{other}` and `{}` would both be written to {f}", o.name)));
+    for name in names {
+        let f = file_name(name);
+        if let Some(other) = used.insert(f.clone(), name) {
+            return Err(Error::Usage(format!("outputs `{other}` and `{name}` would both be written to {f}")));
         }
     }
-    for (o, t) in g.outputs().iter().zip(outputs) {
-        let path = dir.join(file_name(&o.name));
+    for (name, t) in names.iter().zip(outputs) {
+        let path = dir.join(file_name(name));
         if let Some(n) = npy::write(&path, t)? {
             note(&n);
         }
@@ -189,8 +217,8 @@ struct Binding {
 /// One tensor per graph input: read from its `--input` file, or generated. Checks each file
 /// against the input's declared type (naming the input and the file when it does not fit)
 /// and binds size symbols from `--dim`, from the files, and otherwise to the default.
-pub fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
-    let names: Vec<String> = (0..g.inputs().len()).map(|i| g.input_name(i)).collect();
+pub fn prepare_inputs(declared: &[(String, TensorType)], args: &RunArgs) -> Result<Vec<Tensor>, Error> {
+    let names: Vec<String> = declared.iter().map(|(n, _)| n.clone()).collect();
     let listing =
         || if names.is_empty() { "it has none".to_string() } else { format!("its inputs: {}", names.join(", ")) };
 
@@ -206,7 +234,7 @@ pub fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
     }
 
     let symbols: BTreeSet<String> =
-        g.inputs().iter().flat_map(|&v| g.ty(v).shape.symbols()).map(|s| s.to_string()).collect();
+        declared.iter().flat_map(|(_, ty)| ty.shape.symbols()).map(|s| s.to_string()).collect();
     let mut bound: BTreeMap<String, Binding> = BTreeMap::new();
     for (sym, n) in &args.dims {
         if !symbols.contains(sym) {
@@ -228,7 +256,7 @@ pub fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
     for (i, path) in files.iter().enumerate() {
         let Some(path) = path else { continue };
         let name = &names[i];
-        let ty = g.ty(g.inputs()[i]);
+        let ty = &declared[i].1;
         let bad = |message: String| Error::Input { name: name.clone(), path: path.to_path_buf(), message };
         let t = npy::read(path)?;
         let t = if t.dtype() == ty.dtype {
@@ -308,7 +336,7 @@ pub fn prepare_inputs(g: &Graph, args: &RunArgs) -> Result<Vec<Tensor>, Error> {
             continue;
         }
         let name = &names[i];
-        let ty = g.ty(g.inputs()[i]);
+        let ty = &declared[i].1;
         let dims = ty
             .shape
             .dims()

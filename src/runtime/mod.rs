@@ -151,6 +151,8 @@ pub struct CompileOptions {
     /// products for a second copy of those weights in memory. On by default; machines without
     /// the kernel (AVX-512F) pack nothing.
     pub pack_weights: bool,
+    /// How [`Backend::Interp`] plans run the interpreter (precise mode, fuel, size limit).
+    pub interp: crate::interp::Options,
 }
 
 impl Default for CompileOptions {
@@ -162,6 +164,7 @@ impl Default for CompileOptions {
             max_arena_bytes: 1 << 34,
             recover: false,
             pack_weights: true,
+            interp: crate::interp::Options::default(),
         }
     }
 }
@@ -319,6 +322,7 @@ pub struct Plan {
     max_arena_bytes: u64,
     pool: Mutex<Vec<RunState>>,
     arenas: AtomicUsize,
+    interp: crate::interp::Options,
 }
 
 /// Compiles `g` for `options.backend`.
@@ -341,6 +345,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         max_arena_bytes: options.max_arena_bytes,
         pool: Mutex::new(Vec::new()),
         arenas: AtomicUsize::new(0),
+        interp: options.interp.clone(),
     };
     if options.backend == Backend::Interp {
         // Only the epilogue is needed: which inputs the graph mutates.
@@ -514,6 +519,11 @@ unsafe impl Send for NativeArgs {}
 unsafe impl Sync for NativeArgs {}
 
 impl Plan {
+    /// The graph the plan was compiled from.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
     /// Bytes of the weights packed for the GEMM kernel (held by the plan, beside the
     /// constants themselves).
     pub fn packed_bytes(&self) -> usize {
@@ -647,7 +657,7 @@ impl Plan {
     fn run_interp(&self, inputs: &[Tensor]) -> Result<Outputs, RunError> {
         let mut values = Vec::new();
         bind_inputs(&self.guards, &interp_symbols(&self.graph), inputs, &mut values)?;
-        let outcome = interp::run(&self.graph, inputs, &interp::Options::default())?;
+        let outcome = interp::run(&self.graph, inputs, &self.interp)?;
         let mutated_inputs =
             self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
         Ok(Outputs { outputs: outcome.outputs, mutated_inputs })

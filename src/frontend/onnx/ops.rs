@@ -1413,14 +1413,20 @@ fn pad(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
                 }
                 "reflect" => {
                     if n.is_some_and(|n| p > n - 1) {
-                        return Err(NodeError::Unsupported(format!("reflect padding of {p} on an axis of {n:?}")));
+                        return Err(NodeError::Invalid(format!(
+                            "reflect padding of {p} on an axis of {}",
+                            n.unwrap_or(0)
+                        )));
                     }
                     let s = if left { sl(imp, y, 1, p + 1)? } else { sl(imp, y, back(1 + p), back(1))? };
                     rev(imp, s)?
                 }
                 "wrap" => {
                     if n.is_some_and(|n| p > n) {
-                        return Err(NodeError::Unsupported(format!("wrap padding of {p} on an axis of {n:?}")));
+                        return Err(NodeError::Invalid(format!(
+                            "wrap padding of {p} on an axis of {}",
+                            n.unwrap_or(0)
+                        )));
                     }
                     if left {
                         sl(imp, y, back(p), back(0))?
