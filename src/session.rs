@@ -225,7 +225,13 @@ impl Cache {
 
     fn insert(&mut self, key: Key, entry: Entry, capacity: usize) {
         self.clock += 1;
-        while self.entries.len() >= capacity.max(1) {
+        self.evict_to(capacity.max(1) - 1);
+        self.entries.push((key, entry, self.clock));
+    }
+
+    /// Drops the least recently used entries until at most `n` remain.
+    fn evict_to(&mut self, n: usize) {
+        while self.entries.len() > n {
             let oldest = self.entries.iter().enumerate().min_by_key(|(_, (_, _, used))| *used).map(|(i, _)| i);
             match oldest {
                 Some(i) => {
@@ -234,7 +240,6 @@ impl Cache {
                 None => break,
             }
         }
-        self.entries.push((key, entry, self.clock));
     }
 }
 
@@ -285,9 +290,12 @@ impl Session {
         Ok(compile(g, &self.options)?)
     }
 
-    /// Keeps at most `n` specialized plans (and probes).
+    /// Keeps at most `n` specialized plans (and probes), dropping the least recently used
+    /// beyond that now.
     pub fn set_cache_capacity(&mut self, n: usize) {
         self.capacity = n.max(1);
+        let cache = self.cache.get_mut().unwrap_or_else(|p| p.into_inner());
+        cache.evict_to(self.capacity);
     }
 
     /// Plans compiled so far: the general one, each specialized one and each probe.
