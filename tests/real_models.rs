@@ -38,19 +38,14 @@ fn read_pb(path: &Path) -> (String, Tensor) {
 
 /// Every data set of a case: inputs in the model's order, expected outputs.
 fn data_sets(case: &Path, session: &Session) -> Vec<(Vec<Tensor>, Vec<Tensor>)> {
-    let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
+    let mut sets: Vec<PathBuf> =
+        std::fs::read_dir(case).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     sets.sort();
     sets.iter()
         .map(|set| {
             let files = |prefix: &str| {
-                let mut v: Vec<PathBuf> = (0..)
-                    .map(|i| set.join(format!("{prefix}_{i}.pb")))
-                    .take_while(|p| p.is_file())
-                    .collect();
+                let mut v: Vec<PathBuf> =
+                    (0..).map(|i| set.join(format!("{prefix}_{i}.pb"))).take_while(|p| p.is_file()).collect();
                 v.sort();
                 v.iter().map(|p| read_pb(p)).collect::<Vec<_>>()
             };

@@ -213,7 +213,8 @@ fn runs_fail_with_typed_errors() {
     let plan = cpu(&g);
     assert_eq!(plan.run(&[f32t(&[4], &[0.0; 4])]).unwrap().outputs[0].shape(), &[3]);
     let e = plan.run(&[f32t(&[2], &[0.0; 2])]).unwrap_err();
-    assert!(e.to_string().contains("the size `n - 3` cannot be evaluated"), "{e}");
+    assert!(matches!(e, RunError::Assumption(_)), "{e:?}");
+    assert!(e.to_string().contains("elements -1..2 of 2, out of range"), "{e}");
     // An arena over the limit.
     let g = parse("graph g(%x: f32[n]) {\n  %1 = exp(%x)\n  %2 = exp(%1)\n  return %2\n}");
     let plan = compile(&g, &CompileOptions { max_arena_bytes: 16, ..CompileOptions::default() }).unwrap();

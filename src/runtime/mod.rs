@@ -221,6 +221,10 @@ pub enum RunError {
     Step { step: usize, error: ExecError },
     #[error("{0}")]
     Interp(#[from] InterpError),
+    /// A size the compiled graph assumed (a slice inside its dim) does not hold for these
+    /// inputs.
+    #[error("{0}")]
+    Assumption(String),
 }
 
 /// What a run returns.
@@ -323,6 +327,51 @@ pub struct Plan {
     pool: Mutex<Vec<RunState>>,
     arenas: AtomicUsize,
     interp: crate::interp::Options,
+    /// What the scheduled graph assumes of its sizes and checks each run: a slice with a
+    /// symbolic dim or bound lies inside its dim (`crate::ops::shape::slice_range`).
+    assumptions: Vec<Assumption>,
+}
+
+/// A slice of `len` elements from `first` to `stop` (one past its last) lies inside a dim of
+/// size `dim` for the run's sizes, or the run fails naming `what`.
+#[derive(Clone, Debug)]
+struct Assumption {
+    first: Dim,
+    len: Dim,
+    stop: Dim,
+    dim: Dim,
+    what: String,
+}
+
+/// The assumptions of `g`'s slices on symbolic dims or with symbolic bounds: the last element
+/// taken lies inside the dim.
+fn slice_assumptions(g: &Graph) -> Vec<Assumption> {
+    let mut out = Vec::new();
+    for (v, node) in g.nodes() {
+        if node.op != OpKind::Slice {
+            continue;
+        }
+        let (start, end, step) = (node.attrs.size("start"), node.attrs.size("end"), node.attrs.int("step"));
+        let Some(&arg) = node.args.first() else { continue };
+        let axis = crate::ops::util::normalize_axis(node.attrs.int("axis"), g.ty(arg).rank());
+        let Ok(axis) = axis else { continue };
+        let n = g.ty(arg).shape.dims()[axis].clone();
+        if n.is_static() && start.as_const().is_some() && end.as_const().is_some() {
+            continue;
+        }
+        let Ok(r) = crate::ops::shape::slice_range(&n, &start, &end, step) else { continue };
+        if r.len.as_const() == Some(0) {
+            continue;
+        }
+        // first + (len - 1) * step + 1 <= n, when len >= 1; len 0 takes nothing.
+        let last = r.len.mul(&Dim::new(step.max(1) as u64)).and_then(|x| x.add(&r.first));
+        let stop = last.and_then(|x| x.sub(&Dim::new(step.max(1) as u64 - 1)));
+        if let Ok(stop) = stop {
+            let what = format!("{} = slice {start}:{end}:{step} of a dim of size {n}", g.display_value(v));
+            out.push(Assumption { first: r.first, len: r.len, stop, dim: n, what });
+        }
+    }
+    out
 }
 
 /// Compiles `g` for `options.backend`.
@@ -346,6 +395,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         pool: Mutex::new(Vec::new()),
         arenas: AtomicUsize::new(0),
         interp: options.interp.clone(),
+        assumptions: Vec::new(),
     };
     if options.backend == Backend::Interp {
         // Only the epilogue is needed: which inputs the graph mutates.
@@ -364,6 +414,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
     let recovered = if options.recover { Some(crate::recover::recover(&lowered.simplified)?) } else { None };
     let simplified = recovered.as_ref().map_or(&lowered.simplified, |r| &r.graph);
     let scheduled = crate::sched::schedule_explained(simplified)?;
+    plan.assumptions = slice_assumptions(simplified);
     let p = scheduled.program;
     plan.guards = input_guards(&p, &names);
     for (id, b) in p.buffers.iter() {
@@ -668,6 +719,27 @@ impl Plan {
         bind_inputs(&self.guards, &p.symbols, inputs, &mut st.symbols)?;
         let symbols = &st.symbols;
         let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+        for a in &self.assumptions {
+            if a.len.eval(&lookup) == Ok(0) {
+                continue;
+            }
+            let (first, stop, dim) = (a.first.eval(&lookup), a.stop.eval(&lookup), a.dim.eval(&lookup));
+            if !matches!((&first, &stop, &dim), (Ok(_), Ok(stop), Ok(dim)) if stop <= dim) {
+                // Signed values, so a start before the first element shows as negative.
+                let signed = |d: &Dim| {
+                    crate::ir::SizeExpr::from_dim(d)
+                        .and_then(|e| e.eval(&lookup))
+                        .map_or_else(|e| e.to_string(), |n| n.to_string())
+                };
+                return Err(RunError::Assumption(format!(
+                    "{}: these inputs make it take elements {}..{} of {}, out of range (the graph assumed the symbolic sizes fit)",
+                    a.what,
+                    signed(&a.first),
+                    signed(&a.stop),
+                    signed(&a.dim)
+                )));
+            }
+        }
         st.lens.clear();
         st.bytes.clear();
         for (id, b) in p.buffers.iter() {
