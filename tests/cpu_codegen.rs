@@ -1123,3 +1123,30 @@ fn gathers_from_symbolically_sized_buffers_are_left_to_the_checked_executor() {
     let why = CpuCompiler::new().unwrap().supports(&k, &p).unwrap_err();
     assert!(why.contains("cannot be bounds-checked"), "{why}");
 }
+
+/// Pooling windows read every other element; the vectorized loop loads them as two vectors
+/// and picks their even lanes. Max-pooling (and the max prim it lowers to) must match the
+/// interpreter bit for bit at every width (vector body and scalar tail), with NaN, ±inf and
+/// signed zeros in the windows, on a graph compiled natively.
+#[test]
+fn stride_two_windows_and_branch_free_max_match_interpreter_bitwise() {
+    let specials = special_f32();
+    for w in [2usize, 3, 8, 9, 16, 17, 30, 64, 67] {
+        let src = format!(
+            "graph g(%x: f32[2, 3, 4, {w}]) {{\n  %y = max_pool2d(%x) {{kernel=[2, 2], stride=[2, 2], ceil_mode=true}}\n  %z = relu(%y)\n  return %y, %z\n}}"
+        );
+        let g = common::parse(&src);
+        let n = 2 * 3 * 4 * w;
+        let x: Vec<f32> =
+            (0..n).map(|k| if k % 3 == 0 { specials[k % specials.len()] } else { (k as f32 * 0.37).sin() }).collect();
+        let x = common::f32t(&[2, 3, 4, w], &x);
+        let want = ladder::interp::run(&g, std::slice::from_ref(&x), &Default::default()).unwrap().outputs;
+        let plan = ladder::compile(&g, &ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
+        assert!(plan.native_kernels() > 0);
+        let got = plan.run(&[x]).unwrap().outputs;
+        for (g_t, w_t) in got.iter().zip(&want) {
+            let (g_v, w_v): (Vec<f32>, Vec<f32>) = (g_t.as_f32().unwrap().to_vec(), w_t.as_f32().unwrap().to_vec());
+            same_bits(&g_v, &w_v, &format!("width {w}"));
+        }
+    }
+}

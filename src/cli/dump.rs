@@ -37,6 +37,10 @@ pub struct DumpArgs {
     /// register allocation), or why the kernel runs on the reference executor.
     #[arg(long)]
     pub asm: bool,
+    /// Specialize the model for these sizes of its symbolic input dims (repeatable): for
+    /// models that compile only for concrete shapes, and to see a rung for given sizes.
+    #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = super::run::parse_dim)]
+    pub dims: Vec<(String, u64)>,
     /// With `--stage kernels`: schedule the graph recovery produces (library kernels for
     /// softmax, norms, gelu and attention), which is what `--backend cpu` runs, instead of
     /// the plain prims the reference mode runs.
@@ -63,7 +67,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     if !STAGES.contains(&args.stage.as_str()) {
         return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
     }
-    let g = model::load_graph(args.model.as_deref())?;
+    let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }

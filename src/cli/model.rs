@@ -26,6 +26,29 @@ pub fn load_graph(path: Option<&Path>) -> Result<Graph, Error> {
         .map_err(|error| Error::Onnx { path: path.map(Path::to_path_buf).unwrap_or_default(), error: Box::new(error) })
 }
 
+/// The model's graph, specialized for the given sizes of its input symbols when there are
+/// any (every input dim then static; a symbol not given is an error).
+pub fn load_graph_for(path: Option<&Path>, dims: &[(String, u64)]) -> Result<Graph, Error> {
+    if dims.is_empty() {
+        return load_graph(path);
+    }
+    let model = load(path)?;
+    let onnx_err =
+        |error| Error::Onnx { path: path.map(Path::to_path_buf).unwrap_or_default(), error: Box::new(error) };
+    let mut shapes = std::collections::HashMap::new();
+    for (name, ty) in model.inputs().map_err(onnx_err)? {
+        let mut sizes = Vec::new();
+        for d in ty.shape.dims() {
+            let n = d
+                .eval(&|s| dims.iter().find(|(n, _)| n == s).map(|(_, v)| *v))
+                .map_err(|e| Error::Usage(format!("input `{name}` ({ty}): {e} (give every symbol with --dim)")))?;
+            sizes.push(n);
+        }
+        shapes.insert(name, sizes);
+    }
+    model.specialized_graph(shapes, Default::default(), None).map_err(onnx_err)
+}
+
 fn built_in() -> Result<Graph, Error> {
     let missing: Vec<String> =
         EXAMPLE_ENCODER_OPS.iter().filter(|&&k| !coverage(k).interp).map(|k| format!("{k:?}")).collect();

@@ -257,6 +257,48 @@ impl Plan {
         result
     }
 
+    /// An f32 convolution through the CPU backend's kernel (`backend::cpu::conv`), in place in
+    /// the plan's memory; its im2col scratch is kept in the run state between calls.
+    pub(super) fn run_conv(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        c: &crate::kernel::ConvCall,
+    ) -> Result<(), ExecError> {
+        use crate::backend::cpu::conv::{conv, ConvGeom};
+        let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
+            kernel: "conv".into(),
+            message: e.to_string(),
+        };
+        let (mut xs, mut ws) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
+        self.shape_into(p, st, c.x, &mut xs)?;
+        self.shape_into(p, st, c.w, &mut ws)?;
+        let geom = ConvGeom::from_call(&xs, &ws, c).map_err(native);
+        (st.shape_a, st.shape_b) = (xs, ws);
+        let geom = geom?;
+        let need = geom.scratch_len(self.threads);
+        if st.conv_scratch.len() < need {
+            st.conv_scratch.resize(need, 0.0);
+        }
+        let (x_len, w_len, out_len) = (st.lens[c.x.index()], st.lens[c.w.index()], st.lens[c.out.index()]);
+        let (x, w, out) =
+            (self.address(st, inputs, c.x), self.address(st, inputs, c.w), self.address(st, inputs, c.out));
+        // SAFETY: as in `gemm_with`: each address starts its buffer for this run with `len` f32
+        // elements, and `out` (a temporary or an output live while the operands are) is
+        // disjoint from them. The scratch is the run state's own vector.
+        let (x, w, out) = unsafe {
+            (
+                slice_or_empty(x as *const f32, x_len),
+                slice_or_empty(w as *const f32, w_len),
+                slice_or_empty_mut(out as *mut f32, out_len),
+            )
+        };
+        let scratch = &mut st.conv_scratch[..need];
+        conv(&geom, x, w, out, Some(scratch), self.threads, &crate::backend::cpu::gemm::Epilogue::none())
+            .map_err(native)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm_with(
         &self,
@@ -298,4 +340,30 @@ impl Plan {
         )
         .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
     }
+}
+
+/// `len` elements at `ptr` (empty when `len` is 0, whatever the pointer).
+///
+/// # Safety
+/// When `len > 0`, `ptr` must point to `len` initialised elements nothing writes while the
+/// slice lives.
+unsafe fn slice_or_empty<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+/// `len` writable elements at `ptr` (empty when `len` is 0).
+///
+/// # Safety
+/// When `len > 0`, `ptr` must point to `len` initialised elements nothing else touches while
+/// the slice lives.
+unsafe fn slice_or_empty_mut<'a, T>(ptr: *mut T, len: usize) -> &'a mut [T] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts_mut(ptr, len) }
 }

@@ -293,6 +293,8 @@ struct RunState {
     shape_b: Vec<usize>,
     /// Argument shapes of a library step (reused).
     arg_shapes: Vec<Vec<usize>>,
+    /// A convolution's im2col matrix (reused, grown to the largest).
+    conv_scratch: Vec<f32>,
     /// With [`Plan::profile`]: nanoseconds per step of the last run.
     step_ns: Option<Vec<u64>>,
 }
@@ -869,6 +871,9 @@ impl Plan {
                     if let Some(l) = &m.activation {
                         self.run_library(p, st, inputs, l).map_err(at)?;
                     }
+                }
+                Step::Conv(c) if self.native_library && self.all_f32(p, &[c.x, c.w, c.out]) => {
+                    self.run_conv(p, st, inputs, c).map_err(at)?;
                 }
                 Step::Conv(c) => {
                     let x = self.tensor(p, st, inputs, c.x).map_err(at)?;

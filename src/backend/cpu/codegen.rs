@@ -69,6 +69,8 @@ struct Row {
     ptr: Value,
     /// Byte stride of the innermost variable (`None` when it is 0).
     stride: Option<Value>,
+    /// The same stride in elements, when it is a constant.
+    elems: Option<u64>,
 }
 
 /// The accumulator state of a stage.
@@ -533,7 +535,10 @@ impl Gen<'_, '_> {
             let off = self.b.ins().imul_imm_s(elem, size);
             let ptr = self.b.ins().iadd(base, off);
             let stride = inner_stride.map(|s| self.b.ins().imul_imm_s(s, size));
-            rows.push(Some(Row { ptr, stride }));
+            let elems = innermost.and_then(|v| {
+                index.terms.iter().filter(|(w, _)| *w == v).try_fold(0u64, |acc, (_, s)| acc.checked_add(s.as_const()?))
+            });
+            rows.push(Some(Row { ptr, stride, elems }));
         }
         rows
     }
@@ -754,11 +759,21 @@ impl Gen<'_, '_> {
             };
             let value = match instr {
                 Instr::Load { dst, buf, .. } => {
-                    let row =
-                        rows[pos].unwrap_or(Row { ptr: self.bases[buf.index()].unwrap_or(self.begin), stride: None });
+                    let row = rows[pos].unwrap_or(Row {
+                        ptr: self.bases[buf.index()].unwrap_or(self.begin),
+                        stride: None,
+                        elems: None,
+                    });
                     let d = self.ty(*dst);
                     let addr = self.address(row, iv);
-                    if vector && row.stride.is_some() {
+                    if vector && row.stride.is_some() && row.elems == Some(2) {
+                        // Every other element (a stride-2 window): lanes 0 and 2 of the four
+                        // at `addr`, and lanes 1 and 3 of the four at `addr + 3` elements, so
+                        // no byte past the last element used is read.
+                        let lo = self.b.ins().load(types::F32X4, flags(), addr, 0);
+                        let hi = self.b.ins().load(types::F32X4, flags(), addr, 12);
+                        Some(self.evens(lo, hi))
+                    } else if vector && row.stride.is_some() {
                         Some(self.b.ins().load(types::F32X4, flags(), addr, 0))
                     } else {
                         let v = self.b.ins().load(clif_type(d), flags(), addr, 0);
@@ -860,8 +875,11 @@ impl Gen<'_, '_> {
                 }
                 Instr::Store { buf, value, .. } => {
                     let v = get(self, &local, *value);
-                    let row =
-                        rows[pos].unwrap_or(Row { ptr: self.bases[buf.index()].unwrap_or(self.begin), stride: None });
+                    let row = rows[pos].unwrap_or(Row {
+                        ptr: self.bases[buf.index()].unwrap_or(self.begin),
+                        stride: None,
+                        elems: None,
+                    });
                     let addr = self.address(row, iv);
                     self.b.ins().store(flags(), v, addr, 0);
                     None
@@ -882,6 +900,16 @@ impl Gen<'_, '_> {
             }
             _ => row.ptr,
         }
+    }
+
+    /// `[lo[0], lo[2], hi[1], hi[3]]` of two F32X4 vectors.
+    fn evens(&mut self, lo: Value, hi: Value) -> Value {
+        let mask: Vec<u8> = [0u8, 2, 5, 7].iter().flat_map(|&lane| (0..4).map(move |b| lane * 4 + b)).collect();
+        let mask = self.b.func.dfg.immediates.push(mask.into());
+        let bytes = |g: &mut Self, v: Value| g.b.ins().bitcast(types::I8X16, MemFlagsData::new(), v);
+        let (lo, hi) = (bytes(self, lo), bytes(self, hi));
+        let picked = self.b.ins().shuffle(lo, hi, mask);
+        self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), picked)
     }
 
     fn iota(&mut self) -> Value {

@@ -869,18 +869,21 @@ pub fn sum_exp_finish<A: Arith>(a: &mut A, m: A::F, s: A::F, empty: A::M, finite
 /// The IR's `max` (`max = true`) or `min`: NaN propagates (as the canonical NaN) and
 /// -0 < +0. Compiles to compare + select (one `vmaxps`-style select per step on x64).
 pub fn max_min<A: Arith>(a: &mut A, x: A::F, y: A::F, max: bool) -> A::F {
+    // The choices are made on the bits (integer selects: conditional moves on scalars, bit
+    // selects on vectors), never as branches on floats.
+    let (xb, yb) = (a.to_bits(x), a.to_bits(y));
     let wins = a.cmp(if max { Cmp::Gt } else { Cmp::Lt }, x, y);
-    let r = a.select(wins, x, y);
+    let r = a.iselect(wins, xb, yb);
     // Equal values differ at most in the sign of zero: AND of the bits gives +0 for max,
     // OR gives -0 for min.
     let eq = a.cmp(Cmp::Eq, x, y);
-    let (xb, yb) = (a.to_bits(x), a.to_bits(y));
     let both = if max { a.iand(xb, yb) } else { a.ior(xb, yb) };
-    let both = a.bits_to_float(both);
-    let r = a.select(eq, both, r);
+    let r = a.iselect(eq, both, r);
     let uno = a.cmp(Cmp::Uno, x, y);
     let nan = a.f(f64::NAN);
-    a.select(uno, nan, r)
+    let nan = a.to_bits(nan);
+    let r = a.iselect(uno, nan, r);
+    a.bits_to_float(r)
 }
 
 /// The IR's `sign`: ±1, with ±0 and NaN returned as they are.
