@@ -55,6 +55,9 @@ pub const WORKLOADS: &[&str] = &[
     "W5_attn_causal",
     "W5_attn_S4096",
     "W6_encoder_s128_d256",
+    "W7_conv_resnet_56x56x64",
+    "W7_conv_depthwise_56x56x128",
+    "W7_conv_stem_224",
     "W9_call_overhead_add16",
 ];
 
@@ -506,6 +509,52 @@ fn build(name: &str) -> Result<Option<Workload>, BuildError> {
             let flops =
                 2.0 * sf * df * 3.0 * df + 2.0 * 2.0 * sf * sf * df + 2.0 * sf * df * df + 2.0 * 2.0 * sf * df * fff;
             w.finish(name, y, FloorKind::Gemm, flops)
+        }
+        // Convolutions (ladder's own: no peer script runs them; tools/bench_conv.py times
+        // onnxruntime on the same graphs). A ResNet basic block at 56x56x64, a MobileNet-style
+        // depthwise 3x3 + pointwise block at 56x56x128, and a ResNet stem (7x7, stride 2, 3
+        // input channels) at 224x224.
+        "W7_conv_resnet_56x56x64" => {
+            let x = w.input("x", &[1, 64, 56, 56], 1.0)?;
+            let w1 = w.param("w1", &[64, 64, 3, 3], 1.0 / 24.0, 0.0)?;
+            let b1 = w.param("b1", &[64], 0.1, 0.0)?;
+            let w2 = w.param("w2", &[64, 64, 3, 3], 1.0 / 24.0, 0.0)?;
+            let b2 = w.param("b2", &[64], 0.1, 0.0)?;
+            let pad = ("padding", AttrValue::Ints(vec![1, 1]));
+            let h = w.b.op(OpKind::Conv2d, &[x, w1, b1], &[pad.clone()])?;
+            let h = w.b.relu(h)?;
+            let y = w.b.op(OpKind::Conv2d, &[h, w2, b2], &[pad])?;
+            let y = w.b.add(y, x)?;
+            let y = w.b.relu(y)?;
+            w.finish(name, y, FloorKind::Gemm, 2.0 * 2.0 * 64.0 * 576.0 * 3136.0)
+        }
+        "W7_conv_depthwise_56x56x128" => {
+            let x = w.input("x", &[1, 128, 56, 56], 1.0)?;
+            let dw = w.param("dw", &[128, 1, 3, 3], 1.0 / 3.0, 0.0)?;
+            let db = w.param("db", &[128], 0.1, 0.0)?;
+            let pw = w.param("pw", &[128, 128, 1, 1], 1.0 / 11.0, 0.0)?;
+            let pb = w.param("pb", &[128], 0.1, 0.0)?;
+            let h = w.b.op(
+                OpKind::Conv2d,
+                &[x, dw, db],
+                &[("padding", AttrValue::Ints(vec![1, 1])), ("groups", AttrValue::Int(128))],
+            )?;
+            let h = w.b.relu(h)?;
+            let y = w.b.op(OpKind::Conv2d, &[h, pw, pb], &[])?;
+            let y = w.b.relu(y)?;
+            w.finish(name, y, FloorKind::Gemm, 2.0 * 128.0 * 9.0 * 3136.0 + 2.0 * 128.0 * 128.0 * 3136.0)
+        }
+        "W7_conv_stem_224" => {
+            let x = w.input("x", &[1, 3, 224, 224], 1.0)?;
+            let k = w.param("w", &[64, 3, 7, 7], 1.0 / 12.0, 0.0)?;
+            let bias = w.param("b", &[64], 0.1, 0.0)?;
+            let y = w.b.op(
+                OpKind::Conv2d,
+                &[x, k, bias],
+                &[("stride", AttrValue::Ints(vec![2, 2])), ("padding", AttrValue::Ints(vec![3, 3]))],
+            )?;
+            let y = w.b.relu(y)?;
+            w.finish(name, y, FloorKind::Gemm, 2.0 * 64.0 * 147.0 * 12544.0)
         }
         "W9_call_overhead_add16" => {
             let x = w.input("x", &[16], 1.0)?;
