@@ -33,6 +33,24 @@ fn workloads_match_the_peer_definitions() {
                 + 2.0 * 128.0 * 256.0 * 256.0
                 + 4.0 * 128.0 * 256.0 * 1024.0,
         ),
+        (
+            "W7_conv_resnet_56x56x64",
+            &[1, 64, 56, 56],
+            (2 * 64 * 3136 + 2 * (64 * 64 * 9 + 64)) * f,
+            2.0 * 2.0 * 64.0 * 576.0 * 3136.0,
+        ),
+        (
+            "W7_conv_depthwise_56x56x128",
+            &[1, 128, 56, 56],
+            (2 * 128 * 3136 + 128 * 9 + 128 + 128 * 128 + 128) * f,
+            2.0 * 128.0 * 9.0 * 3136.0 + 2.0 * 128.0 * 128.0 * 3136.0,
+        ),
+        (
+            "W7_conv_stem_224",
+            &[1, 64, 112, 112],
+            (3 * 224 * 224 + 64 * 147 + 64 + 64 * 12544) * f,
+            2.0 * 64.0 * 147.0 * 12544.0,
+        ),
         ("W9_call_overhead_add16", &[16], (2 * 16 + 1) * f, 0.0),
     ];
     assert_eq!(cases.len(), bench::WORKLOADS.len());
@@ -71,7 +89,8 @@ fn selection_by_prefix() {
         bench::select(&["W9".into(), "W1_gelu_16".into()]).unwrap(),
         vec!["W1_gelu_16K", "W9_call_overhead_add16"]
     );
-    assert!(matches!(bench::select(&["W7".into()]), Err(bench::BenchError::NoMatch(_))));
+    assert_eq!(bench::select(&["W7".into()]).unwrap().len(), 3);
+    assert!(matches!(bench::select(&["W8".into()]), Err(bench::BenchError::NoMatch(_))));
     assert!(matches!(bench::workload("nope"), Err(bench::BenchError::NoMatch(_))));
 }
 
@@ -182,7 +201,7 @@ fn cli_prints_json_and_a_table() {
     assert!(steps.iter().any(|l| l.contains("gelu")), "{text}");
     for bad in [
         &["bench", "--backend", "gpu"][..],
-        &["bench", "--workload", "W7"],
+        &["bench", "--workload", "W8"],
         &["bench", "--threads", "0"],
         &["bench", "--workload", "W9", "--profile"],
     ] {

@@ -521,7 +521,7 @@ fn build(name: &str) -> Result<Option<Workload>, BuildError> {
             let w2 = w.param("w2", &[64, 64, 3, 3], 1.0 / 24.0, 0.0)?;
             let b2 = w.param("b2", &[64], 0.1, 0.0)?;
             let pad = ("padding", AttrValue::Ints(vec![1, 1]));
-            let h = w.b.op(OpKind::Conv2d, &[x, w1, b1], &[pad.clone()])?;
+            let h = w.b.op(OpKind::Conv2d, &[x, w1, b1], std::slice::from_ref(&pad))?;
             let h = w.b.relu(h)?;
             let y = w.b.op(OpKind::Conv2d, &[h, w2, b2], &[pad])?;
             let y = w.b.add(y, x)?;
