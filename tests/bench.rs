@@ -210,3 +210,24 @@ fn cli_prints_json_and_a_table() {
         assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
     }
 }
+
+/// `LADDER_MAX_ISA` caps the path ladder's kernels run, and `ladder bench` says which ran.
+#[test]
+fn the_isa_cap_is_reported() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    for cap in ["portable", "avx2"] {
+        let out = std::process::Command::new(exe)
+            .args(["bench", "--backend", "cpu", "--workload", "W9", "--runs", "3", "--json"])
+            .env("LADDER_MAX_ISA", cap)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let row = &rows[0];
+        assert_eq!(row["isa_cap"], cap);
+        let cpu = ladder::backend::cpu::isa::Isa::from_name(row["cpu_isa"].as_str().unwrap()).unwrap();
+        let want = cpu.min(ladder::backend::cpu::isa::Isa::from_name(cap).unwrap());
+        assert_eq!(row["isa"], want.name(), "{row}");
+    }
+}
+

@@ -982,7 +982,8 @@ fn compile_times_are_printed() {
 
 #[test]
 fn f32_stages_vectorize_and_strided_ones_stay_scalar() {
-    let opts = CpuOptions::default();
+    // Vectorizing explicitly: the default is scalar under the `portable` ISA cap.
+    let opts = CpuOptions { vectorize: true, ..CpuOptions::default() };
     let has_vectors = |k: &Kernel, p: &Program| ladder::backend::cpu::clif_text(k, p, opts).unwrap().contains("f32x4");
     let (k, p) = pointwise_kernel(true);
     assert!(has_vectors(&k, &p));

@@ -833,11 +833,12 @@ fn fma_chains(iters: usize) -> (f32, usize) {
             }
             sum
         }
-        if std::is_x86_feature_detected!("avx512f") {
+        // The peak of the path ladder's kernels run (the ISA cap lowers it).
+        if crate::backend::cpu::has_avx512() {
             // SAFETY: the CPU has AVX-512F (checked just above).
             return (unsafe { avx512(iters) }, 12 * 16 * 2);
         }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if crate::backend::cpu::has_avx2() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             return (unsafe { avx2(iters) }, 12 * 8 * 2);
         }
@@ -900,6 +901,10 @@ impl Measurement {
             "gflop_per_s": self.gflops(),
             "peak_bytes": self.peak_bytes,
             "scores_bytes": self.scores_bytes,
+            "isa": crate::backend::cpu::isa::active().name(),
+            "isa_cap": crate::backend::cpu::isa::max_isa().name(),
+            "cpu_isa": crate::backend::cpu::isa::detected().name(),
+            "gemm_crate_isa": crate::backend::cpu::isa::gemm_crate_isa().name(),
         })
     }
 }

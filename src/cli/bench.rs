@@ -177,6 +177,17 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             "peak_bytes = working memory of one warm run beyond inputs and outputs (arena + heap high-water mark)"
         )
         .map_err(Error::Stdout)?;
+        use ladder::backend::cpu::isa;
+        writeln!(
+            out,
+            "paths: ladder's kernels {} (CPU {}, cap {}: {}); the gemm crate {} (it detects the CPU itself)",
+            isa::active().name(),
+            isa::detected().name(),
+            isa::max_isa().name(),
+            isa::ENV,
+            isa::gemm_crate_isa().name()
+        )
+        .map_err(Error::Stdout)?;
         for m in results.iter().filter(|m| m.scores_bytes > 0) {
             if let Some(peak) = m.peak_bytes {
                 writeln!(

@@ -36,25 +36,18 @@ pub mod conv;
 pub mod copy;
 mod emit;
 pub mod gemm;
+pub mod isa;
 pub mod math;
 pub mod packed;
 pub mod rows;
 
-/// Whether this CPU runs the AVX-512 variants of the library kernels. They are compiled for
-/// AVX-512F, DQ and VL (with AVX2), FMA and POPCNT; calling one on a CPU without all of them
-/// would be undefined, so every dispatch checks all of them here.
+/// Whether the AVX-512 variants of the library kernels run: the CPU has everything they are
+/// compiled for (AVX-512F, DQ and VL with AVX2, FMA and POPCNT; calling one without all of
+/// them would be undefined) and the cap ([`isa`]) allows them.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn has_avx512() -> bool {
-    // Checked per row by the row kernels: one cached load instead of five feature tests.
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512dq")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("popcnt")
-    })
+    isa::active() >= isa::Isa::Avx512
 }
 
 /// The size in bytes of the CPU's largest cache (the last level, shared by its cores), from
@@ -97,10 +90,12 @@ fn cpuid_cache_bytes() -> Option<usize> {
     None
 }
 
-/// Whether this CPU runs the AVX2 variants (compiled for AVX2 and FMA).
+/// Whether the AVX2 variants (compiled for AVX2 and FMA) run: the CPU has them and the cap
+/// allows them.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 pub(crate) fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    isa::active() >= isa::Isa::Avx2
 }
 
 use std::cell::Cell;
@@ -181,8 +176,9 @@ pub struct CpuOptions {
 }
 
 impl Default for CpuOptions {
+    /// Vectorized unless the ISA cap is `portable`.
     fn default() -> Self {
-        CpuOptions { strict_fp: false, vectorize: true }
+        CpuOptions { strict_fp: false, vectorize: isa::active() > isa::Isa::Portable }
     }
 }
 
@@ -397,7 +393,21 @@ fn native_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, CodegenError> 
     flags.set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }).map_err(|e| cl(&e))?;
     flags.set("use_colocated_libcalls", "false").map_err(|e| cl(&e))?;
     flags.set("is_pic", "false").map_err(|e| cl(&e))?;
-    let isa_builder = cranelift_native::builder().map_err(|e| cl(&e))?;
+    let mut isa_builder = cranelift_native::builder().map_err(|e| cl(&e))?;
+    // The cap: switch off what the CPU has above it (names Cranelift's x64 backend knows;
+    // other targets have none of them).
+    let active = isa::active();
+    let mut off: Vec<&str> = Vec::new();
+    if active < isa::Isa::Avx512 {
+        off.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512bitalg", "has_avx512vbmi"]);
+    }
+    if active < isa::Isa::Avx2 {
+        off.extend(["has_avx2", "has_fma", "has_avx", "has_bmi1", "has_bmi2", "has_lzcnt", "has_f16c"]);
+    }
+    for name in off {
+        // A setting this target does not have is nothing to switch off.
+        let _ = isa_builder.set(name, "false");
+    }
     isa_builder.finish(settings::Flags::new(flags)).map_err(|e| cl(&e))
 }
 
