@@ -230,4 +230,3 @@ fn the_isa_cap_is_reported() {
         assert_eq!(row["isa"], want.name(), "{row}");
     }
 }
-

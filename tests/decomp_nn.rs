@@ -290,12 +290,36 @@ fn sigmoid_error() {
 #[test]
 fn silu_error() {
     within("silu", "", 4.0);
+    within("silu", "nan_at_neg_inf=true", 4.0);
 }
 
 #[test]
 fn gelu_erf_error() {
     within("gelu", "", 4.5);
     within("gelu", "approximate=\"none\"", 4.5);
+    within("gelu", "nan_at_neg_inf=true", 4.5);
+}
+
+/// At -inf gelu and silu take their limit -0, or NaN with `nan_at_neg_inf` (what the unfused
+/// product exporters write computes); elsewhere the attribute changes nothing.
+#[test]
+fn nan_at_neg_inf_changes_only_minus_infinity() {
+    let x = f32t(&[5], &[f32::NEG_INFINITY, -200.0, -1.5, 0.0, f32::INFINITY]);
+    for (op, attrs) in [("silu", ""), ("gelu", ""), ("gelu", "approximate=\"tanh\"")] {
+        let sep = if attrs.is_empty() { "" } else { ", " };
+        let with = format!("{attrs}{sep}nan_at_neg_inf=true");
+        for (a, first_is_nan) in [(attrs.to_string(), false), (with, true)] {
+            let src = graph("f32[n]", op, &a);
+            for g in [parse(&src), lower(&src)] {
+                let y = f32s(&out(&g, &x, &Options::default()));
+                assert_eq!(y[0].is_nan(), first_is_nan, "{op} {{{a}}} at -inf: {}", y[0]);
+                if !first_is_nan {
+                    assert_eq!(y[0].to_bits(), (-0.0f32).to_bits(), "{op} {{{a}}} at -inf");
+                }
+                assert!(y[1..].iter().all(|v| !v.is_nan()), "{op} {{{a}}}: {y:?}");
+            }
+        }
+    }
 }
 
 /// The tanh form is ill-conditioned in f32 for x << 0: sigmoid(y) ≈ e^y with y ≈ 0.07 x³
@@ -390,7 +414,9 @@ fn symbolic_and_empty_shapes() {
         ("relu", ""),
         ("gelu", ""),
         ("gelu", "approximate=\"tanh\""),
+        ("gelu", "approximate=\"tanh\", nan_at_neg_inf=true"),
         ("silu", ""),
+        ("silu", "nan_at_neg_inf=true"),
         ("sigmoid", ""),
         ("softplus", "beta=2.0, threshold=3.0"),
         ("leaky_relu", ""),

@@ -291,6 +291,36 @@ fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
 }
 
 #[test]
+fn an_activation_runs_on_the_blocks_of_rows_a_channel_kernel_stores() {
+    // A per-channel bias on NCHW (the kernel's loops are [c, h] outside, [w] inside) then SiLU
+    // as exporters write it: each outermost iteration stores a whole channel, h rows, and the
+    // recovered silu runs on it in place. Against the reference executor on the prims, with
+    // NaN, ±inf (the exporter form is NaN at -inf) and huge values.
+    let g = parse(
+        "graph cbs(%x: f32[6, 9, 7], %b: f32[6, 1, 1]) {
+  %bb = broadcast_in_dim(%b) {shape=[6, 9, 7], broadcast_dims=[0, 1, 2]}
+  %v = add(%x, %bb)
+  %s = sigmoid(%v)
+  %y = mul(%v, %s)
+  return %y
+}",
+    );
+    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    for threads in [1, 2] {
+        let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+        let p = plan.program().unwrap();
+        assert_eq!(kernel_activations(p), vec![("k0".to_string(), "silu".to_string())], "{p}\n{}", plan.explanation());
+        let mut rng = Rng::new(threads as u64);
+        let x = adversarial_rows(&mut rng, 54, 7);
+        let x = Tensor::from_f32(&[6, 9, 7], x.as_f32().unwrap().to_vec()).unwrap();
+        let inputs = vec![x, random_tensor(&mut rng, DType::F32, &[6, 1, 1]).unwrap()];
+        let (want, got) = (reference.run(&inputs).unwrap(), plan.run(&inputs).unwrap());
+        assert!(max_rel(&got.outputs[0], &want.outputs[0]) <= 1e-5, "threads={threads}");
+        assert!(got.outputs[0].to_f64_vec().iter().any(|v| v.is_nan()));
+    }
+}
+
+#[test]
 fn a_gelu_whose_argument_is_read_elsewhere_runs_after_its_kernel() {
     // The kernel's result is also returned (or also read by a later kernel): it must exist,
     // so the gelu runs as its own step, and `--explain` says why.

@@ -27,7 +27,9 @@ fn ladder_ops_come_back_from_their_prims() {
   %k = layer_norm(%t) {axis=-1, eps=1e-6}
   %g = gelu(%x)
   %h = gelu(%u) {approximate=\"tanh\"}
-  return %s, %l, %m, %k, %g, %h
+  %i = silu(%v)
+  %j = sigmoid(%t)
+  return %s, %l, %m, %k, %g, %h, %i, %j
 }",
     );
     let r = recovered(&g);
@@ -46,6 +48,8 @@ fn ladder_ops_come_back_from_their_prims() {
         (OpKind::LayerNorm, 1, "axis=-1 eps=1e-6"),
         (OpKind::Gelu, 1, "approximate=\"none\""),
         (OpKind::Gelu, 1, "approximate=\"tanh\""),
+        (OpKind::Silu, 1, ""),
+        (OpKind::Sigmoid, 1, ""),
     ];
     for (op, n, attrs) in want {
         assert!(
@@ -56,7 +60,7 @@ fn ladder_ops_come_back_from_their_prims() {
     }
     // Only the recovered ops and their arguments are left: no prims of theirs.
     let text = ladder::text::print(&r.graph);
-    for prim in ["exp(", "erf(", "rsqrt(", "reduce_max("] {
+    for prim in ["exp(", "erf(", "rsqrt(", "reduce_max(", "where("] {
         assert!(!text.contains(prim), "{prim} left behind:\n{text}");
     }
 }
@@ -88,6 +92,57 @@ fn near_misses_say_why() {
     assert!(reasons.iter().any(|m| m.contains("also used by") || m.contains("graph output")), "{text}");
 }
 
+#[test]
+fn exporter_silu_is_one_kernel() {
+    // SiLU as exporters write it: Sigmoid then Mul, the product in either order, the sigmoid
+    // used once. A sigmoid also used elsewhere keeps its own kernel and the Mul stays.
+    let g = parse(
+        "graph yolo(%x: f32[n, 16], %z: f32[n, 16]) {
+  %s = sigmoid(%x)
+  %y = mul(%s, %x)
+  %t = sigmoid(%z)
+  %u = mul(%z, %t)
+  %v = add(%u, %t)
+  return %y, %v
+}",
+    );
+    let r = recovered(&g);
+    let ops: Vec<OpKind> = r.matches.iter().map(|m| m.op).collect();
+    assert_eq!(ops.iter().filter(|&&o| o == OpKind::Silu).count(), 1, "{}", r.explain(&g));
+    assert_eq!(ops.iter().filter(|&&o| o == OpKind::Sigmoid).count(), 1, "{}", r.explain(&g));
+    let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+    let bytes = ladder::gen::seeded_bytes(7, 256);
+    let mut src = Source::new(&bytes);
+    let inputs = vec![random_data(&mut src, DType::F32, &[5, 16]), random_data(&mut src, DType::F32, &[5, 16])];
+    let precise = ladder::interp::Options { precise: true, ..Default::default() };
+    let want = ladder::interp::run(&g, &inputs, &precise).unwrap().outputs;
+    let got = plan.run(&inputs).unwrap().outputs;
+    for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+        let node = g.outputs()[i].value;
+        let ctx = CompareCtx { graph: &g, node, inputs: &inputs, output: "y" };
+        compare(OpKind::Silu, w, o, &ctx).unwrap_or_else(|m| panic!("output {i}: {m}"));
+    }
+}
+
+#[test]
+fn gate_activations_on_slices_stay_prims() {
+    // An LSTM's gates: sigmoid of slices of one GEMM output. The prims fuse into the loop
+    // that reads the slice; a library call would need it copied out first.
+    let g = parse(
+        "graph gates(%x: f32[2, 64]) {
+  %i = slice(%x) {axis=1, start=0, end=32}
+  %f = slice(%x) {axis=1, start=32, end=64}
+  %a = sigmoid(%i)
+  %b = silu(%f)
+  return %a, %b
+}",
+    );
+    let r = recovered(&g);
+    assert!(r.matches.is_empty(), "{}", r.explain(&g));
+    let why: Vec<&str> = r.near_misses.iter().map(|n| n.reason.as_str()).collect();
+    assert_eq!(why.iter().filter(|w| w.contains("is a slice")).count(), 2, "{}", r.explain(&g));
+}
+
 /// A one-op graph over `[rows, n]` f32 input(s).
 fn one_op(op: &str, attrs: &str, n: usize, rows: usize, params: usize) -> Graph {
     let mut sig = format!("%x: f32[{rows}, {n}]");
@@ -101,13 +156,15 @@ fn one_op(op: &str, attrs: &str, n: usize, rows: usize, params: usize) -> Graph 
 
 #[test]
 fn library_kernels_meet_the_tolerance_table_on_adversarial_rows() {
-    let cases: [(&str, &str, usize, OpKind); 6] = [
+    let cases: [(&str, &str, usize, OpKind); 8] = [
         ("softmax", "axis=-1", 0, OpKind::Softmax),
         ("layer_norm", "axis=-1, eps=1e-5", 2, OpKind::LayerNorm),
         ("layer_norm", "axis=-1, eps=0.01", 1, OpKind::LayerNorm),
         ("layer_norm", "axis=-1, eps=0.0", 0, OpKind::LayerNorm),
         ("gelu", "approximate=\"none\"", 0, OpKind::Gelu),
         ("gelu", "approximate=\"tanh\"", 0, OpKind::Gelu),
+        ("silu", "", 0, OpKind::Silu),
+        ("sigmoid", "", 0, OpKind::Sigmoid),
     ];
     let shapes = [(1, 1), (3, 1), (1, 7), (4, 17), (2, 1024), (65, 33), (0, 5), (5, 0)];
     let native = CompileOptions::native_cpu(2).unwrap();

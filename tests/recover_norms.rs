@@ -338,21 +338,54 @@ fn exporter_rms_norms_are_recovered_with_eps_read_off_the_model() {
     }
 }
 
+/// An exporter's GELU is recovered with `nan_at_neg_inf`: its unfused product is NaN at -inf.
+fn gelu_attrs(approximate: &str) -> Vec<(String, AttrValue)> {
+    vec![
+        ("approximate".to_string(), AttrValue::Str(approximate.into())),
+        ("nan_at_neg_inf".to_string(), AttrValue::Bool(true)),
+    ]
+}
+
+/// The recovered plan gives the interpreter's non-finite values (and zero signs) on a row of
+/// infinities, NaN, huge and zero elements. One exception, by design: where the form's
+/// `x * 2` overflows (`x > f32::MAX / 2`, `x * (1 + t)` before the `* 0.5`), the interpreter
+/// running the form rounds an intermediate to inf and the kernel returns gelu's value, `x`.
+fn non_finite_agree(g: &Graph, what: &str) {
+    let plan = compile(g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+    assert!(!library_ops(&plan).is_empty(), "{what}: nothing recovered");
+    let row = [f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -1e30, 1e30, -0.0, 0.0, -200.0, f32::MAX, f32::MIN];
+    let x = Tensor::from_f32(&[1, D], (0..D).map(|i| row[i % row.len()]).collect()).unwrap();
+    let want = ladder::interp::run(g, std::slice::from_ref(&x), &Default::default()).unwrap().outputs[0].to_f64_vec();
+    let got = plan.run(std::slice::from_ref(&x)).unwrap().outputs[0].to_f64_vec();
+    for (i, (p, q)) in got.iter().zip(&want).enumerate() {
+        let same = (p.is_nan() && q.is_nan()) || (p == q && p.is_sign_negative() == q.is_sign_negative());
+        let close = p.is_finite() && q.is_finite() && *p != 0.0 && (p - q).abs() <= 1e-5 * q.abs();
+        let overflowed = *q == f64::INFINITY && *p == x.as_f32().unwrap()[i] as f64 && *p > f32::MAX as f64 / 2.0;
+        assert!(
+            same || close || overflowed,
+            "{what} at x = {}: recovered {p} vs the interpreter's {q}",
+            x.as_f32().unwrap()[i]
+        );
+    }
+}
+
 #[test]
 fn exporter_tanh_gelus_are_recovered_as_gelu_tanh() {
     for style in ["torchlib", "torchlib_i64", "torchlib_new", "torchscript", "hf"] {
         let g = exported_gelu_tanh(style, 0.044715);
         let m = only_match(&g);
         assert_eq!((m.rule, m.op, m.args.len()), ("gelu_tanh_onnx", OpKind::Gelu, 1), "{style}");
-        assert_eq!(m.attrs, vec![("approximate".to_string(), AttrValue::Str("tanh".into()))], "{style}");
+        assert_eq!(m.attrs, gelu_attrs("tanh"), "{style}");
         plans_agree(&g, style, 4.0);
+        non_finite_agree(&g, style);
     }
     for newer in [false, true] {
         let g = exported_gelu_erf(newer);
         let m = only_match(&g);
         assert_eq!((m.rule, m.op), ("gelu_onnx", OpKind::Gelu), "erf, newer {newer}");
-        assert_eq!(m.attrs, vec![("approximate".to_string(), AttrValue::Str("none".into()))]);
+        assert_eq!(m.attrs, gelu_attrs("none"));
         plans_agree(&g, "gelu erf", 4.0);
+        non_finite_agree(&g, "gelu erf");
     }
 }
 

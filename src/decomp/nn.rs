@@ -197,7 +197,19 @@ pub(super) fn times_sigmoid(e: &mut Emitter, x: Value, y: Value) -> R {
 }
 
 fn silu(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
-    pointwise(e, node, args[0], |e, x| times_sigmoid(e, x, x))
+    let nan = node.attrs.bool("nan_at_neg_inf");
+    pointwise(e, node, args[0], |e, x| {
+        let x = if nan { neg_inf_to_nan(e, x)? } else { x };
+        times_sigmoid(e, x, x)
+    })
+}
+
+/// `x` with -inf replaced by NaN (`gelu` and `silu` with `nan_at_neg_inf`: NaN then flows
+/// through the rest of the formula).
+fn neg_inf_to_nan(e: &mut Emitter, x: Value) -> R {
+    let is = bin_k(e, OpKind::Eq, x, f64::NEG_INFINITY)?;
+    let nan = k(e, f64::NAN, x)?;
+    e.select(is, nan, x)
 }
 
 /// Coefficients (highest degree first) of `G(a) = a Φ(-a) / φ(a) / √(2π)` as a polynomial in
@@ -249,7 +261,9 @@ fn gelu_tail(e: &mut Emitter, x: Value) -> R {
 
 fn gelu(e: &mut Emitter, node: &Node, args: &[Value]) -> R {
     let tanh = node.attrs.str("approximate") == "tanh";
+    let nan = node.attrs.bool("nan_at_neg_inf");
     pointwise(e, node, args[0], |e, x| {
+        let x = if nan { neg_inf_to_nan(e, x)? } else { x };
         if tanh {
             // y = 2u = x * (c1 + c2 x²), c1 = 2√(2/π).
             let c1 = 2.0 * (2.0 / PI).sqrt();

@@ -51,10 +51,20 @@ pub static SPECS: &[OpSpec] = &[
     act(
         OpKind::Gelu,
         "gelu",
-        &[AttrSpec::optional("approximate", AttrKind::Str, AttrDefault::Str("none"))],
-        "x * Φ(x); approximate=\"tanh\" for the tanh form",
+        &[
+            AttrSpec::optional("approximate", AttrKind::Str, AttrDefault::Str("none")),
+            bool_attr("nan_at_neg_inf", false),
+        ],
+        "x * Φ(x); approximate=\"tanh\" for the tanh form; -0 at -inf (its limit), or NaN with \
+         nan_at_neg_inf=true (what the product computes unfused, as exporters write it)",
     ),
-    act(OpKind::Silu, "silu", &[], "x * sigmoid(x)"),
+    act(
+        OpKind::Silu,
+        "silu",
+        &[bool_attr("nan_at_neg_inf", false)],
+        "x * sigmoid(x); -0 at -inf (its limit), or NaN with nan_at_neg_inf=true (what the product \
+         computes unfused, as exporters write it)",
+    ),
     act(OpKind::Sigmoid, "sigmoid", &[], "1 / (1 + e^-x), stable for large |x|"),
     act(
         OpKind::Softplus,
@@ -147,12 +157,15 @@ pub struct Activation {
     a: f64,
     b: f64,
     tanh: bool,
+    /// `gelu` and `silu`: NaN at -inf rather than the limit -0.
+    nan_at_neg_inf: bool,
 }
 
 impl Activation {
     /// The activation of a node of `kind` with `attrs` (already checked by `infer`).
     pub fn new(kind: OpKind, attrs: &Attrs) -> Activation {
         let (mut a, mut b, mut tanh) = (0.0, 0.0, false);
+        let nan_at_neg_inf = matches!(kind, OpKind::Gelu | OpKind::Silu) && attrs.bool("nan_at_neg_inf");
         match kind {
             OpKind::Gelu => tanh = attrs.str("approximate") == "tanh",
             OpKind::Softplus => (a, b) = (attrs.float("beta"), attrs.float("threshold")),
@@ -161,7 +174,7 @@ impl Activation {
             OpKind::Clamp => (a, b) = (attrs.float("min"), attrs.float("max")),
             _ => {}
         }
-        Activation { kind, a, b, tanh }
+        Activation { kind, a, b, tanh, nan_at_neg_inf }
     }
 
     /// The activation of one float value, in f64.
@@ -169,6 +182,9 @@ impl Activation {
         use OpKind::*;
         if x.is_nan() {
             return x;
+        }
+        if self.nan_at_neg_inf && x == f64::NEG_INFINITY {
+            return f64::NAN;
         }
         match self.kind {
             Relu => {

@@ -14,6 +14,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: gelu_anchor,
             variants: gelu_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "gelu_onnx",
@@ -23,6 +24,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: gelu_onnx_anchor,
             variants: gelu_onnx_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "gelu_tanh_onnx",
@@ -32,8 +34,95 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: gelu_tanh_onnx_anchor,
             variants: gelu_tanh_onnx_variants,
             arg_types: None,
+            worth: None,
+        },
+        Rule {
+            name: "silu",
+            op: OpKind::Silu,
+            structure: "x * sigmoid(x), the sigmoid in its stable form (ladder's silu, and an exporter's \
+                        Sigmoid then Mul)",
+            anchor: silu_anchor,
+            variants: silu_variants,
+            arg_types: None,
+            worth: Some(not_a_view),
+        },
+        Rule {
+            name: "sigmoid",
+            op: OpKind::Sigmoid,
+            structure: "where(x >= 0, 1 / (1 + e), e / (1 + e)) with e = exp(-|x|)",
+            anchor: sigmoid_anchor,
+            variants: plain_variants,
+            arg_types: None,
+            worth: Some(not_a_view),
         },
     ]
+}
+
+/// Sigmoid and SiLU pay as library kernels on whole buffers (a convolution's or a GEMM's
+/// output, in place while it is in cache). On a slice (an LSTM's gates) the library call
+/// would need the slice copied out first, while the prims fuse into the loop that reads it.
+fn not_a_view(g: &Graph, x: Value) -> Result<(), String> {
+    let n = g.node(x);
+    match n.op {
+        OpKind::Slice | OpKind::Permute | OpKind::BroadcastInDim => {
+            Err(format!("the argument {x} is a {} (its consumer's loop reads it in place; the prims fuse there)", n.op))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The stable sigmoid's root: `where(ge(x, 0), reciprocal(1 + e), div(e, 1 + e))`; `x` the
+/// comparison's argument.
+fn sigmoid_anchor(g: &Graph, root: Value) -> Option<Value> {
+    let n = g.node(root);
+    if n.op != OpKind::Where {
+        return None;
+    }
+    let (c, a) = (g.node(n.args[0]), g.node(n.args[1]));
+    (c.op == OpKind::Ge && a.op == OpKind::Reciprocal).then(|| c.args[0])
+}
+
+/// Exporters' SiLU, `mul(x, s)` or `mul(s, x)` with `s` a stable sigmoid of `x`; or ladder's
+/// own decomposition, `where(ge(x, 0), div(x, 1 + e), ...)`.
+fn silu_anchor(g: &Graph, root: Value) -> Option<Value> {
+    let n = g.node(root);
+    match n.op {
+        OpKind::Mul => {
+            let [a, b] = n.args[..] else { return None };
+            [(a, b), (b, a)].into_iter().find_map(|(x, s)| (sigmoid_anchor(g, s) == Some(x)).then_some(x))
+        }
+        OpKind::Where => {
+            let (c, a) = (g.node(n.args[0]), g.node(n.args[1]));
+            (c.op == OpKind::Ge && a.op == OpKind::Div && a.args[0] == c.args[0]).then(|| c.args[0])
+        }
+        _ => None,
+    }
+}
+
+/// SiLU as ladder decomposes it, or as exporters write it (`Sigmoid` then `Mul`).
+fn silu_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
+    f32_rows(x)?;
+    Ok(vec![
+        Variant { extra_args: vec![], attrs: vec![], infer: None, template: None },
+        // The unfused product is NaN at -inf (0 * -inf), the op's limit -0.
+        Variant {
+            extra_args: vec![],
+            attrs: vec![("nan_at_neg_inf", AttrValue::Bool(true))],
+            infer: None,
+            template: Some(silu_exporter_form),
+        },
+    ])
+}
+
+fn silu_exporter_form(types: &[TensorType], _: &[(&'static str, AttrValue)]) -> String {
+    let t = &types[0];
+    format!("graph form(%x: {t}) {{\n  %s = sigmoid(%x)\n  %y = mul(%x, %s)\n  return %y\n}}\n")
+}
+
+/// The op itself on `x` (no attributes to read).
+fn plain_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
+    f32_rows(x)?;
+    Ok(vec![Variant { extra_args: vec![], attrs: vec![], infer: None, template: None }])
 }
 
 /// The first node within `depth` steps of `root` through `mul` and `add` nodes (the root
@@ -106,7 +195,8 @@ fn gelu_onnx_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
 fn exporter_variant(approximate: &str, template: Template) -> Variant {
     Variant {
         extra_args: vec![],
-        attrs: vec![("approximate", AttrValue::Str(approximate.into()))],
+        // The unfused product is NaN at -inf ((1 + erf or tanh) = 0 times -inf).
+        attrs: vec![("approximate", AttrValue::Str(approximate.into())), ("nan_at_neg_inf", AttrValue::Bool(true))],
         infer: None,
         template: Some(template),
     }

@@ -42,6 +42,7 @@ pub(super) fn rules() -> Vec<Rule> {
         anchor,
         variants,
         arg_types: Some(arg_types),
+        worth: None,
     };
     vec![
         rule(

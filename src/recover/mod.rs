@@ -31,7 +31,7 @@
 //!
 //! Side conditions: the library kernels take f32 rows over the last axis, so a form is built
 //! for `axis = -1` and f32 only. A matched cluster whose inner values (other than cheap
-//! sources and layout ops) are also used outside it is a near-miss: recovering it would
+//! sources, layout ops, `abs` and `neg`) are also used outside it is a near-miss: recovering it would
 //! compute those values twice.
 //!
 //! `add` and `mul` commute: where the arguments do not match in order, they are compared
@@ -65,8 +65,16 @@ pub const RECOVERABLE: &[OpKind] = &[
     OpKind::LayerNorm,
     OpKind::RmsNorm,
     OpKind::Gelu,
+    OpKind::Silu,
+    OpKind::Sigmoid,
     OpKind::ScaledDotProductAttention,
 ];
+
+/// Whether `op` is one of the recovered elementwise activations: a library call that may run
+/// fused after the kernel or matmul that produces its argument (`Kernel::activation`).
+pub fn is_activation(op: OpKind) -> bool {
+    matches!(op, OpKind::Gelu | OpKind::Silu | OpKind::Sigmoid)
+}
 
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;
@@ -76,6 +84,9 @@ pub const MAX_STEPS: usize = 4096;
 
 /// Reads the types of an op's other arguments off the model at a root (see [`Rule`]).
 pub type ArgTypes = fn(&Graph, Value) -> Result<Vec<TensorType>, String>;
+
+/// Whether a library kernel pays at a match with main argument `x` (see [`Rule::worth`]).
+pub type Worth = fn(&Graph, Value) -> Result<(), String>;
 
 /// Builds a form's text from the argument types and attribute values (see [`Variant`]).
 pub type Template = fn(&[TensorType], &[(&'static str, AttrValue)]) -> String;
@@ -109,6 +120,9 @@ pub struct Rule {
     /// whose other arguments' types do not follow from `x`'s (attention's k and v); they
     /// replace each variant's `extra_args`. An error is a near-miss.
     pub arg_types: Option<ArgTypes>,
+    /// Whether the library kernel pays at a match with main argument `x`, or why not (a
+    /// near-miss): for activations whose prims fuse into their neighbours' loops.
+    pub worth: Option<Worth>,
 }
 
 /// The value a form is built with for an attribute [`Variant::infer`] reads off the model.
@@ -294,6 +308,9 @@ fn try_rule(
 ) -> Result<Found, String> {
     let xty = g.ty(x).clone();
     let variants = (rule.variants)(&xty)?;
+    if let Some(worth) = rule.worth {
+        worth(g, x)?;
+    }
     let arg_types = match rule.arg_types {
         Some(f) => Some(f(g, root)?),
         None => None,
@@ -405,9 +422,20 @@ fn scalar_constant(g: &Graph, v: Value) -> Option<f64> {
     }
 }
 
-/// Sources and layout ops: sharing them with the rest of the graph costs nothing.
+/// Sources, layout ops, and one-instruction sign ops (a layer norm's scaling and a sigmoid
+/// both take `abs(x)`): sharing them with the rest of the graph costs nothing worth keeping
+/// a cluster unrecovered for (the other user computes them again in its own loop).
 fn cheap(op: OpKind) -> bool {
-    matches!(op, OpKind::Full | OpKind::Const | OpKind::Iota | OpKind::BroadcastInDim | OpKind::Reshape)
+    matches!(
+        op,
+        OpKind::Full
+            | OpKind::Const
+            | OpKind::Iota
+            | OpKind::BroadcastInDim
+            | OpKind::Reshape
+            | OpKind::Abs
+            | OpKind::Neg
+    )
 }
 
 /// Structural comparison of a form's cone with a model's.

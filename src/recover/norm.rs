@@ -16,6 +16,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: softmax_anchor,
             variants: softmax_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "log_softmax",
@@ -24,6 +25,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: log_softmax_anchor,
             variants: softmax_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "layer_norm_onnx",
@@ -32,6 +34,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: layer_norm_onnx_anchor,
             variants: layer_norm_onnx_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "rms_norm_onnx",
@@ -41,6 +44,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: rms_norm_onnx_anchor,
             variants: rms_norm_onnx_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "rms_norm",
@@ -49,6 +53,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: rms_norm_anchor,
             variants: rms_norm_variants,
             arg_types: None,
+            worth: None,
         },
         Rule {
             name: "layer_norm",
@@ -57,6 +62,7 @@ pub(super) fn rules() -> Vec<Rule> {
             anchor: layer_norm_anchor,
             variants: layer_norm_variants,
             arg_types: None,
+            worth: None,
         },
     ]
 }

@@ -192,10 +192,11 @@ impl Plan {
             _ => None,
         };
         // The activation runs inside only after a kernel that does, or on the product itself.
-        let activation = m
-            .activation
-            .as_ref()
-            .filter(|l| (native.is_some() || epilogue.is_none()) && l.op == OpKind::Gelu && self.native_operands(p, l));
+        let activation = m.activation.as_ref().filter(|l| {
+            (native.is_some() || epilogue.is_none())
+                && crate::recover::is_activation(l.op)
+                && self.native_operands(p, l)
+        });
         let activation = match activation {
             Some(l) => {
                 let (x, out, n) = (l.args[0], l.out, row_len(p, l.args[0]));

@@ -48,7 +48,7 @@ impl Plan {
     pub(super) fn fuses_activation(&self, p: &Program, k: &KernelStep, l: &LibraryCall) -> bool {
         matches!(k.exec, KernelExec::Native(_))
             && self.native_library
-            && l.op == OpKind::Gelu
+            && crate::recover::is_activation(l.op)
             && crate::backend::cpu::activation::Activation::from_op(l.op, &l.attrs).is_some()
             && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row_len(p, x) > 0)
     }
@@ -80,10 +80,12 @@ impl Plan {
             || ExecError::Invalid(format!("kernel {} cannot run {} {} on its rows", k.prepared.name, l.op, l.out));
         let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
         let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
-        let n = row_len(p, x);
         let (args, count, work) = self.prepare_native(p, st, k, inputs)?.ok_or_else(unfit)?;
         let len = st.lens[x.index()];
+        // Each outermost iteration stores one block of `n` elements (a row, or several: the
+        // scheduler checked the stores' indices).
         let rows = usize::try_from(count).unwrap_or(usize::MAX);
+        let n = len.checked_div(rows).unwrap_or_else(|| row_len(p, x));
         if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
             return Err(unfit());
         }

@@ -31,7 +31,6 @@ use std::fmt::Write;
 
 use crate::ir::{DType, Dim};
 use crate::kernel::{BufferId, BufferKind, Instr, Kernel, Program, Step, Var};
-use crate::ops::OpKind;
 
 /// Fuses every eligible (matmul, consumer kernel) pair of `p`, then a recovered `gelu` right
 /// after; returns one line per fusion, and per refusal of an adjacent pair, for `--explain`.
@@ -41,10 +40,10 @@ pub fn fuse(p: &mut Program) -> String {
     while i + 1 < p.steps.len() {
         let verdict = match (&p.steps[i], &p.steps[i + 1]) {
             (Step::Matmul(m), Step::Kernel(k)) if m.epilogue.is_none() => eligible(p, m.out, k),
-            (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && l.op == OpKind::Gelu => {
+            (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && crate::recover::is_activation(l.op) => {
                 activation_eligible(p, m, l)
             }
-            (Step::Kernel(k), Step::Library(l)) if k.activation.is_none() && l.op == OpKind::Gelu => {
+            (Step::Kernel(k), Step::Library(l)) if k.activation.is_none() && crate::recover::is_activation(l.op) => {
                 kernel_activation_eligible(p, i, k, l)
             }
             _ => {
@@ -168,8 +167,9 @@ fn row_local(index: &crate::kernel::Index, n: u64, k: &Kernel, stage: &crate::ke
 }
 
 /// Whether the elementwise library op `l` (step `i + 1`) can run on the rows kernel `k` (step
-/// `i`) stores: its one argument is an f32 temporary of `l`'s result shape that `k` stores row
-/// by row over its outermost loop (`n·o0 + a span below n`) and never loads, and that no other
+/// `i`) stores: its one argument is an f32 temporary of `l`'s result shape that `k` stores
+/// block by block over its outermost loop (`B·o0 + a span below B`, `B` a row or, for a
+/// static shape, the buffer's size over the loop's count) and never loads, and that no other
 /// step and no output reads. Then a backend may run `l` per range of rows, or have `k` store
 /// straight into `l`'s result and apply `l` there in place.
 fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kernel::LibraryCall) -> Result<(), String> {
@@ -181,16 +181,29 @@ fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kern
     if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
         return Err(format!("{x} and {} are not f32 buffers of one shape", l.out));
     }
+    // The activation is elementwise: it runs on the block each outermost iteration stores,
+    // a row of `x` or (a static shape) `len / outer[0]` elements, several rows at once.
     let (rows, n) = rows_of(p, x)?;
-    if k.outer.first() != Some(&rows) {
-        return Err(format!("the kernel's outermost loop does not run over {x}'s {rows} rows"));
-    }
+    let block = if k.outer.first() == Some(&rows) {
+        n
+    } else {
+        let len = p.buffers[x].shape.numel().ok().and_then(|d| d.as_const());
+        let outer = k.outer.first().and_then(Dim::as_const);
+        match (len, outer) {
+            (Some(len), Some(o)) if o > 0 && len % o == 0 => len / o,
+            _ => {
+                return Err(format!(
+                    "the kernel's outermost loop does not run over {x}'s {rows} rows or static blocks of them"
+                ))
+            }
+        }
+    };
     let mut stored = false;
     for stage in &k.stages {
         for instr in &stage.body {
             match instr {
                 Instr::Store { buf, index, .. } if *buf == x => {
-                    row_local(index, n, k, stage).map_err(|e| format!("the kernel stores {x} {e}"))?;
+                    row_local(index, block, k, stage).map_err(|e| format!("the kernel stores {x} {e}"))?;
                     stored = true;
                 }
                 Instr::Load { buf, .. } | Instr::LoadAt { buf, .. } if *buf == x => {

@@ -35,6 +35,8 @@ pub enum Activation {
     Silu,
     /// The `tanh` prim.
     Tanh,
+    /// `gelu` or `silu` with `nan_at_neg_inf`: NaN at -inf, the wrapped activation elsewhere.
+    NegInfNan(&'static Activation),
     /// Any other activation op, evaluated per element in f64 by the op's own formula.
     Op(OpActivation),
 }
@@ -46,6 +48,11 @@ impl Activation {
         use OpKind::*;
         Some(match kind {
             Relu => Activation::Relu,
+            Gelu | Silu if attrs.bool("nan_at_neg_inf") => Activation::NegInfNan(match kind {
+                Silu => &Activation::Silu,
+                _ if attrs.str("approximate") == "tanh" => &Activation::GeluTanh,
+                _ => &Activation::Gelu,
+            }),
             Gelu if attrs.str("approximate") == "tanh" => Activation::GeluTanh,
             Gelu => Activation::Gelu,
             Sigmoid => Activation::Sigmoid,
@@ -86,6 +93,8 @@ impl Activation {
             Activation::Silu if x == f64::NEG_INFINITY => -0.0,
             Activation::Silu => x * sigmoid_f64(x),
             Activation::Tanh => crate::ops::elementwise::unary_float(OpKind::Tanh, x),
+            Activation::NegInfNan(_) if x == f64::NEG_INFINITY => f64::NAN,
+            Activation::NegInfNan(base) => base.eval_f64(x),
             Activation::Op(op) => op.apply(x),
         }
     }
@@ -325,6 +334,12 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
         Activation::Sigmoid => map!(xs, sigmoid),
         Activation::Silu => map!(xs, silu),
         Activation::Tanh => map!(xs, tanh),
+        Activation::NegInfNan(base) => {
+            for x in xs.iter_mut() {
+                *x = if *x == f32::NEG_INFINITY { f32::NAN } else { *x };
+            }
+            apply_generic(base, xs)
+        }
         Activation::Op(op) => {
             for x in xs.iter_mut() {
                 *x = op.apply(*x as f64) as f32;

@@ -159,8 +159,9 @@ pub fn run_f32(
             let eps = attrs.float("eps");
             row_chunks(x, out, n, threads, false, |xc, yc| rms_norm_rows_into(xc, w, yc, n, eps));
         }
-        OpKind::Gelu => {
-            let act = if attrs.str("approximate") == "tanh" { Activation::GeluTanh } else { Activation::Gelu };
+        OpKind::Gelu | OpKind::Silu | OpKind::Sigmoid => {
+            let act = Activation::from_op(op, attrs)
+                .ok_or_else(|| KernelError::Unsupported(format!("{} as an activation", op.name())))?;
             let chunk = if threads > 1 && numel >= PAR_ELEMS { numel.div_ceil(4 * threads).max(4096) } else { numel };
             if chunk == 0 {
                 return Ok(());
