@@ -203,7 +203,7 @@ fn cli_prints_json_and_a_table() {
         &["bench", "--backend", "gpu"][..],
         &["bench", "--workload", "W8"],
         &["bench", "--threads", "0"],
-        &["bench", "--workload", "W9", "--profile"],
+        &["bench", "--backend", "interp", "--workload", "W1", "--profile"],
     ] {
         let out = std::process::Command::new(exe).args(bad).output().unwrap();
         assert!(!out.status.success(), "{bad:?} should fail");

@@ -166,7 +166,7 @@ fn run_writes_outputs_equal_to_the_interpreter() {
     write_npy(&m, &[3], &[true, false, true]);
     let out_dir = dir.join("out");
     let inputs = [format!("x={}", s(&x)), format!("k={}", s(&k)), format!("m={}", s(&m))];
-    let mut args = vec!["run", s(&model), "--out", s(&out_dir)];
+    let mut args = vec!["run", s(&model), "--backend", "interp", "--out", s(&out_dir)];
     for i in &inputs {
         args.extend(["--input", i]);
     }
@@ -190,6 +190,23 @@ fn run_writes_outputs_equal_to_the_interpreter() {
     for (file, t) in ["expo", "twice", "big", "sel_out"].iter().zip(&want.outputs) {
         let got = read_npy(&out_dir.join(format!("{file}.npy")));
         assert!(got.bit_eq(t) && got.dtype() == t.dtype(), "{file}: wrote {got}, interpreter says {t}");
+    }
+
+    // The default backend is the compiled CPU plan: the same values up to the rounding of its
+    // vectorized transcendentals (exact for the integer and bool outputs).
+    let cpu_dir = dir.join("cpu");
+    let mut args = vec!["run", s(&model), "--out", s(&cpu_dir)];
+    for i in &inputs {
+        args.extend(["--input", i]);
+    }
+    let o = ladder(&args);
+    assert!(o.status.success() && stderr(&o).contains("cpu: "), "the default is the cpu backend:\n{}", stderr(&o));
+    for (file, t) in ["expo", "twice", "big", "sel_out"].iter().zip(&want.outputs) {
+        let got = read_npy(&cpu_dir.join(format!("{file}.npy")));
+        assert_eq!(got.dtype(), t.dtype(), "{file}");
+        for (a, b) in got.to_f64_vec().iter().zip(t.to_f64_vec()) {
+            assert!(a == &b || (a - b).abs() <= 1e-6 * b.abs(), "{file}: cpu wrote {got}, interpreter says {t}");
+        }
     }
 
     // Precise mode: float outputs are f64.
@@ -327,7 +344,19 @@ fn errors_exit_non_zero_with_a_message() {
     fails(&["run", m, "--input", &format!("x={}", s(&wrong))], &["wrong.npy", "bytes follow"]);
 
     // Backends, dims.
-    fails(&["run", m, "--backend", "vulkan"], &["backend `vulkan` is not available yet"]);
+    for args in
+        [&["run", m, "--backend", "vulkan"][..], &["check", m, "--backend", "gpu"], &["bench", "--backend", "x"]]
+    {
+        let o = ladder(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: an unknown backend is a usage error");
+        assert!(stderr(&o).contains("possible values: cpu, interp"), "{}", stderr(&o));
+    }
+    for args in [&["run", m, "--threads", "0"][..], &["check", m, "--threads", "0"], &["bench", "--threads", "0"]] {
+        assert_eq!(ladder(args).status.code(), Some(2), "{args:?}");
+    }
+    let o = ladder(&["run", m, "--precise", "--backend", "cpu"]);
+    assert_eq!(o.status.code(), Some(2), "--precise is the interpreter's");
+    assert!(stderr(&o).contains("--backend interp"), "{}", stderr(&o));
     fails(&["run", m, "--dim", "seq=3"], &["no input of the model has a dim `seq`", "n"]);
     fails(&["run", m, "--dim", "n=3", "--dim", "n=4"], &["given twice"]);
     let o = ladder(&["run", m, "--dim", "n=lots"]);

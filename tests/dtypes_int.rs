@@ -332,7 +332,7 @@ fn compiled_plans_carry_every_new_dtype_bit_for_bit() {
         let g = mixed_graph(d);
         let inputs = inputs_for(d);
         let want = interp::run(&g, &inputs, &Options::default()).unwrap().outputs;
-        let mut options = vec![CompileOptions::default()];
+        let mut options = vec![CompileOptions::reference()];
         options.extend(native.clone());
         for opts in options {
             let plan = compile(&g, &opts).unwrap_or_else(|e| panic!("compile {d}: {e}"));
@@ -349,7 +349,7 @@ fn compiled_plans_carry_every_new_dtype_bit_for_bit() {
 fn compiled_plans_report_division_by_zero_and_check_input_dtypes() {
     for d in NEW {
         let g = parse(&binary_graph(d, "div"));
-        let plan = compile(&g, &CompileOptions::default()).unwrap();
+        let plan = compile(&g, &CompileOptions::reference()).unwrap();
         let err = plan.run(&[t(d, &[3], &[1, 2, 3]), t(d, &[3], &[1, 0, 1])]).unwrap_err();
         assert!(err.to_string().contains("division by zero"), "{d}: {err}");
         let wrong = if d == DType::U8 { DType::I8 } else { DType::U8 };
@@ -365,6 +365,6 @@ fn integer_matmul_wraps_in_narrow_types() {
     let out = &run(src, &[a.clone(), b.clone()])[0];
     // [16*16 + 1, 1], [32 + 3, 3] with 257 wrapped to 1.
     assert_eq!(vals(out), vec![1, 1, 35, 3]);
-    let plan = compile(&parse(src), &CompileOptions::default()).unwrap();
+    let plan = compile(&parse(src), &CompileOptions::reference()).unwrap();
     assert!(plan.run(&[a, b]).unwrap().outputs[0].bit_eq(out));
 }

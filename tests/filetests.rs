@@ -63,7 +63,7 @@ fn run_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
 
 /// The CPU backend: lowered, scheduled into kernels, run by the runtime.
 fn run_cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let plan = ladder::compile(g, &ladder::CompileOptions::default()).map_err(|e| e.to_string())?;
+    let plan = ladder::compile(g, &ladder::CompileOptions::reference()).map_err(|e| e.to_string())?;
     plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 

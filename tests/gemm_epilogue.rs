@@ -17,7 +17,7 @@ fn native(g: &Graph, threads: usize) -> Plan {
     let options = CompileOptions {
         kernel_compiler: Some(CraneliftCompiler::shared(CpuOptions::default()).unwrap()),
         threads,
-        ..CompileOptions::default()
+        ..CompileOptions::reference()
     };
     compile(g, &options).unwrap()
 }
@@ -73,7 +73,7 @@ fn bias_activation_residual_and_norm_run_in_the_gemm() {
     let explain = plan.explanation();
     assert!(explain.contains("runs as the epilogue of matmul"), "{explain}");
 
-    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
     for threads in [1, 2] {
         let plan = native(&g, threads);
         // 2048 rows of 256 columns is two row tiles of the first product.
@@ -123,7 +123,7 @@ fn consumers_that_do_not_read_row_by_row_stay_separate() {
     assert!(epilogues(p).is_empty(), "{p}");
     let explain = plan.explanation();
     assert!(explain.contains("is not the epilogue of matmul"), "{explain}");
-    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
     let mut rng = Rng::new(5);
     let inputs = vec![
         random_tensor(&mut rng, DType::F32, &[8, 4]).unwrap(),
@@ -151,7 +151,7 @@ fn a_later_reader_sees_the_whole_product_and_batched_loops_stay_separate() {
   return %z, %m
 }}"
         ));
-        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        let reference = compile(&g, &CompileOptions::reference()).unwrap();
         for threads in [1, 2] {
             let plan = native(&g, threads);
             let p = plan.program().unwrap();
@@ -187,7 +187,7 @@ fn a_recovered_gelu_runs_in_the_gemm_after_its_epilogue() {
   return %t
 }",
     );
-    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
     for threads in [1, 2] {
         let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
         let p = plan.program().unwrap();
@@ -259,7 +259,7 @@ fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
   return %y
 }}"
         ));
-        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        let reference = compile(&g, &CompileOptions::reference()).unwrap();
         for threads in [1, 2] {
             let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
             let p = plan.program().unwrap();
@@ -305,7 +305,7 @@ fn an_activation_runs_on_the_blocks_of_rows_a_channel_kernel_stores() {
   return %y
 }",
     );
-    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
     for threads in [1, 2] {
         let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
         let p = plan.program().unwrap();
@@ -343,7 +343,7 @@ fn a_gelu_whose_argument_is_read_elsewhere_runs_after_its_kernel() {
         } else if kernel_activations(p).is_empty() {
             assert!(explain.contains("does not run in kernel"), "{explain}");
         }
-        let reference = compile(&g, &CompileOptions::default()).unwrap();
+        let reference = compile(&g, &CompileOptions::reference()).unwrap();
         let mut rng = Rng::new(5);
         let inputs = vec![adversarial_rows(&mut rng, 40, 8), random_tensor(&mut rng, DType::F32, &[8]).unwrap()];
         let (want, got) = (reference.run(&inputs).unwrap(), plan.run(&inputs).unwrap());
@@ -372,7 +372,7 @@ fn constant_weights_are_packed_once_and_agree_with_the_reference() {
     let y = b.linear(h, w2, Some(b2)).unwrap();
     b.output("y", y).unwrap();
     let g = b.finish().unwrap();
-    let reference = compile(&g, &CompileOptions::default()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
     for threads in [1, 2] {
         let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
         let unpacked =

@@ -136,7 +136,7 @@ fn graph(args: &[(DType, String)], op_line: &str, pre: bool, post: Option<DType>
 }
 
 fn plans(g: &Graph) -> (Plan, Vec<Plan>) {
-    let reference = compile(g, &CompileOptions::default()).unwrap();
+    let reference = compile(g, &CompileOptions::reference()).unwrap();
     let native = [1, 2].map(|t| compile(g, &CompileOptions::native_cpu(t).unwrap()).unwrap());
     (reference, native.into())
 }

@@ -17,7 +17,7 @@ fn corpus() -> PathBuf {
 }
 
 fn interp() -> CompileOptions {
-    CompileOptions { backend: Backend::Interp, ..CompileOptions::default() }
+    CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() }
 }
 
 fn native(threads: usize) -> CompileOptions {

@@ -227,7 +227,7 @@ fn recovered_and_unrecovered_plans_agree_on_the_encoder() {
 #[test]
 fn the_reference_mode_never_recovers() {
     let g = one_op("softmax", "axis=-1", 8, 2, 0);
-    let plan = compile(&g, &CompileOptions::default()).unwrap();
+    let plan = compile(&g, &CompileOptions::reference()).unwrap();
     assert!(!plan.program().unwrap().steps.iter().any(|s| matches!(s, Step::Library(_))));
     let x = Tensor::from_f32(&[2, 8], (0..16).map(|i| i as f32 * 0.25).collect()).unwrap();
     let want = ladder::interp::run(

@@ -460,7 +460,7 @@ graph late(%qi: f32[1, 3, 2, 4], %ki: f32[1, 5, 2, 4], %vi: f32[1, 5, 2, 4]) {
     );
     let (s, r) = one_attention(&g);
     assert_eq!(arg_names(&s, &r.matches[0]), ["q", "permute(ki, [0, 2, 1, 3])", "v"], "{}", r.explain(&s));
-    let plan = compile(&g, &CompileOptions { recover: true, ..CompileOptions::default() }).unwrap();
+    let plan = compile(&g, &CompileOptions { recover: true, ..CompileOptions::reference() }).unwrap();
     let mut rng = ladder::models::Rng::new(7);
     let inputs: Vec<Tensor> = [[1, 3, 2, 4], [1, 5, 2, 4], [1, 5, 2, 4]]
         .iter()
@@ -657,7 +657,7 @@ fn input_sets(g: &Graph, seed: u64) -> Vec<Vec<Tensor>> {
 fn check_values(label: &str, g: &Graph, out: usize, native: bool, seed: u64) -> usize {
     let (_, r) = one_attention(g);
     let mut plans =
-        vec![("reference", compile(g, &CompileOptions { recover: true, ..CompileOptions::default() }).unwrap())];
+        vec![("reference", compile(g, &CompileOptions { recover: true, ..CompileOptions::reference() }).unwrap())];
     if native {
         plans.push(("native", compile(g, &CompileOptions::native_cpu(2).unwrap()).unwrap()));
     }

@@ -290,7 +290,7 @@ fn exported_log_softmax(opset: i64) -> Graph {
 fn plans_agree(g: &Graph, what: &str, scale_input: f32) {
     let on = CompileOptions::native_cpu(1).unwrap();
     let off = CompileOptions { recover: false, ..on.clone() };
-    let reference = CompileOptions { recover: true, ..CompileOptions::default() };
+    let reference = CompileOptions { recover: true, ..CompileOptions::reference() };
     let (with, without) = (compile(g, &on).unwrap(), compile(g, &off).unwrap());
     let refp = compile(g, &reference).unwrap();
     assert!(!library_ops(&with).is_empty(), "{what}: nothing recovered\n{}", with.explanation());
@@ -657,8 +657,8 @@ fn whole_models_recovered_and_unrecovered_agree_on_native_and_reference_backends
     let options = [
         ("native", native.clone(), true),
         ("native --no-recover", CompileOptions { recover: false, ..native }, false),
-        ("reference recovered", CompileOptions { recover: true, ..CompileOptions::default() }, true),
-        ("reference", CompileOptions::default(), false),
+        ("reference recovered", CompileOptions { recover: true, ..CompileOptions::reference() }, true),
+        ("reference", CompileOptions::reference(), false),
     ];
     for (model, g, want_ops) in [
         ("block", block(), vec![OpKind::RmsNorm, OpKind::Gelu, OpKind::RmsNorm, OpKind::LogSoftmax]),

@@ -14,7 +14,7 @@ use ladder::runtime::{KernelCompiler, MemoryReport, NativeKernel, RunError};
 use ladder::{compile, Backend, CompileOptions, DType, Dim, Graph, Plan, Tensor};
 
 fn cpu(g: &Graph) -> Plan {
-    compile(g, &CompileOptions::default()).unwrap_or_else(|e| panic!("compile: {e}"))
+    compile(g, &CompileOptions::reference()).unwrap_or_else(|e| panic!("compile: {e}"))
 }
 
 /// What the plan must compute: the interpreter on the same lowered graph, bit for bit.
@@ -86,7 +86,7 @@ fn the_epilogue_returns_mutated_inputs_and_run_in_place_writes_them_back() {
     let x = f32t(&[3], &[1.0, 2.0, 3.0]);
     let y = f32t(&[3], &[10.0, 20.0, 30.0]);
     for backend in [Backend::Cpu, Backend::Interp] {
-        let plan = compile(&g, &CompileOptions { backend, ..CompileOptions::default() }).unwrap();
+        let plan = compile(&g, &CompileOptions { backend, ..CompileOptions::reference() }).unwrap();
         let out = plan.run(&[x.clone(), y.clone()]).unwrap();
         assert_eq!(out.outputs.len(), 1, "{backend:?}");
         // mul reads x after the in-place add.
@@ -217,7 +217,7 @@ fn runs_fail_with_typed_errors() {
     assert!(e.to_string().contains("elements -1..2 of 2, out of range"), "{e}");
     // An arena over the limit.
     let g = parse("graph g(%x: f32[n]) {\n  %1 = exp(%x)\n  %2 = exp(%1)\n  return %2\n}");
-    let plan = compile(&g, &CompileOptions { max_arena_bytes: 16, ..CompileOptions::default() }).unwrap();
+    let plan = compile(&g, &CompileOptions { max_arena_bytes: 16, ..CompileOptions::reference() }).unwrap();
     let e = plan.run(&[f32t(&[100], &[0.0; 100])]).unwrap_err();
     assert!(matches!(e, RunError::TooLarge { .. }), "{e:?}");
 }
@@ -262,7 +262,8 @@ fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
     // Rows are the outer loop (threads), the innermost axis the stage's loop (SIMD).
     let g = parse("graph g(%x: f32[n, 2]) {\n  %1 = add(%x, %x)\n  return %1\n}");
     assert_eq!(cpu(&g).native_kernels(), 0);
-    let options = CompileOptions { kernel_compiler: Some(Arc::new(Doubler)), threads: 3, ..CompileOptions::default() };
+    let options =
+        CompileOptions { kernel_compiler: Some(Arc::new(Doubler)), threads: 3, ..CompileOptions::reference() };
     let plan = compile(&g, &options).unwrap();
     assert_eq!(plan.native_kernels(), 1);
     let Some(Step::Kernel(k)) = plan.program().map(|p| &p.steps[0]) else { panic!("one kernel") };
@@ -293,7 +294,7 @@ fn outputs_that_are_inputs_constants_duplicates_or_bools_come_back_whole() {
 }",
     )
     .unwrap();
-    for options in [ladder::CompileOptions::default(), ladder::CompileOptions::native_cpu(2).unwrap()] {
+    for options in [ladder::CompileOptions::reference(), ladder::CompileOptions::native_cpu(2).unwrap()] {
         let plan = ladder::compile(&g, &options).unwrap();
         let mut out = ladder::Outputs {
             outputs: vec![ladder::Tensor::from_i64(&[1], vec![7]).unwrap(); 4],

@@ -58,7 +58,7 @@ fn a_warm_run_allocates_only_its_outputs() {
 }",
     )
     .unwrap();
-    let plan = compile(&g, &CompileOptions::default()).unwrap();
+    let plan = compile(&g, &CompileOptions::reference()).unwrap();
     let program = plan.program().unwrap();
     assert!(program.steps.iter().all(|s| matches!(s, ladder::kernel::Step::Kernel(_))), "{program}");
     let mut rng = Rng::new(5);
@@ -87,7 +87,7 @@ fn run_into_reuses_the_outputs_and_allocates_nothing() {
 }",
     )
     .unwrap();
-    for options in [CompileOptions::default(), CompileOptions::native_cpu(1).unwrap()] {
+    for options in [CompileOptions::reference(), CompileOptions::native_cpu(1).unwrap()] {
         let plan = compile(&g, &options).unwrap();
         let mut rng = Rng::new(9);
         let w = random_tensor(&mut rng, DType::F32, &[16]).unwrap();

@@ -7,11 +7,11 @@ use ladder::runtime::cranelift::CraneliftCompiler;
 use ladder::{compile, CompileOptions, DType, Graph, Plan, Tensor};
 
 fn plans(g: &Graph, threads: usize) -> (Plan, Plan) {
-    let reference = compile(g, &CompileOptions::default()).unwrap();
+    let reference = compile(g, &CompileOptions::reference()).unwrap();
     let native = CompileOptions {
         kernel_compiler: Some(CraneliftCompiler::shared(CpuOptions::default()).unwrap()),
         threads,
-        ..CompileOptions::default()
+        ..CompileOptions::reference()
     };
     (reference, compile(g, &native).unwrap())
 }

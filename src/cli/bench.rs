@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use ladder::bench::{self, Backend, Floors, Measurement};
 
 use super::run::{parse_dim, parse_input, prepare_inputs, RunArgs};
-use super::{model, note, Error};
+use super::{model, note, BackendArg, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Model in the text form (.lad); without one, the built-in workloads W0–W9.
+    /// Model: the text form (.lad) or ONNX (.onnx); without one, the built-in workloads W0–W9.
     pub model: Option<PathBuf>,
     /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
@@ -28,9 +28,9 @@ pub struct BenchArgs {
     /// Only the built-in workloads whose names start with these prefixes (e.g. W1,W6).
     #[arg(long = "workload", value_name = "PREFIX", value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Where to run: `interp` (the reference interpreter) or `cpu` (once the runtime lands).
-    #[arg(long, value_name = "NAME", default_value = "interp")]
-    pub backend: String,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
     /// Seed for generated model inputs.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
@@ -52,9 +52,9 @@ pub struct BenchArgs {
 }
 
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let backend = super::run::backend(&args.backend)?;
+    let backend = args.backend.backend();
     if args.threads.contains(&0) {
-        return Err(Error::Usage("--threads must be at least 1".into()));
+        return Err(Error::Arguments("--threads must be at least 1".into()));
     }
     let usage = |e: bench::BenchError| Error::Usage(e.to_string());
     let native = bench::Native { recover: !args.no_recover, pack_weights: !args.no_pack_weights };
@@ -62,7 +62,9 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     match &args.model {
         Some(path) => {
             if !args.workloads.is_empty() {
-                return Err(Error::Usage("--workload selects built-in workloads; it does not apply to a model".into()));
+                return Err(Error::Arguments(
+                    "--workload selects built-in workloads; it does not apply to a model".into(),
+                ));
             }
             let model = model::load(Some(path))?;
             let declared =
@@ -70,7 +72,8 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             let run_args = RunArgs {
                 model: Some(path.clone()),
                 inputs: args.inputs.clone(),
-                backend: args.backend.clone(),
+                backend: Some(args.backend),
+                threads: None,
                 out: None,
                 seed: args.seed,
                 dims: args.dims.clone(),
@@ -80,14 +83,14 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             let inputs = prepare_inputs(&declared, &run_args)?;
             // The graph for every shape, or the one specialized for these inputs (their shapes
             // and the values the model's graph depends on).
-            let interp = super::run::compile_options(Backend::Interp, false, false)?;
+            let interp = super::run::compile_options(Backend::Interp, false, false, 1)?;
             let g = super::run::session(model, interp)?.plan_for(&inputs)?.graph().clone();
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
             work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
         }
         None => {
             if !args.inputs.is_empty() || !args.dims.is_empty() {
-                return Err(Error::Usage("--input and --dim apply to a model file only".into()));
+                return Err(Error::Arguments("--input and --dim apply to a model file only".into()));
             }
             for name in bench::select(&args.workloads).map_err(usage)? {
                 work.push(bench::workload(name).map_err(usage)?);
@@ -96,7 +99,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if backend == Backend::Interp {
         if args.profile {
-            return Err(Error::Usage("--profile times the steps of a compiled plan: use --backend cpu".into()));
+            return Err(Error::Arguments("--profile times the steps of a compiled plan: use --backend cpu".into()));
         }
         note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
     }

@@ -14,16 +14,19 @@ use std::path::PathBuf;
 
 use ladder::{Backend, Session, Tensor};
 
-use super::run::{backend, compile_options, prepare_inputs, run_session, session, RunArgs};
-use super::{model, Error};
+use super::run::{compile_options, prepare_inputs, run_session, session, RunArgs};
+use super::{model, BackendArg, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// Model in the text form (.lad); the built-in example encoder when omitted.
+    /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
-    /// The backend to check: `cpu` or `interp` (the interpreter in f32 mode).
-    #[arg(long, value_name = "NAME", default_value = "cpu")]
-    pub backend: String,
+    /// The backend to check (`interp`: the interpreter in f32 mode).
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
+    /// Threads for the CPU backend [default: the machine's].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub threads: Option<u64>,
     /// Read input NAME from a .npy file (repeatable). Inputs not given are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = super::run::parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
@@ -84,7 +87,7 @@ fn compare(got: &Tensor, want: &Tensor) -> Report {
 }
 
 pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let which = backend(&args.backend)?;
+    let which = args.backend.backend();
     let model = model::load(args.model.as_deref())?;
     let declared = model
         .inputs()
@@ -92,7 +95,8 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
     let run_args = RunArgs {
         model: args.model.clone(),
         inputs: args.inputs.clone(),
-        backend: "interp".into(),
+        backend: Some(BackendArg::Interp),
+        threads: args.threads,
         out: None,
         seed: args.seed,
         dims: args.dims.clone(),
@@ -100,8 +104,9 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         no_recover: args.no_recover,
     };
     let inputs = prepare_inputs(&declared, &run_args)?;
-    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true)?)?.run(&inputs)?.outputs;
-    let checked = session(model, compile_options(which, !args.no_recover, false)?)?;
+    let reference =
+        Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)?.run(&inputs)?.outputs;
+    let checked = session(model, compile_options(which, !args.no_recover, false, run_args.threads())?)?;
     let got = run_session(&checked, &inputs)?.outputs;
     let names = checked.model().output_names();
     let mut failed = Vec::new();
@@ -127,7 +132,7 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
     if !failed.is_empty() {
         return Err(Error::Usage(format!(
             "backend `{}` disagrees with the interpreter on {}",
-            args.backend,
+            args.backend.name(),
             failed.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
         )));
     }

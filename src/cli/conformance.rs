@@ -9,16 +9,16 @@ use ladder::frontend::onnx::conformance::{self, CaseResult, Verdict};
 use ladder::frontend::onnx::ImportOptions;
 use ladder::runtime::{Backend, CompileOptions};
 
-use super::{note, Error};
+use super::{note, BackendArg, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct ConformanceArgs {
     /// Folder of cases, e.g. onnx/backend/test/data/node inside the onnx 1.22.0 wheel.
     pub dir: PathBuf,
-    /// Where to run: `interp` (the reference interpreter) or `cpu` (compiled plans on the CPU
-    /// backend, native kernels with the reference executor for the rest).
-    #[arg(long, value_name = "NAME", default_value = "interp")]
-    pub backend: String,
+    /// Where to run (`cpu`: compiled plans on one thread, native kernels with the reference
+    /// executor for the rest).
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
     /// Deny list: one case per line with its reason (default: tests/onnx_conformance/deny.txt
     /// in the source tree when it exists).
     #[arg(long, value_name = "FILE")]
@@ -35,7 +35,7 @@ pub struct ConformanceArgs {
 }
 
 pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let backend_kind = super::run::backend(&args.backend)?;
+    let backend_kind = args.backend.backend();
     let deny_path = args.deny.clone().or_else(|| {
         let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_conformance/deny.txt");
         p.is_file().then_some(p)
@@ -54,7 +54,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     let options = ImportOptions::default();
     let compile = match backend_kind {
         Backend::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
-        Backend::Interp => CompileOptions { backend: Backend::Interp, ..CompileOptions::default() },
+        Backend::Interp => CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() },
     };
     let start = Instant::now();
     let quiet_hook = std::panic::take_hook();
@@ -91,7 +91,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
             .map(|r| serde_json::json!({"name": r.name, "verdict": r.verdict.name(), "reason": r.reason, "specialized": r.specialized}))
             .collect();
         let j = serde_json::json!({
-            "backend": args.backend,
+            "backend": args.backend.name(),
             "passed": passed, "failed": failed, "unsupported": unsupported, "denied": denied, "total": total,
             "panics": panics, "passed_specialized": specialized, "seconds": start.elapsed().as_secs_f64(), "cases": cases,
         });
@@ -118,6 +118,6 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     if panics > 0 {
         note(&format!("{panics} case(s) panicked"));
     }
-    note(&format!("{} cases in {:.1}s on {}", total, start.elapsed().as_secs_f64(), args.backend));
+    note(&format!("{} cases in {:.1}s on {}", total, start.elapsed().as_secs_f64(), args.backend.name()));
     Ok(())
 }

@@ -65,18 +65,18 @@ fn scheduled(g: &ladder::Graph, recover: bool) -> Result<(ladder::sched::Schedul
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     if !STAGES.contains(&args.stage.as_str()) {
-        return Err(Error::Usage(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
+        return Err(Error::Arguments(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
     }
     let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }
     if args.recover && args.stage != "kernels" {
-        return Err(Error::Usage("--recover goes with --stage kernels".into()));
+        return Err(Error::Arguments("--recover goes with --stage kernels".into()));
     }
     if args.clif || args.asm {
         if args.stage != "kernels" {
-            return Err(Error::Usage("--clif and --asm go with --stage kernels".into()));
+            return Err(Error::Arguments("--clif and --asm go with --stage kernels".into()));
         }
         let (s, _) = scheduled(&g, args.recover)?;
         let mut text = String::new();
@@ -104,7 +104,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if args.explain || args.recover {
         if args.stage != "kernels" {
-            return Err(Error::Usage("--explain goes with --stage kernels or --stage recovered".into()));
+            return Err(Error::Arguments("--explain goes with --stage kernels or --stage recovered".into()));
         }
         let (s, lowered) = scheduled(&g, args.recover)?;
         let text = ladder::passes::pipeline::program_text(&s.program, &lowered.functional);

@@ -31,7 +31,7 @@ struct Cli {
 enum Command {
     /// List every operator: rung, arity, attributes, and which implementations exist.
     Ops(ops::OpsArgs),
-    /// Run a model on the reference interpreter and summarise (or save) its outputs.
+    /// Run a model (compiled for the CPU by default) and summarise (or save) its outputs.
     Run(run::RunArgs),
     /// Print a model in the text form.
     Dump(dump::DumpArgs),
@@ -66,6 +66,10 @@ pub enum Error {
     Run(#[from] InterpError),
     #[error("{0}")]
     Usage(String),
+    /// Arguments that do not go together or name nothing in the model (exit status 2, as
+    /// clap's own usage errors).
+    #[error("{0}")]
+    Arguments(String),
     /// Writing to stdout failed (a closed pipe ends the program quietly).
     #[error("cannot write to stdout: {0}")]
     Stdout(io::Error),
@@ -75,6 +79,35 @@ impl From<ladder::session::SessionError> for Error {
     fn from(e: ladder::session::SessionError) -> Error {
         Error::Session(Box::new(e))
     }
+}
+
+/// Where a command runs a model.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendArg {
+    /// Compiled plans on the CPU: Cranelift kernels, library kernels (softmax, norms,
+    /// activations, attention, convolution) and GEMM, over threads. The fast path.
+    Cpu,
+    /// The reference interpreter: every op exactly as specified, on one thread. The oracle
+    /// the other backends are checked against; slow.
+    Interp,
+}
+
+impl BackendArg {
+    pub fn backend(self) -> ladder::Backend {
+        match self {
+            BackendArg::Cpu => ladder::Backend::Cpu,
+            BackendArg::Interp => ladder::Backend::Interp,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.backend().name()
+    }
+}
+
+/// The machine's threads (what `--threads` defaults to where a command runs one model).
+pub fn machine_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Writes a note to stderr (where everything that is not the command's result goes).
@@ -99,6 +132,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Stdout(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e @ Error::Arguments(_)) => {
+            let _ = out.flush();
+            let _ = writeln!(io::stderr(), "error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             // Drop buffered stdout quietly: a second error while flushing would only repeat this one.
             let _ = out.flush();

@@ -11,7 +11,7 @@ use ladder::models::{random_tensor, Rng};
 use ladder::tensor::checked_numel;
 use ladder::{Backend, CompileOptions, DType, Dim, Model, Session, Tensor, TensorType};
 
-use super::{model, note, npy, Error};
+use super::{machine_threads, model, note, npy, BackendArg, Error};
 
 /// Size given to a symbolic input dim that neither `--dim` nor an input file fixes.
 const DEFAULT_SYMBOL_VALUE: u64 = 2;
@@ -23,10 +23,12 @@ pub struct RunArgs {
     /// Read input NAME from a .npy file (repeatable). Inputs not given are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
-    /// Where to run: `interp` (the reference interpreter) or `cpu` (lowered, scheduled into
-    /// kernels and run by the runtime).
-    #[arg(long, value_name = "NAME", default_value = "interp")]
-    pub backend: String,
+    /// Where to run [default: cpu; interp with --precise].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Threads for the CPU backend [default: the machine's, here as elsewhere].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub threads: Option<u64>,
     /// Write each output to DIR/<output-name>.npy (the directory is created).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -36,7 +38,8 @@ pub struct RunArgs {
     /// Size of a symbolic input dim (repeatable); unbound symbols default to 2.
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64).
+    /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64):
+    /// a mode of the interpreter, which it selects unless --backend says otherwise.
     #[arg(long)]
     pub precise: bool,
     /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
@@ -63,25 +66,37 @@ pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
     Ok((sym.to_string(), n))
 }
 
-/// The backend named `name`, or a usage error listing the available ones.
-pub fn backend(name: &str) -> Result<Backend, Error> {
-    Backend::from_name(name)
-        .ok_or_else(|| Error::Usage(format!("backend `{name}` is not available yet (available: interp, cpu)")))
+impl RunArgs {
+    /// The backend: as given, else the interpreter for `--precise` and the CPU otherwise.
+    pub fn backend(&self) -> BackendArg {
+        self.backend.unwrap_or(if self.precise { BackendArg::Interp } else { BackendArg::Cpu })
+    }
+
+    /// The threads: as given, else the machine's.
+    pub fn threads(&self) -> usize {
+        self.threads.map_or_else(machine_threads, |n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
 }
 
-/// The compile options of a backend: the CPU backend in native mode (`recover` as given),
-/// or the interpreter (`precise` as given).
-pub fn compile_options(backend: Backend, recover: bool, precise: bool) -> Result<CompileOptions, Error> {
+/// The compile options of a backend: the CPU backend in native mode over `threads` threads
+/// (`recover` as given), or the interpreter (`precise` as given).
+pub fn compile_options(
+    backend: Backend,
+    recover: bool,
+    precise: bool,
+    threads: usize,
+) -> Result<CompileOptions, Error> {
     Ok(match backend {
         Backend::Cpu => {
-            let mut options = CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
+            let mut options =
+                CompileOptions::native_cpu(threads).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
             options.recover = recover;
             options
         }
         Backend::Interp => CompileOptions {
             backend: Backend::Interp,
             interp: Options { precise, ..Options::default() },
-            ..CompileOptions::default()
+            ..CompileOptions::reference()
         },
     })
 }
@@ -126,16 +141,16 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
 }
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let backend = backend(&args.backend)?;
+    let backend = args.backend().backend();
     if backend == Backend::Cpu && args.precise {
-        return Err(Error::Usage("--precise is a mode of the interpreter; use it with --backend interp".into()));
+        return Err(Error::Arguments("--precise is a mode of the interpreter; use it with --backend interp".into()));
     }
     let model = model::load(args.model.as_deref())?;
     let declared = model
         .inputs()
         .map_err(|error| Error::Onnx { path: args.model.clone().unwrap_or_default(), error: Box::new(error) })?;
     let inputs = prepare_inputs(&declared, args)?;
-    let session = session(model, compile_options(backend, !args.no_recover, args.precise)?)?;
+    let session = session(model, compile_options(backend, !args.no_recover, args.precise, args.threads())?)?;
     let outs = run_session(&session, &inputs)?;
     for (i, _) in &outs.mutated_inputs {
         note(&format!("input `{}` is mutated in place by the model", declared[*i].0));
@@ -225,10 +240,10 @@ pub fn prepare_inputs(declared: &[(String, TensorType)], args: &RunArgs) -> Resu
     let mut files: Vec<Option<&Path>> = vec![None; names.len()];
     for (name, path) in &args.inputs {
         let i = names.iter().position(|n| n == name).ok_or_else(|| {
-            Error::Usage(format!("--input {name}=…: the model has no input named `{name}` ({})", listing()))
+            Error::Arguments(format!("--input {name}=…: the model has no input named `{name}` ({})", listing()))
         })?;
         if files[i].is_some() {
-            return Err(Error::Usage(format!("input `{name}` is given twice")));
+            return Err(Error::Arguments(format!("input `{name}` is given twice")));
         }
         files[i] = Some(path);
     }
@@ -243,10 +258,12 @@ pub fn prepare_inputs(declared: &[(String, TensorType)], args: &RunArgs) -> Resu
             } else {
                 format!("its symbols: {}", symbols.iter().cloned().collect::<Vec<_>>().join(", "))
             };
-            return Err(Error::Usage(format!("--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})")));
+            return Err(Error::Arguments(format!(
+                "--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})"
+            )));
         }
         if bound.insert(sym.clone(), Binding { value: *n, from: format!("--dim {sym}={n}") }).is_some() {
-            return Err(Error::Usage(format!("--dim {sym} is given twice")));
+            return Err(Error::Arguments(format!("--dim {sym} is given twice")));
         }
     }
 

@@ -33,6 +33,8 @@
 //! the reference executor; the choice is per kernel, and both read and write the same arena.
 //! [`cranelift::CraneliftCompiler`] adapts the CPU backend's Cranelift code generator
 //! ([`crate::backend::cpu`]); `CompileOptions { kernel_compiler: Some(..), .. }` turns it on.
+//! `CompileOptions::default()` is that native mode over the machine's threads;
+//! [`CompileOptions::reference`] is the reference executor alone.
 //!
 //! ## Concurrency and memory reuse
 //!
@@ -156,7 +158,20 @@ pub struct CompileOptions {
 }
 
 impl Default for CompileOptions {
+    /// The fast path: [`CompileOptions::native_cpu`] over the machine's threads (where
+    /// Cranelift cannot generate code for the host, [`CompileOptions::reference`], whose
+    /// plans then report no native kernels: `Plan::native_kernels`).
     fn default() -> CompileOptions {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CompileOptions::native_cpu(threads).unwrap_or_else(|_| CompileOptions::reference())
+    }
+}
+
+impl CompileOptions {
+    /// The reference executor: every kernel runs as scheduled on the calling thread, the prims
+    /// exactly as lowered (no recovery), no native code. The oracle the native mode is
+    /// checked against, and slow: use it to check, not to serve.
+    pub fn reference() -> CompileOptions {
         CompileOptions {
             backend: Backend::Cpu,
             threads: 1,
@@ -180,7 +195,7 @@ impl CompileOptions {
             threads: threads.max(1),
             kernel_compiler: Some(compiler),
             recover: true,
-            ..CompileOptions::default()
+            ..CompileOptions::reference()
         })
     }
 }

@@ -204,7 +204,7 @@ pub fn session_run(bytes: &[u8], inputs: &[Tensor]) -> Vec<Tensor> {
 
 /// `g` compiled for the CPU backend and run.
 pub fn cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let plan = compile(g, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let plan = compile(g, &CompileOptions::reference()).map_err(|e| e.to_string())?;
     plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
