@@ -1151,3 +1151,41 @@ fn stride_two_windows_and_branch_free_max_match_interpreter_bitwise() {
         }
     }
 }
+
+#[test]
+fn transposed_reads_vectorize_and_match_interpreter_bitwise() {
+    // A detection head's layout change: the innermost loop reads with a large constant stride
+    // (lanes loaded one at a time), and the arithmetic after runs on vectors. Exact ops only,
+    // so the plan must agree with the interpreter bit for bit; odd sizes leave scalar tails.
+    let specials = special_f32();
+    for (a, b, c) in [(2usize, 5usize, 8usize), (3, 7, 9), (1, 40, 13), (2, 3, 1)] {
+        let src = format!(
+            "graph g(%x: f32[{a}, {c}, {b}], %s: f32[{c}]) {{
+  %p = permute(%x) {{perm=[0, 2, 1]}}
+  %sb = broadcast_in_dim(%s) {{shape=[{a}, {b}, {c}], broadcast_dims=[2]}}
+  %m = mul(%p, %sb)
+  %y = max(%m, %p)
+  %z = add(%y, %sb)
+  return %z
+}}"
+        );
+        let g = common::parse(&src);
+        let n = a * b * c;
+        let x: Vec<f32> = (0..n)
+            .map(|k| if k % 5 == 0 { specials[k % specials.len()] } else { (k as f32 * 0.61).cos() * 3.0 })
+            .collect();
+        let sv: Vec<f32> = (0..c).map(|k| k as f32 * 0.25 - 1.0).collect();
+        let inputs = [common::f32t(&[a, c, b], &x), common::f32t(&[c], &sv)];
+        let want = ladder::interp::run(&g, &inputs, &Default::default()).unwrap().outputs;
+        let plan = ladder::compile(&g, &ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
+        let program = plan.program().unwrap();
+        let strided = program.kernels().any(|k| {
+            ladder::backend::cpu::clif_text(k, program, ladder::backend::cpu::CpuOptions::default())
+                .is_ok_and(|t| t.contains("insertlane"))
+        });
+        assert!(strided || c < 4, "[{a}, {c}, {b}]: no vectorized transposed read:\n{program}");
+        let got = plan.run(&inputs).unwrap().outputs;
+        let (g_v, w_v): (Vec<f32>, Vec<f32>) = (got[0].as_f32().unwrap().to_vec(), want[0].as_f32().unwrap().to_vec());
+        same_bits(&g_v, &w_v, &format!("[{a}, {c}, {b}]"));
+    }
+}

@@ -542,7 +542,7 @@ fn conv_case(rng: &mut Rng, c: &ConvCase, specials: bool) {
     let geom = ConvGeom::new(&c.x, &c.w, &c.stride, &c.padding, &c.dilation, c.groups).unwrap();
     assert_eq!(geom.out_shape(), precise.shape());
     let depth = geom.depth();
-    let mut algos = vec![ConvAlgo::Direct, ConvAlgo::Im2col];
+    let mut algos = vec![ConvAlgo::Direct, ConvAlgo::Im2col, ConvAlgo::Blocked];
     if geom.algorithm() == ConvAlgo::Pointwise {
         algos.push(ConvAlgo::Pointwise);
     }
@@ -670,6 +670,75 @@ fn conv_matches_interpreter() {
             w: vec![2, 2, 3, 3],
             stride: v(&[]),
             padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        // The channel-blocked kernel's paths: rows wider than one block of 32 (balanced
+        // blocks, the last vector masked) with padding on both sides; stride 2 (two loads
+        // deinterleaved) and 3 (gathers) into padding; short rows computed two at a time;
+        // out channels that are not a multiple of 8; groups of 4 or more outputs; wide and
+        // dilated kernels; rows narrower than the kernel's padding.
+        ConvCase {
+            x: vec![1, 3, 6, 75],
+            w: vec![12, 3, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 3, 19, 67],
+            w: vec![5, 3, 7, 7],
+            stride: v(&[2, 2]),
+            padding: v(&[3, 3, 3, 3]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 4, 9, 50],
+            w: vec![9, 4, 3, 3],
+            stride: v(&[1, 3]),
+            padding: v(&[0, 2, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 6, 12, 14],
+            w: vec![16, 3, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 2,
+        },
+        ConvCase {
+            x: vec![1, 2, 10, 40],
+            w: vec![8, 2, 3, 5],
+            stride: v(&[]),
+            padding: v(&[2, 4, 2, 4]),
+            dilation: v(&[2, 3]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 4, 3],
+            w: vec![4, 2, 3, 3],
+            stride: v(&[]),
+            padding: v(&[2, 2, 2, 2]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 1, 3, 40],
+            w: vec![4, 1, 1, 17],
+            stride: v(&[]),
+            padding: v(&[0, 8, 0, 8]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 5, 45],
+            w: vec![11, 5, 4],
+            stride: v(&[2]),
+            padding: v(&[3, 0]),
             dilation: v(&[]),
             groups: 1,
         },

@@ -1,4 +1,5 @@
-//! Algebraic identities that hold bit for bit (`x*1 → x`, `neg(neg(x)) → x`, shape and convert chains).
+//! Algebraic identities that hold bit for bit (`x*1 → x`, `neg(neg(x)) → x`, `pow(x, 2) → x*x`
+//! in f32, shape and convert chains).
 
 use super::rewrite::Rewriter;
 use super::simplify::{require_pure, SimplifyError};
@@ -54,6 +55,7 @@ fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> O
         Add => alias(plus_negative_zero(rw, node, args)),
         Sub => alias(minus_positive_zero(rw, node, args)),
         Neg => alias(double_negation(rw, node, args)),
+        Pow => square(rw, node, args),
         Reshape => reshape(rw, node, args[0], may_alias),
         Permute => permute(rw, node, args[0]),
         BroadcastInDim => broadcast_in_dim(rw, node, args[0]),
@@ -111,6 +113,25 @@ fn minus_positive_zero(rw: &Rewriter, node: &Node, args: &[Value]) -> Option<Val
 fn double_negation(rw: &Rewriter, _node: &Node, args: &[Value]) -> Option<Value> {
     let inner = rw.new.node(args[0]);
     (inner.op == OpKind::Neg).then(|| inner.args[0])
+}
+
+// Rule `pow(x, 2) → x * x` for f32, f16 and bf16.
+// Assumes: the op computes `pow` in f64 and rounds once to the dtype (not at all in precise
+// mode), and f16 and bf16 multiply in f32 and round once. An x of at most 24 significant bits
+// has an exact square in f64 (48 bits), which `powf` returns exactly (a representable result);
+// the f32 product is that square rounded once, as is the op's. ±0 square to +0, ±inf to +inf,
+// NaN stays NaN, in both. Not for f64 (the product rounds; `powf` is not promised to round
+// the same way).
+fn square(rw: &mut Rewriter, node: &Node, args: &[Value]) -> Option<Value> {
+    let (x, c) = (args[0], args[1]);
+    if !matches!(node.ty.dtype, DType::F32 | DType::F16 | DType::BF16) || *rw.ty(x) != node.ty {
+        return None;
+    }
+    let two = uniform(&rw.new, c)?.in_compute(node.ty.dtype)?;
+    if two != Elem::float(2.0) {
+        return None;
+    }
+    rw.emit_with(OpKind::Mul, &[x, x], &[]).ok()
 }
 
 /// `args[keep]` when it has the node's type and the other operand is a constant whose

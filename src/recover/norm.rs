@@ -316,15 +316,16 @@ fn layer_norm_variants(x: &TensorType) -> Result<Vec<Variant>, String> {
     Ok(vec![v(2, false), v(1, false), v(0, false), v(2, true), v(1, true), v(0, true)])
 }
 
-/// An `add` or `mul` whose cone holds `pow(sub(x, _), _)` with `x` of the root's type: the
-/// exporter's layer norm.
+/// An `add` or `mul` whose cone holds the square of `sub(x, _)` (`pow(d, 2)` as exported,
+/// `mul(d, d)` once simplified) with `x` of the root's type: the exporter's layer norm.
 fn layer_norm_onnx_anchor(g: &Graph, root: Value) -> Option<Value> {
     if !matches!(g.node(root).op, OpKind::Add | OpKind::Mul | OpKind::Div) {
         return None;
     }
     let ty = g.ty(root);
     let x = find_in_cone(g, root, 16, |n| {
-        (n.op == OpKind::Pow && g.node(n.args[0]).op == OpKind::Sub).then(|| g.node(n.args[0]).args[0])
+        let square = n.op == OpKind::Pow || (n.op == OpKind::Mul && n.args[0] == n.args[1]);
+        (square && g.node(n.args[0]).op == OpKind::Sub).then(|| g.node(n.args[0]).args[0])
     })?;
     (g.ty(x) == ty).then_some(x)
 }

@@ -324,15 +324,43 @@ macro_rules! map {
     };
 }
 
+/// `x[i] = f(x[i])` for `f` in [`silu`] and [`gelu_tanh`] by chunks of 16: a chunk whose
+/// sigmoid arguments are all above -80 (the common case) skips the second exp and division
+/// the far tail needs.
+macro_rules! chunked_times_sigmoid {
+    ($xs:expr, $arg:expr, $full:ident) => {{
+        let mut chunks = $xs.chunks_exact_mut(16);
+        for ch in &mut chunks {
+            let mut above = true;
+            for &x in ch.iter() {
+                let y: f32 = $arg(x);
+                above &= y > -80.0 || y.is_nan();
+            }
+            if above {
+                for x in ch.iter_mut() {
+                    *x = select_nan(*x, times_sigmoid_above_80(*x, $arg(*x)));
+                }
+            } else {
+                for x in ch.iter_mut() {
+                    *x = $full(*x);
+                }
+            }
+        }
+        for x in chunks.into_remainder() {
+            *x = $full(*x);
+        }
+    }};
+}
+
 #[inline(always)]
 fn apply_generic(act: &Activation, xs: &mut [f32]) {
     match act {
         Activation::None => {}
         Activation::Relu => map!(xs, relu),
         Activation::Gelu => gelu_erf_slice(xs),
-        Activation::GeluTanh => map!(xs, gelu_tanh),
+        Activation::GeluTanh => chunked_times_sigmoid!(xs, gelu_tanh_arg, gelu_tanh),
         Activation::Sigmoid => map!(xs, sigmoid),
-        Activation::Silu => map!(xs, silu),
+        Activation::Silu => chunked_times_sigmoid!(xs, |x: f32| x, silu),
         Activation::Tanh => map!(xs, tanh),
         Activation::NegInfNan(base) => {
             for x in xs.iter_mut() {
@@ -476,7 +504,8 @@ fn tanh(x: f32) -> f32 {
 fn sigmoid(x: f32) -> f32 {
     let e = exp(-x.abs());
     let d = 1.0 + e;
-    select_nan(x, if x >= 0.0 { 1.0 / d } else { e / d })
+    // `1 / d` or `e / d`: the numerator chosen first, one division.
+    select_nan(x, (if x >= 0.0 { 1.0 } else { e }) / d)
 }
 
 /// `x * sigmoid(y)` for a `y` of the sign of `x`, `e = e^-|y|`: `x / (1 + e)` for `y >= 0`,
@@ -506,15 +535,29 @@ fn silu(x: f32) -> f32 {
     select_nan(x, times_sigmoid(x, x))
 }
 
+/// [`times_sigmoid`] for `y > -80` (or NaN): `x / (1 + e)` or `(x e) / (1 + e)`, the
+/// numerator chosen first; one exp and one division, the same bits.
 #[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
+fn times_sigmoid_above_80(x: f32, y: f32) -> f32 {
+    let e = exp(-y.abs());
+    (if y >= 0.0 { x } else { x * e }) / (1.0 + e)
+}
+
+/// The sigmoid argument of the tanh gelu, `2 sqrt(2/pi) (x + 0.044715 x^3)`, as its
+/// decomposition rounds it.
+#[inline(always)]
+fn gelu_tanh_arg(x: f32) -> f32 {
     // 2 sqrt(2/pi), and times 0.044715.
     const C1: f64 = 2.0 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
     const C1F: f32 = C1 as f32;
     const C2F: f32 = (C1 * 0.044715) as f32;
-    let y = x * (C1F + C2F * (x * x));
+    x * (C1F + C2F * (x * x))
+}
+
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
     // |x| >= 2^43 overflows x^3; y is then ±inf with x's sign, which still selects right.
-    select_nan(x, times_sigmoid(x, y))
+    select_nan(x, times_sigmoid(x, gelu_tanh_arg(x)))
 }
 
 /// `x Φ(x)`. For |x| < 1, `x/2 (1 + erf(x/√2))` with a fitted polynomial for erf (relative
@@ -691,6 +734,35 @@ mod tests {
         apply_f32(&Activation::Gelu, &mut got);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "gelu({}) = {g}, want {w}", xs[i]);
+        }
+    }
+
+    #[test]
+    fn chunked_silu_and_tanh_gelu_are_the_per_element_functions() {
+        // Chunks of 16 all above -80 (one exp), chunks with a lane in the far tail (the full
+        // formula for the chunk), specials, and a ragged end; every path against the
+        // per-element function, bit for bit.
+        let mut xs: Vec<f32> = Vec::new();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for k in 0..16 * 40 + 9 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+            xs.push(match (k / 16) % 4 {
+                0 => u * 16.0 - 8.0,
+                1 => u * 170.0 - 120.0,
+                2 => -80.0 - u * 30.0,
+                _ => f32::from_bits((state >> 32) as u32),
+            });
+        }
+        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -80.0, -79.999_99, -80.000_01, 0.0, -0.0]);
+        xs.extend([f32::MAX, f32::MIN, -104.0, -1e-40, 1e30, -1e30, -18.5, -18.6]);
+        for (act, f) in [(Activation::Silu, silu as fn(f32) -> f32), (Activation::GeluTanh, gelu_tanh)] {
+            let mut got = xs.clone();
+            apply_f32(&act, &mut got);
+            for (i, (g, x)) in got.iter().zip(&xs).enumerate() {
+                let w = f(*x);
+                assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{act:?}({x}) [{i}] = {g}, want {w}");
+            }
         }
     }
 

@@ -336,10 +336,9 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
     for instr in &stage.body {
         // Registers from earlier stages are splatted: they must be f32 or bool too.
         let ok = match instr {
-            // Contiguous, broadcast, or every other element (pooling windows).
-            Instr::Load { dst, index, .. } => {
-                ty(dst) == Some(DType::F32) && matches!(const_stride(index, inner), Some(0..=2))
-            }
+            // Contiguous, broadcast, every other element (pooling windows), or any other
+            // constant stride (a transposed read: the lanes loaded one at a time).
+            Instr::Load { dst, index, .. } => ty(dst) == Some(DType::F32) && const_stride(index, inner).is_some(),
             Instr::Store { value, index, .. } => ty(value) == Some(DType::F32) && const_stride(index, inner) == Some(1),
             Instr::LoadAt { .. } => false,
             Instr::Const { dtype, .. } => matches!(dtype, DType::F32 | DType::Bool),

@@ -773,8 +773,20 @@ impl Gen<'_, '_> {
                         let lo = self.b.ins().load(types::F32X4, flags(), addr, 0);
                         let hi = self.b.ins().load(types::F32X4, flags(), addr, 12);
                         Some(self.evens(lo, hi))
-                    } else if vector && row.stride.is_some() {
+                    } else if vector && row.elems == Some(1) {
                         Some(self.b.ins().load(types::F32X4, flags(), addr, 0))
+                    } else if let (true, Some(stride)) = (vector, row.stride) {
+                        // Any other constant stride (a transposed read): the four lanes
+                        // loaded one at a time, so the arithmetic after runs on vectors.
+                        let mut v = self.b.ins().load(types::F32, flags(), addr, 0);
+                        v = self.b.ins().scalar_to_vector(types::F32X4, v);
+                        let mut at = addr;
+                        for lane in 1..4u8 {
+                            at = self.b.ins().iadd(at, stride);
+                            let x = self.b.ins().load(types::F32, flags(), at, 0);
+                            v = self.b.ins().insertlane(v, x, lane);
+                        }
+                        Some(v)
                     } else {
                         let v = self.b.ins().load(clif_type(d), flags(), addr, 0);
                         let v = if d == DType::Bool { self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0) } else { v };

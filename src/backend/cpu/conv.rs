@@ -40,10 +40,18 @@ pub enum ConvAlgo {
     Pointwise,
     Im2col,
     Direct,
+    /// The channel-blocked direct kernel (`super::conv_blocked`; f32, one or two spatial
+    /// dims, finite weights): where it does not apply, the algorithm
+    /// [`ConvGeom::unblocked_algorithm`] picks runs instead.
+    Blocked,
 }
 
 /// `C/g * K` at or below which the direct kernel is used (when pointwise does not apply).
 pub const DIRECT_MAX_DEPTH: usize = 16;
+
+/// Output channels per group from which the channel-blocked kernel is used (it computes
+/// blocks of `conv_blocked::CB`; depthwise convolutions take the direct kernel).
+pub const BLOCKED_MIN_CHANNELS: usize = 4;
 
 /// The geometry of one convolution, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,7 +199,17 @@ impl ConvGeom {
         let zero = |v: &Dims| v.iter().all(|&s| s == 0);
         if unit(&self.k_sp) && unit(&self.stride) && zero(&self.pad_b) && zero(&self.pad_e) {
             ConvAlgo::Pointwise
-        } else if self.depth() <= DIRECT_MAX_DEPTH {
+        } else if self.in_sp.len() <= 2 && self.out_ch / self.groups >= BLOCKED_MIN_CHANNELS {
+            ConvAlgo::Blocked
+        } else {
+            self.unblocked_algorithm()
+        }
+    }
+
+    /// The algorithm without the blocked kernel (for other element types, non-finite
+    /// weights, a tile hook).
+    pub fn unblocked_algorithm(&self) -> ConvAlgo {
+        if self.depth() <= DIRECT_MAX_DEPTH {
             ConvAlgo::Direct
         } else {
             ConvAlgo::Im2col
@@ -217,6 +235,7 @@ impl ConvGeom {
     pub fn scratch_len_for(&self, algo: ConvAlgo, threads: usize) -> usize {
         match algo {
             ConvAlgo::Im2col => self.depth() * self.positions() * self.im2col_workers(threads.max(1)),
+            ConvAlgo::Blocked => super::conv_blocked::packed_len(self),
             _ => 0,
         }
     }
@@ -275,7 +294,20 @@ pub fn conv_with<T: Element>(
     if out.is_empty() {
         return Ok(());
     }
+    let mut scratch = scratch;
+    let algo = match algo {
+        ConvAlgo::Blocked if T::conv_blocked(geom, x, w, out, scratch.as_deref_mut(), threads, epilogue) => {
+            return Ok(())
+        }
+        ConvAlgo::Blocked => {
+            // Its scratch (packed weights) is not the fallback's: that allocates its own.
+            scratch = None;
+            geom.unblocked_algorithm()
+        }
+        a => a,
+    };
     match algo {
+        ConvAlgo::Blocked => unreachable!("replaced above"),
         ConvAlgo::Direct => {
             direct(geom, x, w, out, threads, epilogue);
             Ok(())

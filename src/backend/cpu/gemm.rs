@@ -98,6 +98,23 @@ pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
         let _ = (g, a, b, col0, c);
         unreachable!("{} has no packed GEMM", Self::NAME)
     }
+    /// The channel-blocked direct convolution (`super::conv_blocked`, f32 only) where it
+    /// applies, with `scratch` for the packed weights (allocated here when shorter than
+    /// `conv_blocked::packed_len`); `false`, having done nothing, where it does not. The
+    /// caller checked the lengths against `geom`.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_blocked(
+        geom: &super::conv::ConvGeom,
+        x: &[Self],
+        w: &[Self],
+        out: &mut [Self],
+        scratch: Option<&mut [Self]>,
+        threads: usize,
+        epi: &Epilogue<'_, Self>,
+    ) -> bool {
+        let _ = (geom, x, w, out, scratch, threads, epi);
+        false
+    }
 }
 
 /// The shape and strides of one 2-D product `C[m, n] = A[m, k] B[k, n]` (element strides;
@@ -122,6 +139,32 @@ macro_rules! float_element {
                 const PACKED: bool = true;
                 unsafe fn gemm_packed(g: &Gemm2d, a: *const Self, b: &PackedB, col0: usize, c: *mut Self) {
                     $packed(g, a, b, col0, c)
+                }
+                fn conv_blocked(
+                    geom: &super::conv::ConvGeom,
+                    x: &[Self],
+                    w: &[Self],
+                    out: &mut [Self],
+                    scratch: Option<&mut [Self]>,
+                    threads: usize,
+                    epi: &Epilogue<'_, Self>,
+                ) -> bool {
+                    use super::conv_blocked as cb;
+                    if epi.hook.is_some() || !cb::applies(geom, w) {
+                        return false;
+                    }
+                    let need = cb::packed_len(geom);
+                    let mut owned = Vec::new();
+                    let wp = match scratch {
+                        Some(s) if s.len() >= need => &mut s[..need],
+                        _ => {
+                            owned.resize(need, 0.0);
+                            &mut owned[..]
+                        }
+                    };
+                    cb::pack(geom, w, wp);
+                    cb::conv_blocked(geom, x, wp, out, threads, epi);
+                    true
                 }
             )?
             fn zero() -> Self {

@@ -33,6 +33,7 @@ mod analyze;
 pub mod attention;
 mod codegen;
 pub mod conv;
+pub mod conv_blocked;
 pub mod copy;
 mod emit;
 pub mod gemm;

@@ -1,0 +1,677 @@
+//! The channel-blocked direct convolution: f32, one or two spatial dims, any stride,
+//! dilation, padding and groups.
+//!
+//! Each step computes a block of [`CB`] output channels by `W` consecutive outputs of one
+//! output row in registers: for every input channel and kernel position it loads the `W`
+//! inputs the block reads (contiguous for stride 1; every second one, deinterleaved, for
+//! stride 2) once and multiplies them by the `CB` weights of that tap, so one load feeds `CB`
+//! fused multiply-adds per lane. The weights are packed once per call as
+//! `[group][channel block][C/g][kh][kw][CB]` (zeros past the last channel), so a tap's `CB`
+//! weights are adjacent. That is what a small-channel convolution (a detector's stem, `C`
+//! or `O` of 3 to 64) needs: an im2col GEMM there has an `M` (output channels) too small for
+//! the GEMM's register tile, and pays for the copy.
+//!
+//! Columns where every tap of the kernel row falls inside the input run in blocks of
+//! `W` = 32 (AVX-512), 16, 8 and 4 (a last short block overlaps the one before it and
+//! recomputes the same values); the rest (the border columns of a padded convolution, and
+//! rows narrower than 4) one column at a time with bounds checks. Kernel rows that fall in
+//! the padding are skipped: with finite weights that changes no sum, so [`applies`] refuses
+//! non-finite weights (`0 * inf` is NaN in the op), which take the other algorithms.
+//!
+//! One source, compiled three times: with AVX-512 (`W` up to 32, sixteen 512-bit
+//! accumulators), with AVX2 and FMA, and portable (NEON on aarch64, where LLVM vectorizes the
+//! same loops). The products are fused multiply-adds where the target has them; the sum runs
+//! over input channels, then kernel rows, then kernel columns: another order than the
+//! interpreter's, within the op's tolerance as the GEMM-based algorithms are.
+
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+use super::activation::Activation;
+use super::conv::ConvGeom;
+use super::gemm::{Epilogue, SendPtr};
+
+/// Output channels per block.
+pub const CB: usize = 8;
+
+/// A geometry seen as 2-D (a 1-D convolution has one input row).
+#[derive(Clone, Copy, Debug)]
+struct Plane {
+    ih: usize,
+    iw: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    dw: usize,
+    pt: usize,
+    pl: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl Plane {
+    fn of(g: &ConvGeom) -> Option<Plane> {
+        match g.in_sp.len() {
+            1 => Some(Plane {
+                ih: 1,
+                iw: g.in_sp[0],
+                kh: 1,
+                kw: g.k_sp[0],
+                sh: 1,
+                sw: g.stride[0],
+                dh: 1,
+                dw: g.dilation[0],
+                pt: 0,
+                pl: g.pad_b[0],
+                oh: 1,
+                ow: g.out_sp[0],
+            }),
+            2 => Some(Plane {
+                ih: g.in_sp[0],
+                iw: g.in_sp[1],
+                kh: g.k_sp[0],
+                kw: g.k_sp[1],
+                sh: g.stride[0],
+                sw: g.stride[1],
+                dh: g.dilation[0],
+                dw: g.dilation[1],
+                pt: g.pad_b[0],
+                pl: g.pad_b[1],
+                oh: g.out_sp[0],
+                ow: g.out_sp[1],
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether output row `r` reads every kernel row inside the input.
+    fn full_row(&self, r: usize) -> bool {
+        (r * self.sh).checked_sub(self.pt).is_some_and(|i| i + (self.kh - 1) * self.dh < self.ih)
+    }
+
+    /// Output columns `lo..hi` whose every kernel-row tap reads inside the input row.
+    fn interior(&self) -> (usize, usize) {
+        let lo = self.pl.div_ceil(self.sw).min(self.ow);
+        let reach = (self.kw - 1) * self.dw;
+        let hi = match (self.iw + self.pl).checked_sub(reach + 1) {
+            Some(last) => (last / self.sw + 1).min(self.ow),
+            None => 0,
+        };
+        (lo, hi.max(lo))
+    }
+}
+
+/// Kernel columns at most (a block keeps its per-column load masks in a table).
+pub const MAX_KW: usize = 16;
+
+/// Whether the blocked kernel computes this convolution: one or two spatial dims, kernel
+/// rows of at most [`MAX_KW`] columns, and finite weights (see the module docs).
+pub fn applies(g: &ConvGeom, w: &[f32]) -> bool {
+    Plane::of(g).is_some_and(|p| p.kw <= MAX_KW) && w.iter().all(|v| v.is_finite())
+}
+
+/// Elements of the packed weights.
+pub fn packed_len(g: &ConvGeom) -> usize {
+    let og = g.out_ch / g.groups;
+    g.groups * og.div_ceil(CB) * CB * (g.in_ch / g.groups) * g.kernel_positions()
+}
+
+/// Packs `w [O, C/g, k...]` as `[group][block][C/g][k...][CB]` into `wp` (at least
+/// [`packed_len`] long).
+pub fn pack(g: &ConvGeom, w: &[f32], wp: &mut [f32]) {
+    let (og, cg, kpos) = (g.out_ch / g.groups, g.in_ch / g.groups, g.kernel_positions());
+    let blocks = og.div_ceil(CB);
+    let mut i = 0;
+    for grp in 0..g.groups {
+        for blk in 0..blocks {
+            for ci in 0..cg {
+                for k in 0..kpos {
+                    for c in 0..CB {
+                        let co = blk * CB + c;
+                        wp[i] = if co < og { w[((grp * og + co) * cg + ci) * kpos + k] } else { 0.0 };
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out = epilogue(conv(x, w))` with `wp` the weights [`pack`]ed. The caller checked the
+/// lengths against `g` and that [`applies`] holds; `epi.hook` must be `None`.
+pub fn conv_blocked(g: &ConvGeom, x: &[f32], wp: &[f32], out: &mut [f32], threads: usize, epi: &Epilogue<'_, f32>) {
+    let Some(pl) = Plane::of(g) else { return };
+    let (og, cg) = (g.out_ch / g.groups, g.in_ch / g.groups);
+    let blocks = og.div_ceil(CB);
+    let units = g.batch * g.groups * blocks;
+    // Rows per task: enough tasks for the threads to share (4 per thread), whole rows.
+    let threads = threads.max(1);
+    let chunks = if threads == 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, pl.oh.max(1)) };
+    let rows_per = pl.oh.div_ceil(chunks).max(1);
+    let chunks = pl.oh.div_ceil(rows_per).max(1);
+    let op = SendPtr(out.as_mut_ptr());
+    let out_len = out.len();
+    let task = |t: usize| {
+        let (unit, chunk) = (t / chunks, t % chunks);
+        let (b, rest) = (unit / (g.groups * blocks), unit % (g.groups * blocks));
+        let (grp, blk) = (rest / blocks, rest % blocks);
+        let rows = chunk * rows_per..((chunk + 1) * rows_per).min(pl.oh);
+        let x_off = (b * g.in_ch + grp * cg) * pl.ih * pl.iw;
+        let w_off = (grp * blocks + blk) * cg * pl.kh * pl.kw * CB;
+        let co0 = grp * og + blk * CB;
+        let n_ch = CB.min(og - blk * CB);
+        let x = &x[x_off..x_off + cg * pl.ih * pl.iw];
+        let job = Job { pl, cg, x, wp: &wp[w_off..w_off + cg * pl.kh * pl.kw * CB] };
+        let mut r = rows.start;
+        while r < rows.end {
+            // Two rows at once where both read every kernel row (the short-row kernel shares
+            // each weight between them).
+            let n = if r + 1 < rows.end && pl.full_row(r) && pl.full_row(r + 1) { 2 } else { 1 };
+            let base = (b * g.out_ch + co0) * pl.oh * pl.ow + r * pl.ow;
+            let plane = pl.oh * pl.ow;
+            let mut rows_out = RowOut { out: op, out_len, base, plane, ow: pl.ow, rows: n, n_ch };
+            run_rows(&job, r, &mut rows_out);
+            for c in 0..n_ch {
+                let start = base + c * plane;
+                assert!(start + n * pl.ow <= out_len);
+                // SAFETY: in bounds (just checked); rows of distinct tasks are disjoint (each
+                // task owns its rows of its channel block).
+                let rows = unsafe { std::slice::from_raw_parts_mut(op.get().add(start), n * pl.ow) };
+                row_epilogue(rows, co0 + c, start, epi);
+            }
+            r += n;
+        }
+    };
+    let tasks = units * chunks;
+    if threads > 1 && tasks > 1 {
+        (0..tasks).into_par_iter().with_max_len(1).for_each(task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+fn row_epilogue(rows: &mut [f32], co: usize, start: usize, epi: &Epilogue<'_, f32>) {
+    if let Some(bias) = epi.bias {
+        let b = bias[co];
+        rows.iter_mut().for_each(|v| *v += b);
+    }
+    if !matches!(epi.activation, Activation::None) {
+        super::activation::apply_f32(&epi.activation, rows);
+    }
+    if let Some(res) = epi.residual {
+        let n = rows.len();
+        rows.iter_mut().zip(&res[start..start + n]).for_each(|(v, r)| *v += r);
+    }
+}
+
+/// What every row of one task reads.
+struct Job<'a> {
+    pl: Plane,
+    cg: usize,
+    /// The task's input channels, `[C/g, ih, iw]`.
+    x: &'a [f32],
+    /// The channel block's packed weights, `[C/g, kh, kw, CB]`.
+    wp: &'a [f32],
+}
+
+/// Where `rows` (1 or 2) consecutive output rows of a channel block go: row `k` of channel
+/// `c` starts at `base + c * plane + k * ow`.
+#[derive(Clone, Copy)]
+struct RowOut {
+    out: SendPtr<f32>,
+    out_len: usize,
+    base: usize,
+    plane: usize,
+    ow: usize,
+    rows: usize,
+    n_ch: usize,
+}
+
+impl RowOut {
+    /// Columns `col..col + W` of row `k` of every channel.
+    #[inline(always)]
+    fn store<const W: usize>(&mut self, k: usize, col: usize, acc: &[[f32; W]; CB]) {
+        for (c, a) in acc.iter().enumerate().take(self.n_ch) {
+            let dst = self.row_ptr(c, k, col, W);
+            // SAFETY: in bounds (`row_ptr` checks); this task owns the row.
+            unsafe { std::slice::from_raw_parts_mut(dst, W) }.copy_from_slice(a);
+        }
+    }
+
+    /// Row `k` alone.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn at(&self, k: usize) -> RowOut {
+        assert!(k < self.rows);
+        RowOut { base: self.base + k * self.ow, rows: 1, ..*self }
+    }
+
+    /// Where columns `col..col + n` of row `k` of channel `c` start (checked in bounds).
+    #[inline(always)]
+    fn row_ptr(&mut self, c: usize, k: usize, col: usize, n: usize) -> *mut f32 {
+        let start = self.base + c * self.plane + k * self.ow + col;
+        assert!(c < self.n_ch && k < self.rows && col + n <= self.ow && start + n <= self.out_len);
+        self.out.get().wrapping_add(start)
+    }
+}
+
+/// Rows `r..r + out.rows` of a channel block.
+fn run_rows(job: &Job<'_>, r: usize, out: &mut RowOut) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::has_avx512() {
+            // SAFETY: the CPU has every feature the variant is compiled for.
+            return unsafe { x86::rows_avx512(job, r, out) };
+        }
+        if super::has_avx2() {
+            for k in 0..out.rows {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                unsafe { x86::row_avx2(job, &row_taps(&job.pl, r + k), k, out) };
+            }
+            return;
+        }
+    }
+    for k in 0..out.rows {
+        row_generic(job, &row_taps(&job.pl, r + k), k, out);
+    }
+}
+
+/// Kernel rows inside the input for output row `r`, with the input row each reads.
+fn row_taps(pl: &Plane, r: usize) -> SmallVec<[(usize, usize); 16]> {
+    let mut taps = SmallVec::new();
+    for khi in 0..pl.kh {
+        let i = (r * pl.sh + khi * pl.dh).checked_sub(pl.pt);
+        if let Some(i) = i.filter(|&i| i < pl.ih) {
+            taps.push((khi, i));
+        }
+    }
+    taps
+}
+
+/// The border columns of row `k` (outside `lo..hi`, or every column when that is empty),
+/// one at a time.
+#[inline(always)]
+fn borders<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], k: usize, lo: usize, hi: usize, out: &mut RowOut) {
+    let ow = job.pl.ow;
+    let (lo, hi) = if hi > lo { (lo, hi) } else { (ow, ow) };
+    for c in (0..lo.min(ow)).chain(hi..ow) {
+        let acc = column::<FMA>(job, taps, c);
+        out.store::<1>(k, c, &acc.map(|v| [v]));
+    }
+}
+
+/// The portable row (NEON on aarch64, where LLVM vectorizes the blocks of 4).
+fn row_generic(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+    let (lo, hi) = job.pl.interior();
+    let fma = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
+    let hi = if hi - lo >= 4 { hi } else { lo };
+    let mut col = lo;
+    while col < hi {
+        let c = col.min(hi - 4);
+        let acc = if fma { block_any::<4, true>(job, taps, c) } else { block_any::<4, false>(job, taps, c) };
+        out.store::<4>(k, c, &acc);
+        col += 4;
+    }
+    if fma {
+        borders::<true>(job, taps, k, lo, hi, out)
+    } else {
+        borders::<false>(job, taps, k, lo, hi, out)
+    }
+}
+
+#[inline(always)]
+fn fma<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// [`block`] for the stride at hand (1 and 2 specialized).
+#[inline(always)]
+fn block_any<const W: usize, const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -> [[f32; W]; CB] {
+    match job.pl.sw {
+        1 => block::<W, FMA, 1>(job, taps, col),
+        2 => block::<W, FMA, 2>(job, taps, col),
+        _ => block::<W, FMA, 0>(job, taps, col),
+    }
+}
+
+/// Output columns `col..col + W` (inside the interior) of every channel of the block.
+/// `S` is the column stride (0: read `job.pl.sw`).
+#[inline(always)]
+fn block<const W: usize, const FMA: bool, const S: usize>(
+    job: &Job<'_>,
+    taps: &[(usize, usize)],
+    col: usize,
+) -> [[f32; W]; CB] {
+    let pl = &job.pl;
+    let sw = if S == 0 { pl.sw } else { S };
+    let plane = pl.ih * pl.iw;
+    let mut acc = [[0f32; W]; CB];
+    for ci in 0..job.cg {
+        let xc = &job.x[ci * plane..(ci + 1) * plane];
+        for &(khi, i) in taps {
+            let row = &xc[i * pl.iw..(i + 1) * pl.iw];
+            let wk = &job.wp[((ci * pl.kh + khi) * pl.kw) * CB..((ci * pl.kh + khi + 1) * pl.kw) * CB];
+            for kwi in 0..pl.kw {
+                // Inside the row for every column of the block (the interior's definition).
+                let start = col * sw + kwi * pl.dw - pl.pl;
+                let xs = &row[start..start + (W - 1) * sw + 1];
+                let xv: [f32; W] = std::array::from_fn(|l| xs[l * sw]);
+                let wv: [f32; CB] = std::array::from_fn(|c| wk[kwi * CB + c]);
+                for c in 0..CB {
+                    for l in 0..W {
+                        acc[c][l] = fma::<FMA>(wv[c], xv[l], acc[c][l]);
+                    }
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// One output column of every channel of the block, with bounds checks (border columns).
+#[inline(always)]
+fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -> [f32; CB] {
+    let pl = &job.pl;
+    let plane = pl.ih * pl.iw;
+    let mut acc = [0f32; CB];
+    for ci in 0..job.cg {
+        for &(khi, i) in taps {
+            let row = &job.x[ci * plane + i * pl.iw..ci * plane + (i + 1) * pl.iw];
+            for kwi in 0..pl.kw {
+                let Some(j) = (col * pl.sw + kwi * pl.dw).checked_sub(pl.pl).filter(|&j| j < pl.iw) else {
+                    continue;
+                };
+                let base = ((ci * pl.kh + khi) * pl.kw + kwi) * CB;
+                let wv = &job.wp[base..base + CB];
+                for c in 0..CB {
+                    acc[c] = fma::<FMA>(wv[c], row[j], acc[c]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// The x86 rows: AVX-512 blocks of up to 32 columns (two 512-bit accumulators per channel:
+/// 16 registers), or of two rows of up to 16; AVX2 blocks of 8. A block's last vector is
+/// masked to the columns it has, and a block over border columns masks each tap's load to
+/// the lanes inside the input (masked-off lanes are not read), so padding costs nothing.
+/// Stride 2 deinterleaves two loads; other strides gather.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{row_taps, Job, RowOut, CB, MAX_KW};
+
+    /// Rows `r..r + out.rows` in balanced blocks of up to 32 columns, or, for two rows of at
+    /// most 16 columns, both rows at once (one vector per channel and row).
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+    pub(super) unsafe fn rows_avx512(job: &Job<'_>, r: usize, out: &mut RowOut) {
+        match job.pl.sw {
+            1 => rows512::<1>(job, r, out),
+            2 => rows512::<2>(job, r, out),
+            _ => rows512::<0>(job, r, out),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn rows512<const S: usize>(job: &Job<'_>, r: usize, out: &mut RowOut) {
+        let pl = &job.pl;
+        let ow = pl.ow;
+        let taps: [_; 2] = std::array::from_fn(|k| row_taps(pl, r + k.min(out.rows - 1)));
+        if out.rows == 2 && ow <= 16 {
+            block512::<1, 2, S>(job, [&taps[0], &taps[1]], 0, ow, out);
+            return;
+        }
+        let per = ow.div_ceil(ow.div_ceil(32));
+        for (k, t) in taps.iter().enumerate().take(out.rows) {
+            let mut row = out.at(k);
+            let mut col = 0;
+            while col < ow {
+                let w = per.min(ow - col);
+                if w > 16 {
+                    block512::<2, 1, S>(job, [t, t], col, w - 16, &mut row);
+                } else {
+                    block512::<1, 1, S>(job, [t, t], col, w, &mut row);
+                }
+                col += w;
+            }
+        }
+    }
+
+    /// The first `n` bits set.
+    #[inline(always)]
+    fn mask32(n: usize) -> u32 {
+        if n >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << n) - 1
+        }
+    }
+
+    /// Bits `e` of `0..span` whose input element `s0 + e` lies in `0..iw`.
+    #[inline(always)]
+    fn inside(s0: isize, span: usize, iw: usize) -> u32 {
+        let a = (-s0).clamp(0, span as isize) as usize;
+        let b = (iw as isize - s0).clamp(0, span as isize) as usize;
+        mask32(b) & !mask32(a)
+    }
+
+    /// Columns `col..col + 16 * (NV - 1) + w` (`1 <= w <= 16`) of rows `0..R` of every
+    /// channel of the block; `taps[k]` are row `k`'s (with `R = 2`, both rows read every
+    /// kernel row, so the lists match entry for entry). `S` is the column stride (0: any,
+    /// gathered). Each kernel column's loads read only the elements inside the input row
+    /// (masks computed once per block: they do not depend on the channel or kernel row).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn block512<const NV: usize, const R: usize, const S: usize>(
+        job: &Job<'_>,
+        taps: [&[(usize, usize)]; 2],
+        col: usize,
+        w: usize,
+        out: &mut RowOut,
+    ) {
+        let pl = &job.pl;
+        let sw = if S == 0 { pl.sw } else { S };
+        // `applies` checked `kw <= MAX_KW`.
+        let (plane, iw, kw) = (pl.ih * pl.iw, pl.iw, pl.kw.min(MAX_KW));
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        let strided = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(sw as i32));
+        // Columns of each vector.
+        let cols = |v: usize| if v + 1 == NV { w } else { 16 };
+        // Per kernel column: the input offset of the block's first column (negative in the
+        // left padding), and per vector the elements of its span that are read (bit e:
+        // element e; for a gather, bit l: lane l).
+        let mut offs = [0isize; MAX_KW];
+        let mut masks = [[0u32; NV]; MAX_KW];
+        for kwi in 0..kw {
+            let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
+            offs[kwi] = s0;
+            for (v, m) in masks[kwi].iter_mut().enumerate() {
+                let s = s0 + (16 * v * sw) as isize;
+                *m = if S == 1 || S == 2 {
+                    inside(s, (cols(v) - 1) * sw + 1, iw)
+                } else {
+                    (0..cols(v)).fold(0, |g, l| {
+                        let e = s + (l * sw) as isize;
+                        g | (u32::from(e >= 0 && e < iw as isize) << l)
+                    })
+                };
+            }
+        }
+        let mut acc = [[[_mm512_setzero_ps(); NV]; R]; CB];
+        for ci in 0..job.cg {
+            for (t, &(khi, _)) in taps[0].iter().enumerate() {
+                let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
+                let rows: [*const f32; R] = std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw));
+                for kwi in 0..kw {
+                    let mut xv = [[_mm512_setzero_ps(); NV]; R];
+                    for (k, xk) in xv.iter_mut().enumerate() {
+                        let p = rows[k].wrapping_offset(offs[kwi]);
+                        for (v, x) in xk.iter_mut().enumerate() {
+                            // Only the masked-in elements are read: inside the row.
+                            let pv = p.wrapping_add(16 * v * sw);
+                            let m = masks[kwi][v];
+                            *x = match S {
+                                1 => _mm512_maskz_loadu_ps(m as u16, pv),
+                                2 => {
+                                    let a = _mm512_maskz_loadu_ps(m as u16, pv);
+                                    let b = _mm512_maskz_loadu_ps((m >> 16) as u16, pv.wrapping_add(16));
+                                    _mm512_permutex2var_ps(a, evens, b)
+                                }
+                                _ => _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m as u16, strided, pv),
+                            };
+                        }
+                    }
+                    let wt = wk.add(kwi * CB);
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        let wb = _mm512_set1_ps(*wt.add(c));
+                        for k in 0..R {
+                            for v in 0..NV {
+                                a[k][v] = _mm512_fmadd_ps(wb, xv[k][v], a[k][v]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (c, a) in acc.iter().enumerate().take(out.n_ch) {
+            for (k, ak) in a.iter().enumerate() {
+                let dst = out.row_ptr(c, k, col, 16 * (NV - 1) + w);
+                for (v, &av) in ak.iter().enumerate() {
+                    _mm512_mask_storeu_ps(dst.add(16 * v), mask32(cols(v)) as u16, av);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row_avx2(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+        match job.pl.sw {
+            1 => row256::<1>(job, taps, k, out),
+            2 => row256::<2>(job, taps, k, out),
+            _ => row256::<0>(job, taps, k, out),
+        }
+    }
+
+    /// Row `k` in balanced blocks of up to 16 columns: two vectors for each of four channels
+    /// at a time (eight accumulators), the block's channels in two halves.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn row256<const S: usize>(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+        let ow = job.pl.ow;
+        let mut row = out.at(k);
+        let per = ow.div_ceil(ow.div_ceil(16));
+        let mut col = 0;
+        while col < ow {
+            let w = per.min(ow - col);
+            for half in 0..CB.div_ceil(4).min(row.n_ch.div_ceil(4)) {
+                if w > 8 {
+                    block256::<2, S>(job, taps, col, w - 8, half * 4, &mut row);
+                } else {
+                    block256::<1, S>(job, taps, col, w, half * 4, &mut row);
+                }
+            }
+            col += w;
+        }
+    }
+
+    /// A mask vector for `_mm256_maskload_ps` with lanes `a..b` (`b <= 8`) set.
+    #[inline(always)]
+    unsafe fn mask8(a: usize, b: usize) -> __m256i {
+        const ONES: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let upto = |n: usize| _mm256_loadu_si256(ONES.as_ptr().add(8 - n.min(8)) as *const __m256i);
+        _mm256_andnot_si256(upto(a.min(b)), upto(b))
+    }
+
+    /// Columns `col..col + 8 * (NV - 1) + w` (`1 <= w <= 8`) of channels `c0..c0 + 4` of the
+    /// block (`S` and the masks as for the AVX-512 blocks; a stride-2 load is two 8-lane
+    /// loads, deinterleaved).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block256<const NV: usize, const S: usize>(
+        job: &Job<'_>,
+        taps: &[(usize, usize)],
+        col: usize,
+        w: usize,
+        c0: usize,
+        out: &mut RowOut,
+    ) {
+        let pl = &job.pl;
+        let sw = if S == 0 { pl.sw } else { S };
+        // `applies` checked `kw <= MAX_KW`.
+        let (plane, iw, kw) = (pl.ih * pl.iw, pl.iw as isize, pl.kw.min(MAX_KW));
+        let cols = |v: usize| if v + 1 == NV { w } else { 8 };
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let strided = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(sw as i32));
+        // Per kernel column: the input offset of the block's first column, and per vector
+        // the masks of the elements read (stride 1: lanes; stride 2: the two loads' lanes;
+        // other strides: the gathered lanes).
+        let mut offs = [0isize; MAX_KW];
+        let mut masks = [[[_mm256_setzero_si256(); 2]; NV]; MAX_KW];
+        for kwi in 0..kw {
+            let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
+            offs[kwi] = s0;
+            for (v, m) in masks[kwi].iter_mut().enumerate() {
+                let s = s0 + (8 * v * sw) as isize;
+                let span = (cols(v) - 1) * sw + 1;
+                let a = (-s).clamp(0, span as isize) as usize;
+                let b = (iw - s).clamp(0, span as isize) as usize;
+                *m = match S {
+                    1 => [mask8(a, b), _mm256_setzero_si256()],
+                    2 => [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)],
+                    _ => [mask8(a.div_ceil(sw), b.div_ceil(sw).max(a.div_ceil(sw))), _mm256_setzero_si256()],
+                };
+            }
+        }
+        let mut acc = [[_mm256_setzero_ps(); NV]; 4];
+        for ci in 0..job.cg {
+            for &(khi, i) in taps {
+                let row = job.x.as_ptr().add(ci * plane + i * pl.iw);
+                let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB + c0);
+                for kwi in 0..kw {
+                    // Only the masked-in elements are read: inside the row.
+                    let p = row.wrapping_offset(offs[kwi]);
+                    let mut xv = [_mm256_setzero_ps(); NV];
+                    for (v, x) in xv.iter_mut().enumerate() {
+                        let pv = p.wrapping_add(8 * v * sw);
+                        let [ma, mb] = masks[kwi][v];
+                        *x = match S {
+                            1 => _mm256_maskload_ps(pv, ma),
+                            2 => {
+                                let lo = _mm256_maskload_ps(pv, ma);
+                                let hi = _mm256_maskload_ps(pv.wrapping_add(8), mb);
+                                // [l0 l2 h0 h2 | l4 l6 h4 h6] -> [l0 l2 l4 l6 h0 h2 h4 h6].
+                                let e = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+                                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(e)))
+                            }
+                            _ => {
+                                _mm256_mask_i32gather_ps::<4>(_mm256_setzero_ps(), pv, strided, _mm256_castsi256_ps(ma))
+                            }
+                        };
+                    }
+                    let wt = wk.add(kwi * CB);
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        let wb = _mm256_set1_ps(*wt.add(c));
+                        for v in 0..NV {
+                            a[v] = _mm256_fmadd_ps(wb, xv[v], a[v]);
+                        }
+                    }
+                }
+            }
+        }
+        for (c, a) in acc.iter().enumerate().take(out.n_ch.saturating_sub(c0)) {
+            let dst = out.row_ptr(c0 + c, 0, col, 8 * (NV - 1) + w);
+            for (v, &av) in a.iter().enumerate() {
+                _mm256_maskstore_ps(dst.add(8 * v), mask8(0, cols(v)), av);
+            }
+        }
+    }
+}
