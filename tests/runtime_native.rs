@@ -106,3 +106,45 @@ fn random_programs_run_natively_and_agree_on_integers() {
     eprintln!("{ran} programs, {native_kernels} native kernels, {compared} integer/bool outputs compared");
     assert!(ran > 200 && native_kernels > 200);
 }
+
+#[test]
+fn one_plan_serves_sizes_in_any_order() {
+    // A run state keeps each native kernel's evaluated sizes for the symbol values it last
+    // saw: changing sizes between runs (and back, and to an out-of-range input) must redo
+    // them. Bitwise exact ops, so the native plan must match the reference exactly.
+    let g = ladder::text::parse(
+        "graph g(%x: f32[n, k], %y: f32[k]) {
+  %b = broadcast_in_dim(%y) {shape=[n, k], broadcast_dims=[1]}
+  %m = mul(%x, %b)
+  %s = reduce_sum(%m) {axes=[1]}
+  %z = max(%m, %x)
+  return %s, %z
+}",
+    )
+    .unwrap();
+    for threads in [1, 2] {
+        let (reference, native) = plans(&g, threads);
+        assert!(native.native_kernels() > 0);
+        let mut rng = Rng::new(threads as u64);
+        for (n, k) in [(3, 5), (70, 33), (3, 5), (1, 1), (70, 33), (0, 4), (3, 5)] {
+            let x = random_tensor(&mut rng, DType::F32, &[n, k]).unwrap();
+            let y = random_tensor(&mut rng, DType::F32, &[k]).unwrap();
+            let inputs = [x, y];
+            let (want, got) = (reference.run(&inputs).unwrap(), native.run(&inputs).unwrap());
+            for (a, b) in got.outputs.iter().zip(&want.outputs) {
+                assert_eq!(a.shape(), b.shape(), "[{n}, {k}]");
+                assert!(max_rel(a, b) <= 1e-6, "[{n}, {k}] threads {threads}");
+            }
+        }
+        // A mismatched input is refused every time, and the next good run is right.
+        let bad =
+            [random_tensor(&mut rng, DType::F32, &[3, 5]).unwrap(), random_tensor(&mut rng, DType::F32, &[4]).unwrap()];
+        assert!(native.run(&bad).is_err());
+        assert!(native.run(&bad).is_err());
+        let x = random_tensor(&mut rng, DType::F32, &[3, 5]).unwrap();
+        let y = random_tensor(&mut rng, DType::F32, &[5]).unwrap();
+        let inputs = [x, y];
+        let (want, got) = (reference.run(&inputs).unwrap(), native.run(&inputs).unwrap());
+        assert!(max_rel(&got.outputs[1], &want.outputs[1]) == 0.0);
+    }
+}

@@ -181,7 +181,7 @@ impl Plan {
         self.shape_into(p, st, m.a, &mut a_shape)?;
         self.shape_into(p, st, m.b, &mut b_shape)?;
         let kernel = match epilogue {
-            Some(k) => self.prepare_native(p, st, k, inputs)?.filter(|&(_, count, _)| {
+            Some(k) => self.prepare_native(p, st, k)?.filter(|&(_, count, _)| {
                 let n = row_len(p, m.out);
                 n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
             }),

@@ -273,8 +273,18 @@ enum Loc {
 }
 
 struct KernelStep {
+    /// Its index among the plan's kernel steps (where a run state caches its sizes).
+    id: usize,
     prepared: PreparedKernel,
     exec: KernelExec,
+}
+
+/// A native kernel's sizes for one set of symbol values: its dim table, outermost count and
+/// work estimate, its accesses checked against the buffers (see `Plan::prepare_native`).
+struct Prepared {
+    native_dims: Vec<i64>,
+    count: i64,
+    work: u64,
 }
 
 /// 64-byte aligned arena storage.
@@ -299,7 +309,11 @@ struct RunState {
     arena_bytes: usize,
     scratch: Scratch,
     dims: Vec<i64>,
-    native_dims: Vec<i64>,
+    /// Per kernel step (by `KernelStep::id`), its sizes for the symbol values `prepared_for`
+    /// (sizes and buffer lengths follow from the symbols alone).
+    prepared: Vec<Option<Prepared>>,
+    prepared_for: Option<Vec<Option<u64>>>,
+    /// Every buffer's address in this run (filled once per run, before the first step).
     ptrs: Vec<usize>,
     /// One tensor per output slot during a run.
     outs: Vec<Tensor>,
@@ -460,7 +474,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
                     Some(c) => c.compile(k, &p).map(KernelExec::Native).unwrap_or(KernelExec::Reference),
                     None => KernelExec::Reference,
                 };
-                Some(KernelStep { prepared, exec })
+                Some(KernelStep { id: plan.kernels.len(), prepared, exec })
             }
             None => None,
         });
@@ -842,6 +856,18 @@ impl Plan {
         if let Some(t) = &mut st.step_ns {
             t.clear();
         }
+        if st.prepared_for.as_ref() != Some(&st.symbols) {
+            st.prepared.clear();
+            st.prepared.resize_with(self.kernels.len(), || None);
+            st.prepared_for = Some(st.symbols.clone());
+        }
+        // The buffer table native kernels read: the arena and the outputs are in place now
+        // and stay for the whole run.
+        st.ptrs.clear();
+        for b in 0..self.locs.len() {
+            let a = self.address(st, inputs, BufferId::new(b));
+            st.ptrs.push(a);
+        }
         for (step, s) in p.steps.iter().enumerate() {
             let at = |error| RunError::Step { step, error };
             let started = st.step_ns.is_some().then(std::time::Instant::now);
@@ -850,7 +876,7 @@ impl Plan {
                     let mut fused = false;
                     if let Some(k) = &self.kernels[step] {
                         if let Some(l) = &kernel.activation {
-                            fused = self.run_kernel_activation(p, st, k, l, inputs).map_err(at)?;
+                            fused = self.run_kernel_activation(p, st, k, l).map_err(at)?;
                         }
                         if !fused {
                             self.run_kernel_step(p, st, k, inputs).map_err(at)?;

@@ -31,7 +31,7 @@ impl Plan {
                 run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
             }
             KernelExec::Native(native) => {
-                let Some((args, count, work)) = self.prepare_native(p, st, k, inputs)? else {
+                let Some((args, count, work)) = self.prepare_native(p, st, k)? else {
                     return Err(ExecError::Native { kernel: k.prepared.name.clone(), message: "not native".into() });
                 };
                 match run_native(native, args, count, self.threads, work) {
@@ -67,7 +67,6 @@ impl Plan {
         st: &mut RunState,
         k: &KernelStep,
         l: &LibraryCall,
-        inputs: &[Tensor],
     ) -> Result<bool, ExecError> {
         use crate::backend::cpu::activation::{apply_f32, Activation};
         if !self.fuses_activation(p, k, l) {
@@ -80,7 +79,7 @@ impl Plan {
             || ExecError::Invalid(format!("kernel {} cannot run {} {} on its rows", k.prepared.name, l.op, l.out));
         let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
         let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
-        let (args, count, work) = self.prepare_native(p, st, k, inputs)?.ok_or_else(unfit)?;
+        let (args, count, work) = self.prepare_native(p, st, k)?.ok_or_else(unfit)?;
         let len = st.lens[x.index()];
         // Each outermost iteration stores one block of `n` elements (a row, or several: the
         // scheduler checked the stores' indices).
@@ -89,6 +88,7 @@ impl Plan {
         if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
             return Err(unfit());
         }
+        let saved = st.ptrs[x.index()];
         st.ptrs[x.index()] = st.ptrs[l.out.index()];
         let out = st.ptrs[l.out.index()];
         let per = (FUSED_ROWS_BYTES / (4 * n)).max(1);
@@ -122,45 +122,45 @@ impl Plan {
                 .map(|t| run(t * chunk, ((t + 1) * chunk).min(rows)))
                 .reduce(|| None, |a, b| a.or(b))
         };
+        st.ptrs[x.index()] = saved;
         match error {
             None => Ok(true),
             Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
         }
     }
 
-    /// For a native kernel: evaluates its dims, checks its accesses against the buffers and
-    /// builds the tables it reads (in `st`); returns the call's arguments, its outermost
-    /// loop's count and its work estimate. `None` for a kernel on the reference executor.
+    /// For a native kernel: its call's arguments (the run's buffer table and its dim table),
+    /// its outermost loop's count and its work estimate; `None` for a kernel on the reference
+    /// executor. The dims are evaluated and every access checked against the buffers the
+    /// first time a run state meets the kernel with these symbol values, then kept.
     pub(super) fn prepare_native(
         &self,
         p: &Program,
         st: &mut RunState,
         k: &KernelStep,
-        inputs: &[Tensor],
     ) -> Result<Option<(NativeArgs, i64, u64)>, ExecError> {
         let KernelExec::Native(native) = &k.exec else { return Ok(None) };
-        let symbols = &st.symbols;
-        let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
-        k.prepared.eval_dims(&lookup, &mut st.dims)?;
-        let lens = &st.lens;
-        k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
-        st.native_dims.clear();
-        for d in &native.dims {
-            let v = d.eval(&lookup)?;
-            st.native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
+        // Evaluated and checked once per set of symbol values (the run state keeps them).
+        if st.prepared.get(k.id).is_none_or(Option::is_none) {
+            let symbols = &st.symbols;
+            let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
+            k.prepared.eval_dims(&lookup, &mut st.dims)?;
+            let lens = &st.lens;
+            k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+            let mut native_dims = Vec::with_capacity(native.dims.len());
+            for d in &native.dims {
+                let v = d.eval(&lookup)?;
+                native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
+            }
+            let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
+            if st.prepared.len() <= k.id {
+                st.prepared.resize_with(k.id + 1, || None);
+            }
+            st.prepared[k.id] = Some(Prepared { native_dims, count, work });
         }
-        let base = arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize;
-        st.ptrs.clear();
-        for (i, loc) in self.locs.iter().enumerate() {
-            st.ptrs.push(match loc {
-                Loc::Input(n) => data_ptr(inputs[*n].data()),
-                Loc::Const(t) => data_ptr(t.data()),
-                Loc::Temp => base + st.offsets[i],
-                Loc::Output(k) => out_ptr(&mut st.outs[*k]),
-            });
-        }
-        let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
-        Ok(Some((NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: st.native_dims.as_ptr() }, count, work)))
+        let Some(Some(prep)) = st.prepared.get(k.id) else { unreachable!("prepared just above") };
+        let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: prep.native_dims.as_ptr() };
+        Ok(Some((args, prep.count, prep.work)))
     }
 }
 
