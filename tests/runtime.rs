@@ -10,7 +10,7 @@ use ladder::interp::{self, Options};
 use ladder::kernel::eval::GuardError;
 use ladder::kernel::{Kernel, Program, Step};
 use ladder::models::{example_encoder, random_tensor, Rng};
-use ladder::runtime::{KernelCompiler, MemoryReport, NativeKernel, RunError};
+use ladder::runtime::{Declined, KernelCompiler, MemoryReport, NativeKernel, RunError};
 use ladder::{compile, Backend, CompileOptions, DType, Dim, Graph, Plan, Tensor};
 
 fn cpu(g: &Graph) -> Plan {
@@ -248,10 +248,10 @@ unsafe extern "C" fn double_f32(bufs: *const *mut u8, dims: *const i64, begin: i
 struct Doubler;
 
 impl KernelCompiler for Doubler {
-    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String> {
+    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, Declined> {
         let expected = "kernel k0 outer [n] {  ; %1\n  stage 0 inner [2]\n    r0 = load b0[2*o0 + i0]\n    r1 = add r0, r0 : f32\n    store b1[2*o0 + i0] = r1\n}\n";
         if kernel.to_string() != expected || program.buffers.len() != 2 {
-            return Err(format!("not the kernel this test compiles:\n{kernel}"));
+            return Err(Declined::Unsupported(format!("not the kernel this test compiles:\n{kernel}")));
         }
         Ok(NativeKernel { entry: double_f32, dims: kernel.dim_table(), owner: Arc::new(()), take_error: None })
     }
@@ -277,6 +277,9 @@ fn native_kernels_plug_in_per_kernel_and_split_over_threads() {
     let g2 = parse("graph g(%x: f32[n]) {\n  %1 = mul(%x, %x)\n  return %1\n}");
     let plan2 = compile(&g2, &options).unwrap();
     assert_eq!(plan2.native_kernels(), 0);
+    let [fallback] = plan2.fallbacks() else { panic!("one fallback: {:?}", plan2.fallbacks()) };
+    assert!(matches!(&fallback.why, Declined::Unsupported(m) if m.contains("not the kernel")), "{fallback:?}");
+    assert!(plan.fallbacks().is_empty());
     let x = f32t(&[3], &[1.0, 2.0, 3.0]);
     assert_eq!(plan2.run(&[x]).unwrap().outputs[0].as_f32(), Some(&[1.0f32, 4.0, 9.0][..]));
 }

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{KernelCompiler, NativeKernel};
+use super::{Declined, KernelCompiler, NativeKernel};
 use crate::backend::cpu::{take_kernel_error, CodegenError, CpuCompiler, CpuOptions};
 use crate::kernel::{Kernel, Program};
 
@@ -29,13 +29,17 @@ fn take_error() -> Option<String> {
 }
 
 impl KernelCompiler for CraneliftCompiler {
-    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String> {
-        let mut c = self.inner.lock().map_err(|_| "the Cranelift compiler's lock is poisoned".to_string())?;
+    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, Declined> {
+        let mut c =
+            self.inner.lock().map_err(|_| Declined::Defect("the Cranelift compiler's lock is poisoned".to_string()))?;
         // A panic in code generation is a backend bug; the kernel then runs on the reference
         // executor instead of taking the whole compilation down.
         let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.compile(kernel, program)))
-            .map_err(|_| format!("code generation panicked on kernel {}", kernel.name))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| Declined::Defect(format!("code generation panicked on kernel {}", kernel.name)))?
+            .map_err(|e| match e {
+                CodegenError::Unsupported(_) => Declined::Unsupported(e.to_string()),
+                CodegenError::Invalid(_) | CodegenError::Cranelift(_) => Declined::Defect(e.to_string()),
+            })?;
         Ok(NativeKernel {
             entry: compiled.entry(),
             dims: compiled.dim_table().to_vec(),

@@ -102,7 +102,29 @@ impl Backend {
 /// Turns kernels into native code (the CPU backend's code generator implements this).
 pub trait KernelCompiler: Send + Sync {
     /// Compiles `kernel` of `program`; an error makes the kernel run on the reference executor.
-    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, String>;
+    fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, Declined>;
+}
+
+/// Why a kernel compiler left a kernel to the reference executor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Declined {
+    /// The kernel uses something the compiler does not implement (a dtype, an access it cannot
+    /// bounds-check): the reference executor runs it, by design.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The compiler failed on a kernel it accepts (its own verifier refused the code, or it
+    /// panicked): a backend defect. The plan still runs, the kernel on the reference
+    /// executor, and [`Plan::fallbacks`] reports it.
+    #[error("code generation failed: {0}")]
+    Defect(String),
+}
+
+/// A kernel of a plan that runs on the reference executor although a kernel compiler was set.
+#[derive(Clone, Debug)]
+pub struct Fallback {
+    /// The kernel's name in the scheduled program.
+    pub kernel: String,
+    pub why: Declined,
 }
 
 /// A compiled kernel.
@@ -361,6 +383,8 @@ pub struct Plan {
     /// What the scheduled graph assumes of its sizes and checks each run: a slice with a
     /// symbolic dim or bound lies inside its dim (`crate::ops::shape::slice_range`).
     assumptions: Vec<Assumption>,
+    /// Kernels the kernel compiler declined, in step order.
+    fallbacks: Vec<Fallback>,
 }
 
 /// A slice of `len` elements from `first` to `stop` (one past its last) lies inside a dim of
@@ -427,6 +451,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         arenas: AtomicUsize::new(0),
         interp: options.interp.clone(),
         assumptions: Vec::new(),
+        fallbacks: Vec::new(),
     };
     if options.backend == Backend::Interp {
         // Only the epilogue is needed: which inputs the graph mutates.
@@ -471,7 +496,13 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             Some(k) => {
                 let prepared = PreparedKernel::new(k, &p).map_err(CompileError::Malformed)?;
                 let exec = match &options.kernel_compiler {
-                    Some(c) => c.compile(k, &p).map(KernelExec::Native).unwrap_or(KernelExec::Reference),
+                    Some(c) => match c.compile(k, &p) {
+                        Ok(native) => KernelExec::Native(native),
+                        Err(why) => {
+                            plan.fallbacks.push(Fallback { kernel: k.name.clone(), why });
+                            KernelExec::Reference
+                        }
+                    },
                     None => KernelExec::Reference,
                 };
                 Some(KernelStep { id: plan.kernels.len(), prepared, exec })
@@ -629,6 +660,12 @@ impl Plan {
     /// How many kernels run natively.
     pub fn native_kernels(&self) -> usize {
         self.kernels.iter().flatten().filter(|k| matches!(k.exec, KernelExec::Native(_))).count()
+    }
+
+    /// The kernels that run on the reference executor although the plan was compiled with a
+    /// kernel compiler, and why (empty for reference plans).
+    pub fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
     }
 
     /// How many arenas runs have allocated (or grown) so far.
@@ -873,18 +910,7 @@ impl Plan {
             let started = st.step_ns.is_some().then(std::time::Instant::now);
             match s {
                 Step::Kernel(kernel) => {
-                    let mut fused = false;
-                    if let Some(k) = &self.kernels[step] {
-                        if let Some(l) = &kernel.activation {
-                            fused = self.run_kernel_activation(p, st, k, l).map_err(at)?;
-                        }
-                        if !fused {
-                            self.run_kernel_step(p, st, k, inputs).map_err(at)?;
-                        }
-                    }
-                    if let (Some(l), false) = (&kernel.activation, fused) {
-                        self.run_library(p, st, inputs, l).map_err(at)?;
-                    }
+                    self.run_kernel_and_activation(p, st, inputs, kernel, self.kernels[step].as_ref()).map_err(at)?
                 }
                 Step::Matmul(m) if self.native_library && self.all_f32(p, &[m.a, m.b, m.out]) => {
                     let epilogue = self.kernels[step].as_ref();

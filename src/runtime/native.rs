@@ -42,6 +42,31 @@ impl Plan {
         }
     }
 
+    /// A kernel step and its activation, if it has one: fused where that qualifies
+    /// ([`Self::run_kernel_activation`]), else in turn.
+    pub(super) fn run_kernel_and_activation(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[Tensor],
+        kernel: &crate::kernel::Kernel,
+        k: Option<&KernelStep>,
+    ) -> Result<(), ExecError> {
+        let mut fused = false;
+        if let Some(k) = k {
+            if let Some(l) = &kernel.activation {
+                fused = self.run_kernel_activation(p, st, k, l)?;
+            }
+            if !fused {
+                self.run_kernel_step(p, st, k, inputs)?;
+            }
+        }
+        if let (Some(l), false) = (&kernel.activation, fused) {
+            self.run_library(p, st, inputs, l)?;
+        }
+        Ok(())
+    }
+
     /// Whether kernel step `k` runs its activation `l` fused ([`Self::run_kernel_activation`]):
     /// a native kernel, and `gelu` on f32 buffers with a static row length. Fixed when the plan
     /// is made (the stored temporary then gets no memory).

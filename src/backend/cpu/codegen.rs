@@ -25,7 +25,7 @@
 //! the end-of-stage rescaling costs one vector exponential.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, Endianness, Function, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_entity::EntityRef;
@@ -918,10 +918,13 @@ impl Gen<'_, '_> {
     fn evens(&mut self, lo: Value, hi: Value) -> Value {
         let mask: Vec<u8> = [0u8, 2, 5, 7].iter().flat_map(|&lane| (0..4).map(move |b| lane * 4 + b)).collect();
         let mask = self.b.func.dfg.immediates.push(mask.into());
-        let bytes = |g: &mut Self, v: Value| g.b.ins().bitcast(types::I8X16, MemFlagsData::new(), v);
+        // A bitcast that changes the lane count names its byte order; every target ladder
+        // compiles for (x86-64, aarch64) is little-endian.
+        let order = MemFlagsData::new().with_endianness(Endianness::Little);
+        let bytes = |g: &mut Self, v: Value| g.b.ins().bitcast(types::I8X16, order, v);
         let (lo, hi) = (bytes(self, lo), bytes(self, hi));
         let picked = self.b.ins().shuffle(lo, hi, mask);
-        self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), picked)
+        self.b.ins().bitcast(types::F32X4, order, picked)
     }
 
     fn iota(&mut self) -> Value {

@@ -14,6 +14,13 @@
 //! The cap is read once, from the environment variable when it is set, else it is the
 //! CPU's own level; [`set_max_isa`] overrides it for the process (before plans are compiled:
 //! code Cranelift already generated keeps the features it was generated with).
+//!
+//! On aarch64 there are two levels. `neon` (the [`Isa::Baseline`] there, which every aarch64
+//! CPU has) runs the portable library kernels, whose loops LLVM vectorizes with NEON when
+//! ladder is compiled, and Cranelift kernels vectorized with its 128-bit F32X4 and fused
+//! multiply-adds (part of the base instruction set there). `portable` changes only the
+//! Cranelift kernels: scalar and without fused multiply-adds, as at `portable` on x86-64. The
+//! x86 levels above are never detected there, so capping to them changes nothing.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -120,10 +127,10 @@ pub fn max_isa() -> Isa {
     }
     let isa = match std::env::var(ENV) {
         Ok(v) => Isa::from_name(v.trim()).unwrap_or_else(|| {
-            eprintln!("warning: {ENV}={v} is not a level (avx512, avx2, sse4.1, portable); not capping");
-            Isa::Avx512
+            eprintln!("warning: {ENV}={v} is not a level (avx512, avx2, sse4.1 or neon, portable); not capping");
+            detected()
         }),
-        Err(_) => Isa::Avx512,
+        Err(_) => detected(),
     };
     let _ = CAP.compare_exchange(0, isa.code(), Ordering::Relaxed, Ordering::Relaxed);
     Isa::from_code(CAP.load(Ordering::Relaxed)).unwrap_or(isa)

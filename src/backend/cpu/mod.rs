@@ -290,7 +290,7 @@ impl CpuCompiler {
 
     pub fn with_options(options: CpuOptions) -> Result<CpuCompiler, CodegenError> {
         let isa = native_isa()?;
-        let has_fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
+        let has_fma = has_fma(&*isa);
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let module = JITModule::new(builder);
         Ok(CpuCompiler {
@@ -412,6 +412,18 @@ fn native_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, CodegenError> 
     isa_builder.finish(settings::Flags::new(flags)).map_err(|e| cl(&e))
 }
 
+/// Whether code generated for `isa` may use fused multiply-adds. On x86-64 FMA is a target
+/// feature, present when the CPU has it and the cap is AVX2 or above. On aarch64 it is part of
+/// the base instruction set (Cranelift's backend has no setting for it); the cap's `portable`
+/// level leaves it unused there too, so portable kernels round alike on both.
+fn has_fma(isa: &dyn cranelift_codegen::isa::TargetIsa) -> bool {
+    if cfg!(target_arch = "aarch64") {
+        isa::active() > isa::Isa::Portable
+    } else {
+        isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true))
+    }
+}
+
 /// The Cranelift IR text of `kernel`'s function before optimisation (for debugging and
 /// snapshot tests).
 pub fn clif_text(kernel: &Kernel, program: &Program, options: CpuOptions) -> Result<String, CodegenError> {
@@ -438,7 +450,7 @@ fn standalone_function(
 ) -> Result<(cranelift_codegen::ir::Function, cranelift_codegen::isa::OwnedTargetIsa), CodegenError> {
     let analysis = analyze::analyze(kernel, program, &options)?;
     let isa = native_isa()?;
-    let has_fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
+    let has_fma = has_fma(&*isa);
     let mut func = cranelift_codegen::ir::Function::new();
     for _ in 0..4 {
         func.signature.params.push(AbiParam::new(types::I64));

@@ -41,6 +41,7 @@ pub const KC: usize = 1024;
 pub const NC: usize = 16 * NR;
 /// How many panels ahead the kernel prefetches: a weight too large for the caches streams
 /// from memory without stalling the first row group of each panel.
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_PANELS: usize = 2;
 
 /// A `[k, n]` f32 matrix packed into [`NR`]-column panels (see the module docs).

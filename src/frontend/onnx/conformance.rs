@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use super::{decode_tensor, tensor_from_proto, Budget, ImportError, ImportOptions, NodeError};
 use crate::runtime::CompileOptions;
+use crate::runtime::Declined;
 use crate::session::{Model, Session, SessionError};
 use crate::tensor::Tensor;
 
@@ -170,9 +171,18 @@ fn run_set(
     let Some(ordered) = ordered.into_iter().collect::<Option<Vec<_>>>() else {
         return Err((Verdict::Failed, format!("the data set does not give every input ({})", names.join(", "))));
     };
-    let got = match session.run(&ordered) {
-        Ok(o) => o.outputs,
+    let plan = match session.plan_for(&ordered) {
+        Ok(p) => p,
         Err(e) if session_unsupported(&e) => return Err((Verdict::Unsupported, e.to_string())),
+        Err(e) => return Err((Verdict::Failed, format!("run: {e}"))),
+    };
+    // A kernel the code generator failed on still runs (on the reference executor), but the
+    // failure is a backend defect, and a conformance run is where it should show.
+    if let Some(f) = plan.fallbacks().iter().find(|f| matches!(f.why, Declined::Defect(_))) {
+        return Err((Verdict::Failed, format!("kernel {}: {}", f.kernel, f.why)));
+    }
+    let got = match plan.run(&ordered) {
+        Ok(o) => o.outputs,
         Err(e) => return Err((Verdict::Failed, format!("run: {e}"))),
     };
     if got.len() != outputs.len() {
