@@ -4,6 +4,27 @@
 //! operators. The [`ops`] module is the operator contract; the [`interp`] module is the
 //! reference interpreter that defines what every operator means; [`text`] prints and parses
 //! graphs; [`ir::verify`] checks a graph's invariants. See ARCHITECTURE.md for the code map.
+//!
+//! Running a model file: [`load`] reads the text form or ONNX, a [`Session`] compiles it (for
+//! the CPU, over the machine's threads, with [`CompileOptions::default`]) once for every shape
+//! its symbolic dims allow, and runs it on [`Tensor`]s.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A small BERT-style sentence encoder: token ids and a mask in, one embedding per sentence out.
+//! let model = ladder::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/bert_ts/model.onnx"))?;
+//! let session = ladder::Session::new(model, ladder::CompileOptions::default())?;
+//! for seq in [3, 7] {
+//!     let ids = ladder::Tensor::from_i64(&[2, seq], (0..2 * seq as i64).collect())?;
+//!     let mask = ladder::Tensor::from_i64(&[2, seq], vec![1; 2 * seq])?;
+//!     let out = session.run(&[ids, mask])?;
+//!     assert_eq!(out.outputs[0].shape()[0], 2);
+//! }
+//! // Both sequence lengths ran on the one plan compiled for symbolic `batch` and `seq`.
+//! assert_eq!(session.compilations(), 1);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod backend;
 pub mod bench;
@@ -32,3 +53,10 @@ pub use ops::OpKind;
 pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan, StepTime};
 pub use session::{Model, Session};
 pub use tensor::{Tensor, TensorData};
+
+/// Loads a model file: ladder's text form (`.lad`) or ONNX (by extension, else by content),
+/// with the default import limits and no external data; [`Model::load_with`] takes
+/// [`frontend::onnx::ImportOptions`].
+pub fn load(path: impl AsRef<std::path::Path>) -> Result<Model, session::LoadError> {
+    Model::load(path.as_ref())
+}

@@ -327,6 +327,32 @@ impl Session {
         self.plan_for(inputs)?.run(inputs).map_err(SessionError::Run)
     }
 
+    /// Runs the model on inputs given by name (every declared input once, in any order);
+    /// the outputs come back with their names, in the model's order.
+    pub fn run_named(&self, inputs: Vec<(&str, Tensor)>) -> Result<Vec<(String, Tensor)>, SessionError> {
+        let mut ordered: Vec<Option<Tensor>> = vec![None; self.inputs.len()];
+        for (name, t) in inputs {
+            let Some(i) = self.inputs.iter().position(|(n, _)| n == name) else {
+                let names: Vec<&str> = self.inputs.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(SessionError::Inputs(format!(
+                    "the model has no input `{name}` (its inputs: {})",
+                    names.join(", ")
+                )));
+            };
+            if ordered[i].replace(t).is_some() {
+                return Err(SessionError::Inputs(format!("input `{name}` is given twice")));
+            }
+        }
+        let missing: Vec<&str> =
+            self.inputs.iter().zip(&ordered).filter(|(_, t)| t.is_none()).map(|((n, _), _)| n.as_str()).collect();
+        if !missing.is_empty() {
+            return Err(SessionError::Inputs(format!("inputs not given: {}", missing.join(", "))));
+        }
+        let ordered: Vec<Tensor> = ordered.into_iter().flatten().collect();
+        let outputs = self.run(&ordered)?.outputs;
+        Ok(self.model.output_names().into_iter().zip(outputs).collect())
+    }
+
     /// The plan that runs `inputs`: the general one, or a specialized one from the cache
     /// (compiled on a miss, after the probes that decide it).
     pub fn plan_for(&self, inputs: &[Tensor]) -> Result<Arc<Plan>, SessionError> {

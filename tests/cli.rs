@@ -44,7 +44,7 @@ fn fails(args: &[&str], needles: &[&str]) -> String {
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ladder-cli-{}-{test}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ladder-cli-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -459,4 +459,22 @@ fn dump_kernels_recovered_shows_what_the_cpu_backend_runs() {
     assert!(recovered.contains("library") && recovered.contains("layer_norm"), "{recovered}");
     assert!(recovered.contains("; schedule:"), "{recovered}");
     fails(&["dump", "--stage", "prims", "--recover"], &["--recover goes with --stage kernels"]);
+}
+
+/// External tensor data: refused by default with a message naming the flag that allows it,
+/// read with `--allow-external-data` (a global flag: before or after the subcommand), and
+/// still confined to the model's folder when allowed.
+#[test]
+fn external_data_needs_the_flag_and_stays_in_the_models_folder() {
+    let ok_model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_hostile/external_ok.onnx");
+    fails(&["run", ok_model, "--backend", "interp"], &["external_ok.onnx", "disabled", "--allow-external-data"]);
+    // `info` describes the model either way; its import line says what the flag changes.
+    let without = ok(&["info", ok_model]);
+    assert!(without.contains("import: fails") && without.contains("--allow-external-data"), "{without}");
+    let after = ok(&["run", ok_model, "--backend", "interp", "--allow-external-data"]);
+    let before = ok(&["--allow-external-data", "run", ok_model, "--backend", "cpu"]);
+    assert!(!after.is_empty() && after == before, "interp:\n{after}\ncpu:\n{before}");
+    assert!(ok(&["info", ok_model, "--allow-external-data"]).contains("import: ok"));
+    let escape = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_hostile/external_dotdot.onnx");
+    fails(&["run", escape, "--allow-external-data"], &["external_dotdot.onnx"]);
 }

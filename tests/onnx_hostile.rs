@@ -272,7 +272,8 @@ fn external_data_inside_the_folder_loads_when_enabled() {
 #[cfg(unix)]
 #[test]
 fn external_data_symlink_escape_is_refused() {
-    let tmp = std::env::temp_dir().join(format!("ladder-onnx-symlink-{}", std::process::id()));
+    let tmp =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ladder-onnx-symlink-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(tmp.join("model")).unwrap();
     std::fs::write(tmp.join("outside.bin"), [0u8; 8]).unwrap();

@@ -484,7 +484,7 @@ fn bin() -> &'static str {
 
 #[test]
 fn cli_runs_dumps_and_describes_onnx_files() {
-    let dir = std::env::temp_dir().join(format!("ladder-onnx-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ladder-onnx-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let n = vec![node("MatMul", &["x", "w"], &["h"], vec![]), node("Relu", &["h"], &["y"], vec![])];

@@ -149,3 +149,27 @@ fn bad_calls_are_typed_errors() {
     assert!(s.run(&[]).unwrap_err().to_string().contains("inputs"));
     assert_eq!(s.compilations(), 0);
 }
+
+/// Inputs by name, in any order, and outputs with their names: the same numbers as the
+/// positional call; unknown, repeated and missing names are typed errors naming them.
+#[test]
+fn inputs_and_outputs_by_name() {
+    let case = corpus().join("bert_ts");
+    let s = session(&case, native(1));
+    let (inputs, _) = data_sets(&case, &s).swap_remove(0);
+    let names: Vec<String> = s.inputs().iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, ["input_ids", "attention_mask"]);
+    let positional = s.run(&inputs).unwrap().outputs;
+    let named = s.run_named(vec![("attention_mask", inputs[1].clone()), ("input_ids", inputs[0].clone())]).unwrap();
+    assert_eq!(named.len(), positional.len());
+    for ((name, got), want) in named.iter().zip(&positional) {
+        assert_eq!(name, "embedding");
+        assert!(got.bit_eq(want), "{name}");
+    }
+    let e = s.run_named(vec![("input_ids", inputs[0].clone()), ("mask", inputs[1].clone())]).unwrap_err();
+    assert!(e.to_string().contains("no input `mask`") && e.to_string().contains("attention_mask"), "{e}");
+    let e = s.run_named(vec![("input_ids", inputs[0].clone()), ("input_ids", inputs[0].clone())]).unwrap_err();
+    assert!(e.to_string().contains("`input_ids` is given twice"), "{e}");
+    let e = s.run_named(vec![("input_ids", inputs[0].clone())]).unwrap_err();
+    assert!(e.to_string().contains("not given: attention_mask"), "{e}");
+}

@@ -783,7 +783,8 @@ pub fn gemm_peak_gflops(threads: usize) -> f64 {
 }
 
 /// The machine's f32 multiply-add peak on `threads` threads (GFLOP/s): independent chains of
-/// the widest vector FMA the CPU has (AVX-512, else AVX2 with FMA, else scalar `mul_add`), one
+/// the widest vector FMA the CPU has (AVX-512, else AVX2 with FMA; NEON's 128-bit one on
+/// aarch64; else scalar `mul_add`), one
 /// loop per thread on the current rayon pool. No GEMM can beat it; `ladder bench` prints it
 /// next to the GEMM crate's rate so that matmul-bound targets can be read against it.
 pub fn fma_peak_gflops(threads: usize) -> f64 {
@@ -843,6 +844,25 @@ fn fma_chains(iters: usize) -> (f32, usize) {
             return (unsafe { avx2(iters) }, 12 * 8 * 2);
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::aarch64::*;
+        #[target_feature(enable = "neon")]
+        unsafe fn neon(iters: usize) -> f32 {
+            let (a, b) = (vdupq_n_f32(0.999_999), vdupq_n_f32(1e-7));
+            let mut acc = [vdupq_n_f32(1.0); 12];
+            for _ in 0..iters {
+                for c in acc.iter_mut() {
+                    *c = vfmaq_f32(b, *c, a);
+                }
+            }
+            acc.iter().map(|&c| vaddvq_f32(c)).sum()
+        }
+        if crate::backend::cpu::isa::active() > crate::backend::cpu::isa::Isa::Portable {
+            // SAFETY: NEON is part of the aarch64 baseline (every aarch64 CPU has it).
+            return (unsafe { neon(iters) }, 12 * 4 * 2);
+        }
+    }
     let mut acc = [1f32; 12];
     for _ in 0..iters {
         for c in acc.iter_mut() {
@@ -883,6 +903,7 @@ impl Measurement {
         self.flops / (self.timing.median_us * 1e3)
     }
 
+    #[cfg(feature = "cli")]
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "workload": self.workload,

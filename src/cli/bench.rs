@@ -84,7 +84,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             // The graph for every shape, or the one specialized for these inputs (their shapes
             // and the values the model's graph depends on).
             let interp = super::run::compile_options(Backend::Interp, false, false, 1)?;
-            let g = super::run::session(model, interp)?.plan_for(&inputs)?.graph().clone();
+            let g = super::run::session(model, Some(path), interp)?.plan_for(&inputs)?.graph().clone();
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
             work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
         }

@@ -104,9 +104,15 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         no_recover: args.no_recover,
     };
     let inputs = prepare_inputs(&declared, &run_args)?;
-    let reference =
-        Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)?.run(&inputs)?.outputs;
-    let checked = session(model, compile_options(which, !args.no_recover, false, run_args.threads())?)?;
+    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)
+        .map_err(|e| match (e, &args.model) {
+            (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.clone(), error },
+            (e, _) => Error::from(e),
+        })?
+        .run(&inputs)?
+        .outputs;
+    let checked =
+        session(model, args.model.as_deref(), compile_options(which, !args.no_recover, false, run_args.threads())?)?;
     let got = run_session(&checked, &inputs)?.outputs;
     let names = checked.model().output_names();
     let mut failed = Vec::new();

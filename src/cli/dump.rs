@@ -1,14 +1,28 @@
-//! `ladder dump`: print a model in the text form.
+//! `ladder dump`: print a model in the text form, or draw it as a Graphviz graph.
 
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use ladder::passes::STAGES;
 use ladder::text::PrintOptions;
 
 use super::{model, Error};
 
+/// What `dump` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The text form (kernel program text at `--stage kernels`).
+    Text,
+    /// A Graphviz DOT digraph: one node per value (per buffer and step at `--stage kernels`,
+    /// each kernel a cluster of its stages).
+    Dot,
+    /// That digraph rendered to SVG by Graphviz's `dot` program, which must be on PATH.
+    Svg,
+}
+
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Example: ladder dump --stage kernels --recover --format dot > encoder.dot")]
 pub struct DumpArgs {
     /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
@@ -46,6 +60,11 @@ pub struct DumpArgs {
     /// the plain prims the reference mode runs.
     #[arg(long)]
     pub recover: bool,
+    /// `text` (the text form), `dot` (a Graphviz digraph of the stage: values and their
+    /// uses; at `--stage kernels` buffers and steps, each kernel a cluster, recovered library
+    /// ops coloured) or `svg` (the digraph rendered by Graphviz's `dot`, which must be on PATH).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 /// The model lowered and scheduled (from its recovered graph with `recover`), for the
@@ -67,12 +86,23 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     if !STAGES.contains(&args.stage.as_str()) {
         return Err(Error::Arguments(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
     }
+    if args.format != Format::Text {
+        let flag = [("--stats", args.stats), ("--explain", args.explain), ("--clif", args.clif), ("--asm", args.asm)]
+            .into_iter()
+            .find_map(|(flag, on)| on.then_some(flag));
+        if let Some(flag) = flag {
+            return Err(Error::Arguments(format!("{flag} goes with --format text")));
+        }
+    }
     let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }
     if args.recover && args.stage != "kernels" {
         return Err(Error::Arguments("--recover goes with --stage kernels".into()));
+    }
+    if args.format != Format::Text {
+        return draw(args, &g, out);
     }
     if args.clif || args.asm {
         if args.stage != "kernels" {
@@ -115,4 +145,93 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     let text = ladder::passes::dump(&g, &args.stage, &options)
         .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", args.stage)))?;
     out.write_all(text.as_bytes()).map_err(Error::Stdout)
+}
+
+/// `--format dot|svg`: the stage's graph (or program) as DOT, rendered to SVG for `svg`.
+fn draw(args: &DumpArgs, g: &ladder::Graph, out: &mut dyn Write) -> Result<(), Error> {
+    use ladder::text::dot::{graph_to_dot_with, program_to_dot_with, DotOptions};
+    let title = format!("{}: {}", g.name, args.stage);
+    let dot = if args.stage == "kernels" {
+        let (s, _) = scheduled(g, args.recover)?;
+        let title = if args.recover { format!("{title} (recovered)") } else { title };
+        program_to_dot_with(&s.program, &DotOptions { title: Some(title), mark_recovered: true })
+    } else {
+        let graph = stage_graph(g, &args.stage)?;
+        let options = DotOptions { title: Some(title), mark_recovered: args.stage == "recovered" };
+        graph_to_dot_with(&graph, &options)
+    };
+    let bytes = match args.format {
+        Format::Svg => render_svg(&dot)?,
+        Format::Dot | Format::Text => dot.into_bytes(),
+    };
+    out.write_all(&bytes).map_err(Error::Stdout)
+}
+
+/// The graph of rung `stage` (not `kernels`), each pass verified as `ladder::passes::dump`
+/// does; runs the passes only as far as that rung.
+fn stage_graph(g: &ladder::Graph, stage: &str) -> Result<ladder::Graph, Error> {
+    use ladder::ir::verify::{verify, Stage};
+    use ladder::passes::PipelineError;
+    let check = |pass: &'static str, g: &ladder::Graph, s: Stage| {
+        verify(g, s).map_err(|errors| PipelineError::Invalid { pass, errors })
+    };
+    let lowered = (|| -> Result<ladder::Graph, PipelineError> {
+        check("input", g, Stage::HighLevel)?;
+        if stage == "parsed" {
+            return Ok(g.clone());
+        }
+        let functional = ladder::passes::functionalize(g)?;
+        check("functionalize", &functional.graph, Stage::Functional)?;
+        if stage == "functional" {
+            return Ok(functional.graph);
+        }
+        let prims = ladder::passes::decompose(&functional.graph)?;
+        check("decompose", &prims, Stage::Prims)?;
+        if stage == "prims" {
+            return Ok(prims);
+        }
+        let simplified = ladder::passes::simplify(&prims, &ladder::passes::SimplifyOptions::default())?.graph;
+        check("simplify", &simplified, Stage::Prims)?;
+        if stage == "simplified" {
+            return Ok(simplified);
+        }
+        Ok(ladder::recover::recover(&simplified)?.graph)
+    })();
+    lowered.map_err(|e| Error::Usage(format!("cannot lower the model to stage `{stage}`: {e}")))
+}
+
+/// `dot` rendered by Graphviz (`dot -Tsvg`); a usage error (exit status 2) when Graphviz's
+/// `dot` is not on PATH.
+fn render_svg(dot: &str) -> Result<Vec<u8>, Error> {
+    let spawned =
+        Command::new("dot").arg("-Tsvg").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::Arguments(
+                "--format svg needs Graphviz: its `dot` program is not on PATH; install Graphviz, or use \
+                 --format dot and render the DOT text elsewhere"
+                    .into(),
+            ))
+        }
+        Err(e) => return Err(Error::Usage(format!("cannot run Graphviz's `dot`: {e}"))),
+    };
+    let mut stdin = child.stdin.take().expect("dot's stdin is piped");
+    // Writing from another thread while this one reads: `dot` may fill its stdout pipe before
+    // it has read all of its input.
+    let (written, output) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || stdin.write_all(dot.as_bytes()));
+        let output = child.wait_with_output();
+        (writer.join(), output)
+    });
+    let output = output.map_err(|e| Error::Usage(format!("cannot run Graphviz's `dot`: {e}")))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(Error::Usage(format!("Graphviz's `dot -Tsvg` failed ({}): {}", output.status, stderr.trim())));
+    }
+    match written {
+        Ok(Ok(())) => Ok(output.stdout),
+        Ok(Err(e)) => Err(Error::Usage(format!("cannot write the graph to Graphviz's `dot`: {e}"))),
+        Err(_) => Err(Error::Usage("cannot write the graph to Graphviz's `dot`".into())),
+    }
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ladder::frontend::onnx::{self, ImportError, ImportOptions};
+use ladder::frontend::onnx::{self, ImportError};
 
 use super::Error;
 
@@ -17,7 +17,7 @@ pub struct InfoArgs {
 }
 
 pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
-    let options = ImportOptions::default();
+    let options = super::model::import_options();
     let path = &args.model;
     let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
     let bytes = onnx::read_bounded(path, options.max_total_bytes).map_err(onnx_err)?;

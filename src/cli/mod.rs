@@ -25,6 +25,10 @@ use ladder::interp::InterpError;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Let ONNX models read tensor data kept in files beside them (external data). Only plain
+    /// relative paths inside the model's folder are read, within the import size limits
+    #[arg(long, global = true)]
+    allow_external_data: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -33,7 +37,7 @@ enum Command {
     Ops(ops::OpsArgs),
     /// Run a model (compiled for the CPU by default) and summarise (or save) its outputs.
     Run(run::RunArgs),
-    /// Print a model in the text form.
+    /// Print a model in the text form, or draw it as a Graphviz graph (`--format dot|svg`).
     Dump(dump::DumpArgs),
     /// Run a model on a backend and on the interpreter (precise mode) and compare the outputs.
     Check(check::CheckArgs),
@@ -117,6 +121,10 @@ fn note(message: &str) {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    model::set_import_options(ladder::frontend::onnx::ImportOptions {
+        allow_external_data: cli.allow_external_data,
+        ..Default::default()
+    });
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let result = match cli.command {

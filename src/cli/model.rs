@@ -2,6 +2,9 @@
 //! example (`ladder::Model`).
 
 use std::path::Path;
+use std::sync::OnceLock;
+
+use ladder::frontend::onnx::ImportOptions;
 
 use ladder::models::{example_encoder, EXAMPLE_ENCODER_OPS};
 use ladder::ops::coverage;
@@ -9,11 +12,24 @@ use ladder::{Graph, Model};
 
 use super::Error;
 
+/// How every command imports ONNX files (`--allow-external-data`); set once, at start-up.
+static IMPORT_OPTIONS: OnceLock<ImportOptions> = OnceLock::new();
+
+/// Sets the import options of this process's commands (the first call wins).
+pub fn set_import_options(options: ImportOptions) {
+    let _ = IMPORT_OPTIONS.set(options);
+}
+
+/// The import options the command line asked for (the library's defaults otherwise).
+pub fn import_options() -> ImportOptions {
+    IMPORT_OPTIONS.get().cloned().unwrap_or_default()
+}
+
 /// The model in `path` (text form or ONNX), or the built-in example encoder when there is
 /// no path.
 pub fn load(path: Option<&Path>) -> Result<Model, Error> {
     match path {
-        Some(path) => Ok(Model::load(path)?),
+        Some(path) => Ok(Model::load_with(path, &import_options())?),
         None => Ok(Model::from_graph(built_in()?)),
     }
 }

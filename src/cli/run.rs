@@ -102,9 +102,13 @@ pub fn compile_options(
 }
 
 /// A session for `model`, with a note when its plans are specialized per call.
-pub fn session(model: Model, options: CompileOptions) -> Result<Session, Error> {
+/// A session for `model` (read from `path`, which import errors then name).
+pub fn session(model: Model, path: Option<&std::path::Path>, options: CompileOptions) -> Result<Session, Error> {
     let backend = options.backend;
-    let session = Session::new(model, options)?;
+    let session = Session::new(model, options).map_err(|e| match (e, path) {
+        (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.to_path_buf(), error },
+        (e, _) => Error::from(e),
+    })?;
     if let Some(why) = session.specialized_because() {
         note(&format!(
             "{}: the model is compiled for each call's input shapes and the values its graph depends on ({why})",
@@ -137,6 +141,9 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
             m.naive_bytes
         ));
     }
+    for f in plan.fallbacks() {
+        note(&format!("kernel {} runs on the reference executor: {}", f.kernel, f.why));
+    }
     plan.run(inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))
 }
 
@@ -150,7 +157,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
         .inputs()
         .map_err(|error| Error::Onnx { path: args.model.clone().unwrap_or_default(), error: Box::new(error) })?;
     let inputs = prepare_inputs(&declared, args)?;
-    let session = session(model, compile_options(backend, !args.no_recover, args.precise, args.threads())?)?;
+    let session = session(
+        model,
+        args.model.as_deref(),
+        compile_options(backend, !args.no_recover, args.precise, args.threads())?,
+    )?;
     let outs = run_session(&session, &inputs)?;
     for (i, _) in &outs.mutated_inputs {
         note(&format!("input `{}` is mutated in place by the model", declared[*i].0));

@@ -265,7 +265,7 @@ fn read_external(
     let location = location.ok_or_else(|| err("no location is given".into()))?;
     check_location(location).map_err(&err)?;
     if !options.allow_external_data {
-        return Err(err(format!("reading `{location}` is disabled (external data is off by default)")));
+        return Err(err(format!("reading `{location}` is disabled (external data is off by default: `ImportOptions::allow_external_data`, `--allow-external-data` on the command line)")));
     }
     let dir = dir.ok_or_else(|| err("the model was not loaded from a file, so it has no folder".into()))?;
     if let Some(len) = length {
