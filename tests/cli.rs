@@ -478,3 +478,26 @@ fn external_data_needs_the_flag_and_stays_in_the_models_folder() {
     let escape = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_hostile/external_dotdot.onnx");
     fails(&["run", escape, "--allow-external-data"], &["external_dotdot.onnx"]);
 }
+
+/// Progress is drawn only on a terminal: piped stderr carries notes and nothing else (no
+/// carriage returns, no escape sequences); `--quiet` (anywhere on the line) drops the notes
+/// too, and leaves stdout as it was.
+#[test]
+fn piped_output_has_no_progress_and_quiet_has_no_notes() {
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus");
+    for args in
+        [vec!["run"], vec!["conformance", corpus, "--filter", "vad"], vec!["bench", "--workload", "W9", "--runs", "3"]]
+    {
+        let o = ladder(&args);
+        assert!(o.status.success(), "ladder {args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(!err.contains('\r') && !err.contains('\u{1b}'), "ladder {args:?} drew progress into a pipe:\n{err:?}");
+        let quiet = ladder(&[&["-q"][..], &args[..]].concat());
+        assert!(quiet.status.success());
+        assert_eq!(stderr(&quiet), "", "ladder -q {args:?} wrote to stderr");
+        if args[0] != "bench" {
+            assert_eq!(stdout(&quiet), stdout(&o), "ladder -q {args:?} changed stdout");
+        }
+    }
+    assert!(stderr(&ladder(&["run"])).contains("note: "), "notes are on by default");
+}

@@ -20,7 +20,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = vec![1usize, 2])]
     pub threads: Vec<usize>,
     /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: Option<usize>,
     /// Print a JSON array of results instead of a table.
     #[arg(long)]
@@ -37,8 +37,8 @@ pub struct BenchArgs {
     /// Size of a symbolic input dim of the model (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
-    /// as generated kernels instead of recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu, silu, sigmoid
+    /// and attention as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
     /// With `--backend cpu`: multiply by constant weights through the `gemm` crate instead of
@@ -92,22 +92,28 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             if !args.inputs.is_empty() || !args.dims.is_empty() {
                 return Err(Error::Arguments("--input and --dim apply to a model file only".into()));
             }
-            for name in bench::select(&args.workloads).map_err(usage)? {
+            for name in bench::select(&args.workloads).map_err(|e| Error::Arguments(e.to_string()))? {
                 work.push(bench::workload(name).map_err(usage)?);
             }
         }
     }
+    if backend == Backend::Interp && args.profile {
+        return Err(Error::Arguments("--profile times the steps of a compiled plan: use --backend cpu".into()));
+    }
+    if args.profile && args.json {
+        return Err(Error::Arguments("--profile prints a table; it does not go with --json".into()));
+    }
     if backend == Backend::Interp {
-        if args.profile {
-            return Err(Error::Arguments("--profile times the steps of a compiled plan: use --backend cpu".into()));
-        }
         note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
     }
     let mut floors = Floors::default();
     let mut results: Vec<Measurement> = Vec::new();
     for w in &work {
         for &threads in &args.threads {
-            let m = bench::run(w, backend, threads, args.runs, &mut floors, native).map_err(usage)?;
+            let m = super::progress::spin(&format!("{} at {threads} thread(s)", w.name), || {
+                bench::run(w, backend, threads, args.runs, &mut floors, native)
+            })
+            .map_err(usage)?;
             if !args.json {
                 if results.is_empty() {
                     writeln!(
@@ -144,7 +150,10 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 out.flush().map_err(Error::Stdout)?;
             }
             if args.profile && backend == Backend::Cpu && !args.json {
-                let steps = bench::profile(w, threads, args.runs.unwrap_or(20), native).map_err(usage)?;
+                let steps = super::progress::spin(&format!("profiling {} at {threads} thread(s)", w.name), || {
+                    bench::profile(w, threads, args.runs.unwrap_or(20), native)
+                })
+                .map_err(usage)?;
                 let total: f64 = steps.iter().map(|s| s.median_us).sum();
                 for s in &steps {
                     let share = if total > 0.0 { 100.0 * s.median_us / total } else { 0.0 };

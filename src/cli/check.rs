@@ -39,8 +39,8 @@ pub struct CheckArgs {
     /// Relative tolerance (default: max(1e-5, 16 eps of each output's dtype)).
     #[arg(long, value_name = "X")]
     pub rtol: Option<f64>,
-    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
-    /// as generated kernels instead of recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu, silu, sigmoid
+    /// and attention as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
 }
@@ -104,13 +104,16 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         no_recover: args.no_recover,
     };
     let inputs = prepare_inputs(&declared, &run_args)?;
-    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)
-        .map_err(|e| match (e, &args.model) {
-            (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.clone(), error },
-            (e, _) => Error::from(e),
-        })?
-        .run(&inputs)?
-        .outputs;
+    let reference =
+        Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?).map_err(|e| {
+            match (e, &args.model) {
+                (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.clone(), error },
+                (e, _) => Error::from(e),
+            }
+        })?;
+    let reference =
+        super::progress::spin("running on the interpreter (precise)", || reference.run(&inputs).map_err(Error::from))?
+            .outputs;
     let checked =
         session(model, args.model.as_deref(), compile_options(which, !args.no_recover, false, run_args.threads())?)?;
     let got = run_session(&checked, &inputs)?.outputs;

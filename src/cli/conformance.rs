@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ladder::frontend::onnx::conformance::{self, CaseResult, Verdict};
-use ladder::frontend::onnx::ImportOptions;
 use ladder::runtime::{Backend, CompileOptions};
 
 use super::{note, BackendArg, Error};
@@ -51,7 +50,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     if cases.is_empty() {
         return Err(Error::Usage(format!("no cases (folders with model.onnx) in `{}`", args.dir.display())));
     }
-    let options = ImportOptions::default();
+    let options = super::model::import_options();
     let compile = match backend_kind {
         Backend::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
         Backend::Interp => CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() },
@@ -60,11 +59,14 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     let quiet_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut results: Vec<CaseResult> = Vec::new();
+    let bar = super::progress::bar(cases.len(), &format!("conformance ({})", args.backend.name()));
     for case in &cases {
         let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        bar.inc(1);
         if args.filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
+        bar.set_message(name.clone());
         if let Some(reason) = deny.get(&name) {
             results.push(CaseResult {
                 name,
@@ -78,6 +80,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
         results.push(conformance::run_case_guarded(case, &options, &compile));
     }
     std::panic::set_hook(quiet_hook);
+    bar.finish_and_clear();
     let count = |v: Verdict| results.iter().filter(|r| r.verdict == v).count();
     let (passed, failed, unsupported, denied) =
         (count(Verdict::Passed), count(Verdict::Failed), count(Verdict::Unsupported), count(Verdict::Denied));

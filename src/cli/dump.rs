@@ -56,7 +56,7 @@ pub struct DumpArgs {
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = super::run::parse_dim)]
     pub dims: Vec<(String, u64)>,
     /// With `--stage kernels`: schedule the graph recovery produces (library kernels for
-    /// softmax, norms, gelu and attention), which is what `--backend cpu` runs, instead of
+    /// softmax, norms, gelu, silu, sigmoid and attention), which is what `--backend cpu` runs, instead of
     /// the plain prims the reference mode runs.
     #[arg(long)]
     pub recover: bool,

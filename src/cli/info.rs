@@ -19,6 +19,12 @@ pub struct InfoArgs {
 pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
     let options = super::model::import_options();
     let path = &args.model;
+    if path.extension().is_some_and(|e| e == "lad") {
+        return Err(Error::Arguments(format!(
+            "`{}` is ladder's text form; `info` describes ONNX files (`ladder dump --stats` counts a text-form model's ops)",
+            path.display()
+        )));
+    }
     let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
     let bytes = onnx::read_bounded(path, options.max_total_bytes).map_err(onnx_err)?;
     let model = onnx::decode(&bytes, &options).map_err(onnx_err)?;

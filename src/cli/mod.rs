@@ -9,6 +9,7 @@ mod info;
 mod model;
 mod npy;
 mod ops;
+mod progress;
 mod run;
 
 use std::io::{self, Write};
@@ -29,6 +30,10 @@ struct Cli {
     /// relative paths inside the model's folder are read, within the import size limits
     #[arg(long, global = true)]
     allow_external_data: bool,
+    /// No progress display and no notes on stderr (errors still print). Progress is only ever
+    /// drawn when stderr is a terminal
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,11 +121,15 @@ pub fn machine_threads() -> usize {
 
 /// Writes a note to stderr (where everything that is not the command's result goes).
 fn note(message: &str) {
+    if progress::quiet() {
+        return;
+    }
     let _ = writeln!(io::stderr(), "note: {message}");
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     model::set_import_options(ladder::frontend::onnx::ImportOptions {
         allow_external_data: cli.allow_external_data,
         ..Default::default()

@@ -29,7 +29,10 @@ pub fn import_options() -> ImportOptions {
 /// no path.
 pub fn load(path: Option<&Path>) -> Result<Model, Error> {
     match path {
-        Some(path) => Ok(Model::load_with(path, &import_options())?),
+        Some(path) => {
+            let what = format!("loading {}", path.display());
+            Ok(super::progress::spin(&what, || Model::load_with(path, &import_options()))?)
+        }
         None => Ok(Model::from_graph(built_in()?)),
     }
 }

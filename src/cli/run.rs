@@ -26,7 +26,8 @@ pub struct RunArgs {
     /// Where to run [default: cpu; interp with --precise].
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
-    /// Threads for the CPU backend [default: the machine's, here as elsewhere].
+    /// Threads for the CPU backend [default: the machine's available threads; the interpreter
+    /// runs on one].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub threads: Option<u64>,
     /// Write each output to DIR/<output-name>.npy (the directory is created).
@@ -39,11 +40,12 @@ pub struct RunArgs {
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
     /// Evaluate float ops in f64 without rounding to each op's dtype (outputs come back f64):
-    /// a mode of the interpreter, which it selects unless --backend says otherwise.
+    /// a mode of the interpreter, so it selects `--backend interp` (with `--backend cpu` it is
+    /// an error).
     #[arg(long)]
     pub precise: bool,
-    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu and attention
-    /// as generated kernels instead of recovering them into library kernels (to compare the two).
+    /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu, silu, sigmoid
+    /// and attention as generated kernels instead of recovering them into library kernels (to compare the two).
     #[arg(long)]
     pub no_recover: bool,
 }
@@ -101,13 +103,17 @@ pub fn compile_options(
     })
 }
 
-/// A session for `model`, with a note when its plans are specialized per call.
-/// A session for `model` (read from `path`, which import errors then name).
+/// A session for `model` (read from `path`, which import errors then name), with a note when
+/// its plans are specialized per call.
 pub fn session(model: Model, path: Option<&std::path::Path>, options: CompileOptions) -> Result<Session, Error> {
     let backend = options.backend;
-    let session = Session::new(model, options).map_err(|e| match (e, path) {
-        (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.to_path_buf(), error },
-        (e, _) => Error::from(e),
+    let session = super::progress::spin("compiling", || {
+        Session::new(model, options).map_err(|e| match (e, path) {
+            (ladder::session::SessionError::Import(error), Some(path)) => {
+                Error::Onnx { path: path.to_path_buf(), error }
+            }
+            (e, _) => Error::from(e),
+        })
     })?;
     if let Some(why) = session.specialized_because() {
         note(&format!(
@@ -122,7 +128,7 @@ pub fn session(model: Model, path: Option<&std::path::Path>, options: CompileOpt
 /// every compilation beyond the first.
 pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outputs, Error> {
     let before = session.compilations();
-    let plan = session.plan_for(inputs)?;
+    let plan = super::progress::spin("compiling for these inputs", || session.plan_for(inputs).map_err(Error::from))?;
     let compiled = session.compilations() - before;
     if session.general_plan().is_none() && compiled > 0 {
         let shapes: Vec<String> = inputs.iter().map(|t| format!("{:?}", t.shape())).collect();
@@ -144,7 +150,7 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
     for f in plan.fallbacks() {
         note(&format!("kernel {} runs on the reference executor: {}", f.kernel, f.why));
     }
-    plan.run(inputs).map_err(|e| Error::Usage(format!("the run failed: {e}")))
+    super::progress::spin("running", || plan.run(inputs)).map_err(|e| Error::Usage(format!("the run failed: {e}")))
 }
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {

@@ -683,8 +683,15 @@ impl Plan {
         let mut st = RunState::default();
         self.bind(&mut st, inputs)?;
         self.layout(&mut st)?;
-        let naive =
-            st.bytes.iter().map(|&b| memory::align_up(b).unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
+        // Only the temporaries (the buffers with a lifetime in the arena): inputs, constants
+        // and outputs have memory of their own.
+        let naive = st
+            .bytes
+            .iter()
+            .zip(&self.life)
+            .filter(|(_, life)| life.is_some())
+            .map(|(&b, _)| memory::align_up(b).unwrap_or(usize::MAX))
+            .fold(0usize, usize::saturating_add);
         Ok(MemoryReport {
             arena_bytes: st.arena_bytes,
             naive_bytes: naive,
