@@ -726,6 +726,33 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
+        // The depthwise path (one input channel per group, stride 1): blocks of 32 and 8
+        // columns and an overlapping last block, a 5-wide kernel with asymmetric pads, rows
+        // narrower than one block, two outputs per group, rows wholly in the padding.
+        ConvCase {
+            x: vec![1, 3, 5, 77],
+            w: vec![3, 1, 3, 5],
+            stride: v(&[]),
+            padding: v(&[2, 1, 0, 3]),
+            dilation: v(&[]),
+            groups: 3,
+        },
+        ConvCase {
+            x: vec![2, 4, 3, 3],
+            w: vec![4, 1, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 4,
+        },
+        ConvCase {
+            x: vec![1, 2, 2, 21],
+            w: vec![4, 1, 3, 3],
+            stride: v(&[]),
+            padding: v(&[3, 1, 3, 1]),
+            dilation: v(&[]),
+            groups: 2,
+        },
         ConvCase {
             x: vec![1, 1, 3, 40],
             w: vec![4, 1, 1, 17],

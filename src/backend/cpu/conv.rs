@@ -569,9 +569,107 @@ unsafe fn direct_plane_avx2<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane
     direct_plane_generic(geom, x, w, plane_idx, dst)
 }
 
+/// Elements of the row buffer [`depthwise_plane`] keeps on the stack (`kh` padded rows).
+const DEPTHWISE_ROWS: usize = 4096;
+
+/// Whether [`depthwise_plane`] computes `geom`'s planes: one input channel per group, two
+/// spatial dims, stride and dilation 1, and `kh` padded input rows that fit its row buffer.
+fn depthwise_applies(geom: &ConvGeom) -> bool {
+    let ones = |v: &Dims| v.iter().all(|&s| s == 1);
+    geom.in_sp.len() == 2
+        && geom.in_ch == geom.groups
+        && ones(&geom.stride)
+        && ones(&geom.dilation)
+        && geom.k_sp[0] * (geom.in_sp[1] + geom.pad_b[1] + geom.pad_e[1]) <= DEPTHWISE_ROWS
+        && geom.out_sp[1] + geom.k_sp[1] == geom.in_sp[1] + geom.pad_b[1] + geom.pad_e[1] + 1
+}
+
+/// One output plane of a depthwise convolution ([`depthwise_applies`]). Each output row
+/// copies its `kh` input rows, padding included as literal zeros (rows wholly in the padding
+/// are zeros), into a row buffer, so every column runs one loop the compiler vectorizes:
+/// `out[c] += row[c + j] * w` tap by tap. The taps go in the interpreter's order (kernel
+/// row, then column) with two roundings each, from `+0`, as [`direct_plane_generic`] does,
+/// so the same bits; padding taking part as zeros is the op's own meaning (`0 * inf` is NaN).
+#[inline(always)]
+fn depthwise_plane<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx: usize, dst: &mut [T]) {
+    let (bi, oc) = (plane_idx / geom.out_ch, plane_idx % geom.out_ch);
+    let og = geom.out_ch / geom.groups;
+    let (ih, iw) = (geom.in_sp[0], geom.in_sp[1]);
+    let (kh, kw) = (geom.k_sp[0], geom.k_sp[1]);
+    let (oh, ow) = (geom.out_sp[0], geom.out_sp[1]);
+    let (pt, pl) = (geom.pad_b[0], geom.pad_b[1]);
+    let pw = iw + pl + geom.pad_e[1];
+    let plane = &x[(bi * geom.in_ch + oc / og) * ih * iw..][..ih * iw];
+    let taps = &w[oc * kh * kw..][..kh * kw];
+    // A ring of the `kh` padded input rows the current output row reads: padded row `r`
+    // (input row `r - pt`) lives in slot `r % kh`, and each output row loads one new row.
+    let mut ring: SmallVec<[T; DEPTHWISE_ROWS]> = SmallVec::from_elem(T::zero(), kh * pw);
+    let mut rows: SmallVec<[usize; 16]> = SmallVec::from_elem(0, kh);
+    let mut loaded = 0;
+    for (oy, out) in dst.chunks_exact_mut(ow).take(oh).enumerate() {
+        while loaded < oy + kh {
+            let slot = &mut ring[(loaded % kh) * pw..][..pw];
+            match loaded.checked_sub(pt).filter(|&iy| iy < ih) {
+                Some(iy) => slot[pl..pl + iw].copy_from_slice(&plane[iy * iw..(iy + 1) * iw]),
+                None => slot[pl..pl + iw].fill(T::zero()),
+            }
+            loaded += 1;
+        }
+        // Where each kernel row's padded input row starts in the ring.
+        for (ky, at) in rows.iter_mut().enumerate() {
+            *at = ((oy + ky) % kh) * pw;
+        }
+        let rows = (&ring[..], &rows[..], pw);
+        // Blocks of columns summed in registers over every tap (a last short block overlaps
+        // the one before it and recomputes the same values), then narrower rows.
+        let mut c = 0;
+        while c + 32 <= ow {
+            out[c..c + 32].copy_from_slice(&depthwise_block::<T, 32>(rows, taps, kw, c));
+            c += 32;
+        }
+        while c + 8 <= ow {
+            out[c..c + 8].copy_from_slice(&depthwise_block::<T, 8>(rows, taps, kw, c));
+            c += 8;
+        }
+        if c < ow && ow >= 8 {
+            out[ow - 8..].copy_from_slice(&depthwise_block::<T, 8>(rows, taps, kw, ow - 8));
+        } else {
+            for (c, o) in out.iter_mut().enumerate().skip(c) {
+                *o = depthwise_block::<T, 1>(rows, taps, kw, c)[0];
+            }
+        }
+    }
+}
+
+/// Columns `c..c + V` of one output row of [`depthwise_plane`]: `rows` is the ring of padded
+/// input rows, where each kernel row's row starts, and the padded width.
+#[inline(always)]
+fn depthwise_block<T: Element, const V: usize>(
+    rows: (&[T], &[usize], usize),
+    taps: &[T],
+    kw: usize,
+    c: usize,
+) -> [T; V] {
+    let (ring, starts, pw) = rows;
+    let mut acc = [T::zero(); V];
+    for (&at, taps) in starts.iter().zip(taps.chunks_exact(kw)) {
+        let row = &ring[at..at + pw];
+        for (kx, &wv) in taps.iter().enumerate() {
+            let xs = &row[c + kx..c + kx + V];
+            for (a, &xv) in acc.iter_mut().zip(xs) {
+                *a = T::madd(*a, xv, wv);
+            }
+        }
+    }
+    acc
+}
+
 #[inline(always)]
 fn direct_plane_generic<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx: usize, dst: &mut [T]) {
     const V: usize = 16;
+    if depthwise_applies(geom) {
+        return depthwise_plane(geom, x, w, plane_idx, dst);
+    }
     let (bi, oc) = (plane_idx / geom.out_ch, plane_idx % geom.out_ch);
     let cg = geom.in_ch / geom.groups;
     let og = geom.out_ch / geom.groups;
