@@ -1179,10 +1179,11 @@ fn transposed_reads_vectorize_and_match_interpreter_bitwise() {
         let want = ladder::interp::run(&g, &inputs, &Default::default()).unwrap().outputs;
         let plan = ladder::compile(&g, &ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
         let program = plan.program().unwrap();
-        let strided = program.kernels().any(|k| {
-            ladder::backend::cpu::clif_text(k, program, ladder::backend::cpu::CpuOptions::default())
-                .is_ok_and(|t| t.contains("insertlane"))
-        });
+        // Vectorizing explicitly: the default is scalar under the `portable` ISA cap.
+        let vectorized = ladder::backend::cpu::CpuOptions { vectorize: true, ..Default::default() };
+        let strided = program
+            .kernels()
+            .any(|k| ladder::backend::cpu::clif_text(k, program, vectorized).is_ok_and(|t| t.contains("insertlane")));
         assert!(strided || c < 4, "[{a}, {c}, {b}]: no vectorized transposed read:\n{program}");
         let got = plan.run(&inputs).unwrap().outputs;
         let (g_v, w_v): (Vec<f32>, Vec<f32>) = (got[0].as_f32().unwrap().to_vec(), want[0].as_f32().unwrap().to_vec());
