@@ -467,7 +467,13 @@ fn dump_kernels_recovered_shows_what_the_cpu_backend_runs() {
 #[test]
 fn external_data_needs_the_flag_and_stays_in_the_models_folder() {
     let ok_model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_hostile/external_ok.onnx");
-    fails(&["run", ok_model, "--backend", "interp"], &["external_ok.onnx", "disabled", "--allow-external-data"]);
+    let err =
+        fails(&["run", ok_model, "--backend", "interp"], &["external_ok.onnx", "disabled", "--allow-external-data"]);
+    assert!(
+        !err.contains("random"),
+        "inputs were generated before the import failed:
+{err}"
+    );
     // `info` describes the model either way; its import line says what the flag changes.
     let without = ok(&["info", ok_model]);
     assert!(without.contains("import: fails") && without.contains("--allow-external-data"), "{without}");

@@ -162,12 +162,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
     let declared = model
         .inputs()
         .map_err(|error| Error::Onnx { path: args.model.clone().unwrap_or_default(), error: Box::new(error) })?;
-    let inputs = prepare_inputs(&declared, args)?;
+    // The model is imported (and compiled where it can be) before inputs are generated, so an
+    // import error comes before the notes about generated inputs.
     let session = session(
         model,
         args.model.as_deref(),
         compile_options(backend, !args.no_recover, args.precise, args.threads())?,
     )?;
+    let inputs = prepare_inputs(&declared, args)?;
     let outs = run_session(&session, &inputs)?;
     for (i, _) in &outs.mutated_inputs {
         note(&format!("input `{}` is mutated in place by the model", declared[*i].0));
