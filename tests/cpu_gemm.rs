@@ -726,9 +726,9 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
-        // The depthwise path (one input channel per group, stride 1): blocks of 32 and 8
-        // columns and an overlapping last block, a 5-wide kernel with asymmetric pads, rows
-        // narrower than one block, two outputs per group, rows wholly in the padding.
+        // The depthwise path (one input channel per group, stride 1): rows in blocks of 64,
+        // 32 and 8 columns with an overlapping last block, a 5-wide kernel with asymmetric
+        // pads, rows narrower than one block, two outputs per group, rows wholly in padding.
         ConvCase {
             x: vec![1, 3, 5, 77],
             w: vec![3, 1, 3, 5],
@@ -736,6 +736,14 @@ fn conv_matches_interpreter() {
             padding: v(&[2, 1, 0, 3]),
             dilation: v(&[]),
             groups: 3,
+        },
+        ConvCase {
+            x: vec![1, 2, 4, 40],
+            w: vec![2, 1, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 2,
         },
         ConvCase {
             x: vec![2, 4, 3, 3],

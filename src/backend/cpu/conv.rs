@@ -620,25 +620,38 @@ fn depthwise_plane<T: Element>(geom: &ConvGeom, x: &[T], w: &[T], plane_idx: usi
             *at = ((oy + ky) % kh) * pw;
         }
         let rows = (&ring[..], &rows[..], pw);
-        // Blocks of columns summed in registers over every tap (a last short block overlaps
-        // the one before it and recomputes the same values), then narrower rows.
-        let mut c = 0;
-        while c + 32 <= ow {
-            out[c..c + 32].copy_from_slice(&depthwise_block::<T, 32>(rows, taps, kw, c));
-            c += 32;
-        }
-        while c + 8 <= ow {
-            out[c..c + 8].copy_from_slice(&depthwise_block::<T, 8>(rows, taps, kw, c));
-            c += 8;
-        }
-        if c < ow && ow >= 8 {
-            out[ow - 8..].copy_from_slice(&depthwise_block::<T, 8>(rows, taps, kw, ow - 8));
-        } else {
-            for (c, o) in out.iter_mut().enumerate().skip(c) {
-                *o = depthwise_block::<T, 1>(rows, taps, kw, c)[0];
-            }
+        // Blocks of columns summed in registers over every tap, wide enough that their
+        // independent sums hide the adds' latency; a last block overlaps the one before it
+        // and recomputes the same values. Rows narrower than 8 go one column at a time.
+        if !depthwise_row::<T, 64>(out, rows, taps, kw)
+            && !depthwise_row::<T, 32>(out, rows, taps, kw)
+            && !depthwise_row::<T, 8>(out, rows, taps, kw)
+        {
+            depthwise_row::<T, 1>(out, rows, taps, kw);
         }
     }
+}
+
+/// One output row of [`depthwise_plane`] in blocks of `V` columns, the last one overlapping;
+/// `false`, having done nothing, when the row is narrower than `V`.
+#[inline(always)]
+fn depthwise_row<T: Element, const V: usize>(
+    out: &mut [T],
+    rows: (&[T], &[usize], usize),
+    taps: &[T],
+    kw: usize,
+) -> bool {
+    let ow = out.len();
+    if ow < V {
+        return false;
+    }
+    let mut c = 0;
+    while c < ow {
+        let at = c.min(ow - V);
+        out[at..at + V].copy_from_slice(&depthwise_block::<T, V>(rows, taps, kw, at));
+        c = at + V;
+    }
+    true
 }
 
 /// Columns `c..c + V` of one output row of [`depthwise_plane`]: `rows` is the ring of padded
