@@ -103,14 +103,10 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         precise: false,
         no_recover: args.no_recover,
     };
+    // Imported before inputs are generated, so an import error comes before their notes.
+    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)
+        .map_err(|e| super::run::session_error(e, args.model.as_deref()))?;
     let inputs = prepare_inputs(&declared, &run_args)?;
-    let reference =
-        Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?).map_err(|e| {
-            match (e, &args.model) {
-                (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.clone(), error },
-                (e, _) => Error::from(e),
-            }
-        })?;
     let reference =
         super::progress::spin("running on the interpreter (precise)", || reference.run(&inputs).map_err(Error::from))?
             .outputs;

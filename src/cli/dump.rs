@@ -216,7 +216,9 @@ fn render_svg(dot: &str) -> Result<Vec<u8>, Error> {
         }
         Err(e) => return Err(Error::Usage(format!("cannot run Graphviz's `dot`: {e}"))),
     };
-    let mut stdin = child.stdin.take().expect("dot's stdin is piped");
+    let Some(mut stdin) = child.stdin.take() else {
+        return Err(Error::Usage("cannot write to Graphviz's `dot`: its input is not a pipe".into()));
+    };
     // Writing from another thread while this one reads: `dot` may fill its stdout pipe before
     // it has read all of its input.
     let (written, output) = std::thread::scope(|scope| {

@@ -103,18 +103,20 @@ pub fn compile_options(
     })
 }
 
+/// A session error as the CLI reports it: an import error names the model file `path`.
+pub fn session_error(e: ladder::session::SessionError, path: Option<&std::path::Path>) -> Error {
+    match (e, path) {
+        (ladder::session::SessionError::Import(error), Some(path)) => Error::Onnx { path: path.to_path_buf(), error },
+        (e, _) => Error::from(e),
+    }
+}
+
 /// A session for `model` (read from `path`, which import errors then name), with a note when
 /// its plans are specialized per call.
 pub fn session(model: Model, path: Option<&std::path::Path>, options: CompileOptions) -> Result<Session, Error> {
     let backend = options.backend;
-    let session = super::progress::spin("compiling", || {
-        Session::new(model, options).map_err(|e| match (e, path) {
-            (ladder::session::SessionError::Import(error), Some(path)) => {
-                Error::Onnx { path: path.to_path_buf(), error }
-            }
-            (e, _) => Error::from(e),
-        })
-    })?;
+    let session =
+        super::progress::spin("compiling", || Session::new(model, options).map_err(|e| session_error(e, path)))?;
     if let Some(why) = session.specialized_because() {
         note(&format!(
             "{}: the model is compiled for each call's input shapes and the values its graph depends on ({why})",

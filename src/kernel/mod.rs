@@ -138,6 +138,19 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// The name the kernel text form (and its drawings) use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Argmax => "argmax",
+            ReduceOp::SumExp => "sumexp",
+            ReduceOp::SumExpFinite => "sumexp_finite",
+        }
+    }
+
     /// Whether this is one of the fused `Σ exp(x - max)` accumulators.
     pub fn is_sum_exp(self) -> bool {
         matches!(self, ReduceOp::SumExp | ReduceOp::SumExpFinite)

@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write};
 
-use super::{Instr, Kernel, Program, ReduceOp, Scalar, Stage, Step};
+use super::{Instr, Kernel, Program, Scalar, Stage, Step};
 use crate::ir::write_float;
 
 impl fmt::Display for Program {
@@ -89,15 +89,7 @@ fn write_stage(f: &mut fmt::Formatter<'_>, i: usize, stage: &Stage) -> fmt::Resu
     let inner: Vec<String> = stage.inner.iter().map(|d| d.to_string()).collect();
     write!(f, "  stage {i} inner [{}]", inner.join(", "))?;
     for (k, acc) in stage.accumulators.iter().enumerate() {
-        let op = match acc.op {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-            ReduceOp::Argmax => "argmax",
-            ReduceOp::SumExp => "sumexp",
-            ReduceOp::SumExpFinite => "sumexp_finite",
-        };
+        let op = acc.op.name();
         write!(f, " acc{k}={op}:{}->{}", acc.dtype, acc.result)?;
     }
     writeln!(f)?;

@@ -23,7 +23,7 @@
 use std::fmt::Write;
 
 use crate::ir::{DType, Graph, Shape, Value};
-use crate::kernel::{Buffer, BufferKind, Instr, Kernel, LibraryCall, Program, ReduceOp, Stage, Step};
+use crate::kernel::{Buffer, BufferKind, Instr, Kernel, LibraryCall, Program, Stage, Step};
 use crate::ops::{OpKind, Rung};
 use crate::recover::RECOVERABLE;
 
@@ -399,22 +399,10 @@ fn stage_lines(j: usize, stage: &Stage) -> Vec<String> {
         lines.push("store".to_string());
     }
     if !stage.accumulators.is_empty() {
-        let accs: Vec<&str> = stage.accumulators.iter().map(|a| reduce_name(a.op)).collect();
+        let accs: Vec<&str> = stage.accumulators.iter().map(|a| a.op.name()).collect();
         lines.push(format!("acc: {}", accs.join(", ")));
     }
     lines
-}
-
-fn reduce_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Prod => "prod",
-        ReduceOp::Max => "max",
-        ReduceOp::Min => "min",
-        ReduceOp::Argmax => "argmax",
-        ReduceOp::SumExp => "sumexp",
-        ReduceOp::SumExpFinite => "sumexp_finite",
-    }
 }
 
 #[cfg(test)]
