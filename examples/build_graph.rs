@@ -1,9 +1,10 @@
-//! Building a graph in Rust and running it frame after frame without allocating: a small
-//! MLP head (`softmax(relu(x·W1 + b1)·W2)`) over a batch of any size.
+//! Building a graph in Rust and running it frame after frame on the engine's own buffer
+//! (borrowed, not copied) without allocating: a small MLP head (`softmax(relu(x·W1 + b1)·W2)`)
+//! over a batch of any size.
 //!
 //! `cargo run --release --example build_graph`
 
-use ladder::{CompileOptions, DType, Dim, GraphBuilder, Outputs, Shape, Tensor};
+use ladder::{CompileOptions, DType, Dim, GraphBuilder, Outputs, Shape, Tensor, TensorView};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut b = GraphBuilder::new("head");
@@ -24,13 +25,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The reference interpreter is the oracle; the compiled plan is what an engine runs.
     let plan = ladder::compile(&graph, &CompileOptions::default())?;
     let mut out = Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+    // The engine's frame buffer, refilled in place each frame and lent to the plan as a view.
+    let mut frame_buf = vec![0f32; 4 * 16];
     for frame in 0..3 {
         let batch = 2 + frame;
-        let x =
-            Tensor::from_f32(&[batch, 16], (0..batch * 16).map(|i| (i as f32 * 0.37 + frame as f32).sin()).collect())?;
-        let want = ladder::interp::run(&graph, std::slice::from_ref(&x), &Default::default())?.outputs;
-        // After the first call, `run_into` writes into the tensors of the previous one.
-        plan.run_into(std::slice::from_ref(&x), &mut out)?;
+        let shape = [batch, 16];
+        let rows = &mut frame_buf[..batch * 16];
+        for (i, x) in rows.iter_mut().enumerate() {
+            *x = (i as f32 * 0.37 + frame as f32).sin();
+        }
+        let x = TensorView::new(&frame_buf[..batch * 16], &shape)?;
+        // After the first call, `run_views_into` writes into the tensors of the previous one.
+        plan.run_views_into(&[x], &mut out)?;
+        let want = ladder::interp::run(&graph, &[x.to_tensor()], &Default::default())?.outputs;
         let (got, want) = (out.outputs[0].as_f32().ok_or("f32")?, want[0].as_f32().ok_or("f32")?);
         let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         println!("frame {frame}: batch {batch}, row 0 {:?}, max |plan - interpreter| {worst:.1e}", &got[..4]);

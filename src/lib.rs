@@ -52,7 +52,7 @@ pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
 pub use ops::OpKind;
 pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan, StepTime};
 pub use session::{Model, Session};
-pub use tensor::{Tensor, TensorData};
+pub use tensor::{Element, Tensor, TensorData, TensorView};
 
 /// Loads a model file: ladder's text form (`.lad`) or ONNX (by extension, else by content),
 /// with the default import limits and no external data; [`Model::load_with`] takes

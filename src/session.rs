@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use crate::frontend::onnx::{self, proto::ModelProto, ImportError, ImportOptions, Needs};
 use crate::ir::TensorType;
 use crate::runtime::{compile, CompileError, CompileOptions, Outputs, Plan, RunError};
+use crate::tensor::TensorView;
 use crate::{Graph, Tensor};
 
 /// Most specialized plans (and probes) a session keeps by default.
@@ -324,7 +325,14 @@ impl Session {
 
     /// Runs the model on `inputs` (one per declared input, in order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Outputs, SessionError> {
-        self.plan_for(inputs)?.run(inputs).map_err(SessionError::Run)
+        let views: Vec<TensorView> = inputs.iter().map(TensorView::from).collect();
+        self.plan_for_views(&views)?.run(inputs).map_err(SessionError::Run)
+    }
+
+    /// Runs the model on borrowed inputs (one per declared input, in order), read where they
+    /// lie: see [`TensorView`].
+    pub fn run_views(&self, inputs: &[TensorView]) -> Result<Outputs, SessionError> {
+        self.plan_for_views(inputs)?.run_views(inputs).map_err(SessionError::Run)
     }
 
     /// Runs the model on inputs given by name (every declared input once, in any order);
@@ -359,6 +367,14 @@ impl Session {
         if let Some(p) = &self.general {
             return Ok(Arc::clone(p));
         }
+        self.plan_for_views(&inputs.iter().map(TensorView::from).collect::<Vec<_>>())
+    }
+
+    /// [`Session::plan_for`] borrowed inputs.
+    pub fn plan_for_views(&self, inputs: &[TensorView]) -> Result<Arc<Plan>, SessionError> {
+        if let Some(p) = &self.general {
+            return Ok(Arc::clone(p));
+        }
         self.check_inputs(inputs)?;
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
         let mut key = Key { shapes, values: Vec::new() };
@@ -375,7 +391,7 @@ impl Session {
             match entry {
                 Entry::Plan(p) => return Ok(p),
                 Entry::Probe { name, plan } => {
-                    let mut out = plan.run(inputs)?.outputs;
+                    let mut out = plan.run_views(inputs)?.outputs;
                     let value = out
                         .pop()
                         .ok_or_else(|| SessionError::Probe(format!("the probe for `{name}` has no output")))?;
@@ -389,7 +405,7 @@ impl Session {
                 }
                 Entry::Inputs(which) => {
                     for i in which {
-                        key.values.push((self.inputs[i].0.clone(), Arc::new(inputs[i].clone())));
+                        key.values.push((self.inputs[i].0.clone(), Arc::new(inputs[i].to_tensor())));
                     }
                 }
             }
@@ -405,7 +421,7 @@ impl Session {
 
     /// The count, dtypes and ranks of `inputs` against the declared inputs (the plan checks
     /// the rest), so that a bad call is an error before anything is compiled for it.
-    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), SessionError> {
+    fn check_inputs(&self, inputs: &[TensorView]) -> Result<(), SessionError> {
         if inputs.len() != self.inputs.len() {
             return Err(SessionError::Inputs(format!(
                 "the model has {} inputs but {} were given",

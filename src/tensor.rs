@@ -312,6 +312,132 @@ impl Tensor {
     }
 }
 
+/// An element type a caller's buffer can have: `f32`, `f64`, `f16`, `bf16`, the signed and
+/// unsigned integers of 8 to 64 bits, and `bool`. Sealed: the runtime reads these buffers as
+/// plain bytes, which is sound only for types without padding whose every stored value is
+/// valid.
+pub trait Element: sealed::Sealed + Copy + 'static {
+    /// The tensor element type of a buffer of `Self`.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! elements {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(
+            impl sealed::Sealed for $t {}
+            impl Element for $t {
+                const DTYPE: DType = DType::$d;
+            }
+        )*
+    };
+}
+
+elements!(
+    f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, i16 => I16, i32 => I32,
+    i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64, bool => Bool,
+);
+
+/// A borrowed, read-only tensor: a caller's buffer and its shape, dense and row-major.
+///
+/// Runs take their inputs as views ([`crate::Plan::run_views`], [`crate::Session::run_views`])
+/// so that an engine can run a model on buffers it owns (a frame, an audio block) without
+/// copying them into a [`Tensor`]: the native plan reads a view's elements where they lie.
+/// (The reference executor copies them: it is the oracle, not the fast path.) A `&Tensor`
+/// converts into a view without a copy too.
+///
+/// ```
+/// use ladder::TensorView;
+/// let frame = vec![0.5f32; 2 * 3];
+/// let view = TensorView::new(&frame, &[2, 3]).unwrap();
+/// assert_eq!(view.shape(), &[2, 3]);
+/// assert!(TensorView::new(&frame, &[4, 2]).is_err()); // 6 elements are not [4, 2]
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    /// The elements' memory, aligned for `dtype` (a view is only made from a typed slice).
+    bytes: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// A view of `data` as a tensor of `shape`; an error when the shape's element count is not
+    /// `data.len()`.
+    pub fn new<T: Element>(data: &'a [T], shape: &'a [usize]) -> Result<TensorView<'a>, TensorError> {
+        let expected = checked_numel(shape).ok_or_else(|| TensorError::TooLarge { shape: shape.to_vec() })?;
+        if expected != data.len() {
+            return Err(TensorError::LengthMismatch { shape: shape.to_vec(), expected, got: data.len() });
+        }
+        // SAFETY: `Element` is sealed to plain-data types without padding (floats, integers,
+        // `f16`/`bf16` as u16, bool as one byte), so `data` is `size_of_val(data)` initialised
+        // bytes, borrowed for `'a` as `data` is.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) };
+        Ok(TensorView { dtype: T::DTYPE, shape, bytes })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        self.bytes.len() / self.dtype.size_bytes()
+    }
+
+    /// The elements' memory in native byte order (aligned for the dtype).
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The f32 elements, if this is a view of f32s.
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        if self.dtype != DType::F32 {
+            return None;
+        }
+        // SAFETY: an F32 view was made from a `&'a [f32]` (`new`, or a tensor's F32 data), so
+        // the bytes are aligned f32s of that length.
+        Some(unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<f32>(), self.bytes.len() / 4) })
+    }
+
+    /// An owned copy.
+    pub fn to_tensor(&self) -> Tensor {
+        fn typed<T: Copy>(b: &[u8]) -> Vec<T> {
+            // SAFETY: the view's bytes are aligned `T`s (see `bytes`), every one a valid `T`.
+            unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), b.len() / std::mem::size_of::<T>()) }.to_vec()
+        }
+        let b = self.bytes;
+        let data = match self.dtype {
+            DType::F32 => TensorData::F32(typed(b)),
+            DType::F64 => TensorData::F64(typed(b)),
+            DType::F16 => TensorData::F16(typed(b)),
+            DType::BF16 => TensorData::BF16(typed(b)),
+            DType::I32 => TensorData::I32(typed(b)),
+            DType::I64 => TensorData::I64(typed(b)),
+            DType::Bool => TensorData::Bool(typed(b)),
+            DType::I8 => TensorData::I8(typed(b)),
+            DType::I16 => TensorData::I16(typed(b)),
+            DType::U8 => TensorData::U8(typed(b)),
+            DType::U16 => TensorData::U16(typed(b)),
+            DType::U32 => TensorData::U32(typed(b)),
+            DType::U64 => TensorData::U64(typed(b)),
+        };
+        Tensor { shape: self.shape.to_vec(), data }
+    }
+}
+
+impl<'a> From<&'a Tensor> for TensorView<'a> {
+    fn from(t: &'a Tensor) -> TensorView<'a> {
+        TensorView { dtype: t.dtype(), shape: &t.shape, bytes: t.data.as_bytes() }
+    }
+}
+
 /// The product of `shape`, or `None` on overflow.
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))

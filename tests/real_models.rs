@@ -138,6 +138,34 @@ fn a_run_time_branch_switches_between_cached_plans() {
     assert!(s.compilations() > compiled, "a one-entry cache cannot hold both branches");
 }
 
+/// Borrowed inputs through a session: the voice model run on the engine's own audio buffer
+/// and sample rate (the probe that picks the branch reads the borrowed rate), the same bits
+/// as tensors, with no compilation the tensors' calls did not need.
+#[test]
+fn a_session_runs_on_borrowed_buffers() {
+    let case = corpus().join("vad_ts");
+    let s = session(&case, native(1));
+    let samples: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+    for rate in [16000i64, 8000, 16000] {
+        let rate_buf = [rate];
+        let views =
+            [ladder::TensorView::new(&samples, &[1, 64]).unwrap(), ladder::TensorView::new(&rate_buf, &[]).unwrap()];
+        let got = s.run_views(&views).unwrap().outputs;
+        let compiled = s.compilations();
+        let owned = [Tensor::from_f32(&[1, 64], samples.clone()).unwrap(), Tensor::from_i64(&[], vec![rate]).unwrap()];
+        let want = s.run(&owned).unwrap().outputs;
+        assert_eq!(s.compilations(), compiled, "the tensors' call found the views' plan");
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g.bit_eq(w), "rate {rate}: views {g}, tensors {w}");
+        }
+    }
+    // A view of the wrong dtype is the same typed error as a tensor of it.
+    let rate_f = [16000f32];
+    let views = [ladder::TensorView::new(&samples, &[1, 64]).unwrap(), ladder::TensorView::new(&rate_f, &[]).unwrap()];
+    assert!(s.run_views(&views).unwrap_err().to_string().contains("must be"));
+}
+
 /// A call whose inputs do not fit the model is a typed error before anything compiles.
 #[test]
 fn bad_calls_are_typed_errors() {

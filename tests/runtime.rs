@@ -74,6 +74,58 @@ fn guards_reject_bad_inputs_with_typed_errors_naming_the_input() {
     assert!(matches!(&e, GuardError::Dim { name, axis: 0, dim, .. } if name == "z" && dim == "2*n"), "{e}");
 }
 
+/// Borrowed inputs (`TensorView`) meet the same guards as tensors, with the same typed
+/// errors, on every backend; a view whose shape does not hold its buffer is refused when it is
+/// made.
+#[test]
+fn views_are_guarded_as_tensors_are_on_every_backend() {
+    let g = parse(TWO_INPUTS);
+    let (x, y, z) = ([1.0f32; 8], [1.0f32, 2.0], [1.0f32; 4]);
+    let view = |d: &'static [f32], s: &'static [usize]| ladder::TensorView::new(d, s).unwrap();
+    let x: &'static [f32] = Box::leak(Box::new(x));
+    let (y, z): (&'static [f32], &'static [f32]) = (Box::leak(Box::new(y)), Box::leak(Box::new(z)));
+    let interpreter = CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() };
+    for options in [interpreter, CompileOptions::reference(), CompileOptions::native_cpu(2).unwrap()] {
+        let plan = compile(&g, &options).unwrap();
+        let ok = plan.run_views(&[view(x, &[2, 4]), view(y, &[2]), view(z, &[4])]).unwrap();
+        assert_eq!(ok.outputs[0].as_f32(), Some(&[5.0f32, 6.0][..]), "{:?}", plan.backend());
+        assert_eq!(ok.outputs[1].as_f32(), Some(&[4.0f32][..]));
+        let err = |inputs: &[ladder::TensorView]| match plan.run_views(inputs) {
+            Err(RunError::Guard(e)) => e,
+            other => panic!("expected a guard error, got {other:?}"),
+        };
+        assert_eq!(err(&[view(x, &[2, 4]), view(y, &[2])]), GuardError::InputCount { expected: 3, got: 2 });
+        let xi = [1i64; 8];
+        let e = err(&[ladder::TensorView::new(&xi, &[2, 4]).unwrap(), view(y, &[2]), view(z, &[4])]);
+        assert!(
+            matches!(e, GuardError::DType { ref name, expected: DType::F32, got: DType::I64 } if name == "x"),
+            "{e}"
+        );
+        let e = err(&[view(x, &[8]), view(y, &[2]), view(z, &[4])]);
+        assert!(matches!(e, GuardError::Rank { ref name, rank: 2, .. } if name == "x"), "{e}");
+        let e = err(&[view(x, &[4, 2]), view(y, &[2]), view(z, &[4])]);
+        assert!(e.to_string().contains("input `x` must have shape [n, 4], got [4, 2]"), "{e}");
+    }
+    assert!(matches!(
+        ladder::TensorView::new(&[1.0f32; 6], &[4, 2]),
+        Err(ladder::tensor::TensorError::LengthMismatch { expected: 8, got: 6, .. })
+    ));
+    assert!(matches!(
+        ladder::TensorView::new(&[0u8; 0], &[usize::MAX, 2]),
+        Err(ladder::tensor::TensorError::TooLarge { .. })
+    ));
+    // A view of a tensor and the tensor's copy back are the tensor, empty and scalar included.
+    for t in [
+        f32t(&[2, 0], &[]),
+        Tensor::from_i64(&[], vec![-7]).unwrap(),
+        Tensor::from_bool(&[3], vec![true, false, true]).unwrap(),
+    ] {
+        let v = ladder::TensorView::from(&t);
+        assert_eq!((v.dtype(), v.shape(), v.numel()), (t.dtype(), t.shape(), t.numel()));
+        assert!(v.to_tensor().bit_eq(&t));
+    }
+}
+
 #[test]
 fn the_epilogue_returns_mutated_inputs_and_run_in_place_writes_them_back() {
     let g = parse(

@@ -7,7 +7,7 @@ use std::cell::Cell;
 
 use ladder::backend::cpu::gemm::{matmul, Epilogue};
 use ladder::models::{random_tensor, Rng};
-use ladder::{compile, CompileOptions, DType};
+use ladder::{compile, CompileOptions, DType, Tensor};
 
 struct Counting;
 
@@ -191,6 +191,60 @@ fn a_warm_native_run_into_with_copies_allocates_nothing() {
         assert_eq!(n, 0, "batch {batch}: a warm run_into allocated {n} times");
         for (a, b) in out.outputs.iter().zip(&fresh.outputs) {
             assert!(a.bit_eq(b), "run_into and run disagree at batch {batch}");
+        }
+    }
+}
+
+/// Borrowed inputs: a warm `run_views_into` on the caller's own buffers (no `Tensor` made)
+/// allocates nothing, on the reference executor and on native code, so the inputs are read
+/// where they lie; its outputs are those of `run` on tensors holding the same data.
+#[test]
+fn a_warm_run_on_borrowed_buffers_copies_and_allocates_nothing() {
+    let g = ladder::text::parse(
+        "graph block(%x: f32[batch, 16], %w: f32[16], %ids: i64[batch]) {
+  %s = softmax(%x) {axis=-1}
+  %y = mul(%s, %w)
+  %m = mean(%x) {axes=[1]}
+  %c = convert_element_type(%ids) {dtype=f32}
+  %z = add(%m, %c)
+  return %y, %z
+}",
+    )
+    .unwrap();
+    for options in [CompileOptions::reference(), CompileOptions::native_cpu(1).unwrap()] {
+        let plan = compile(&g, &options).unwrap();
+        // The engine's buffers, written in place from frame to frame.
+        let mut frame = vec![0f32; 8 * 16];
+        let weights: Vec<f32> = (0..16).map(|i| 0.25 * i as f32 - 1.0).collect();
+        let mut ids = [0i64; 8];
+        let mut out = ladder::Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+        for (tick, batch) in [8usize, 8, 3, 3].into_iter().enumerate() {
+            for (i, x) in frame.iter_mut().enumerate() {
+                *x = ((i + 7 * tick) as f32 * 0.31).sin() * 4.0;
+            }
+            for (i, id) in ids.iter_mut().enumerate() {
+                *id = (i * tick) as i64 - 3;
+            }
+            let (x, ids) = (&frame[..batch * 16], &ids[..batch]);
+            let (xs, ws, is) = ([batch, 16], [16], [batch]);
+            let views = [
+                ladder::TensorView::new(x, &xs).unwrap(),
+                ladder::TensorView::new(&weights, &ws).unwrap(),
+                ladder::TensorView::new(ids, &is).unwrap(),
+            ];
+            plan.run_views_into(&views, &mut out).unwrap();
+            let (_, n) = allocations(|| plan.run_views_into(&views, &mut out).unwrap());
+            assert_eq!(n, 0, "tick {tick}: a warm run on borrowed buffers allocated {n} times");
+            let owned = [
+                Tensor::from_f32(&xs, x.to_vec()).unwrap(),
+                Tensor::from_f32(&ws, weights.clone()).unwrap(),
+                Tensor::from_i64(&is, ids.to_vec()).unwrap(),
+            ];
+            let want = plan.run(&owned).unwrap();
+            assert_eq!(out.outputs.len(), want.outputs.len());
+            for (a, b) in out.outputs.iter().zip(&want.outputs) {
+                assert!(a.bit_eq(b), "tick {tick}: views {a} and tensors {b} disagree");
+            }
         }
     }
 }

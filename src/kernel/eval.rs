@@ -39,7 +39,7 @@ use crate::interp::{
 use crate::ir::{AttrValue, Attrs, DType, Dim, DimError, Graph, TensorType};
 use crate::ops::elementwise::{binary_float, binary_int, unary_float, unary_int};
 use crate::ops::OpKind;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{Tensor, TensorData, TensorView};
 
 /// A register's value, widened like the interpreter's storage.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -998,7 +998,7 @@ pub fn input_guards(p: &Program, names: &dyn Fn(usize) -> String) -> Vec<InputGu
 pub fn bind_inputs(
     guards: &[InputGuard],
     symbols: &[crate::ir::Symbol],
-    inputs: &[Tensor],
+    inputs: &[TensorView],
     values: &mut Vec<Option<u64>>,
 ) -> Result<(), GuardError> {
     if inputs.len() != guards.len() {
@@ -1152,7 +1152,8 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
     let names = |n: usize| if n < graph_blobs.inputs().len() { graph_blobs.input_name(n) } else { n.to_string() };
     let guards = input_guards(p, &names);
     let mut values = Vec::new();
-    bind_inputs(&guards, &p.symbols, inputs, &mut values)?;
+    let views: Vec<TensorView> = inputs.iter().map(TensorView::from).collect();
+    bind_inputs(&guards, &p.symbols, &views, &mut values)?;
     let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| values[i]);
 
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(p.buffers.len());

@@ -22,7 +22,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
         let mut shapes = std::mem::take(&mut st.arg_shapes);
@@ -71,7 +71,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
         let mut shapes = std::mem::take(&mut st.arg_shapes);
@@ -127,7 +127,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
         let copy = crate::backend::cpu::copy::supports(
@@ -172,7 +172,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         m: &MatmulCall,
         epilogue: Option<&KernelStep>,
         packed: Option<&PackedB>,
@@ -264,7 +264,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         c: &crate::kernel::ConvCall,
     ) -> Result<(), ExecError> {
         use crate::backend::cpu::conv::{conv, ConvGeom};
@@ -304,7 +304,7 @@ impl Plan {
     pub(super) fn gemm_with(
         &self,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         m: &MatmulCall,
         a_shape: &[usize],
         b_shape: &[usize],

@@ -68,7 +68,7 @@ use crate::ops::OpKind;
 use crate::passes::functionalize::Epilogue;
 use crate::passes::PipelineError;
 use crate::sched::ScheduleError;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorView};
 use memory::{Lifetime, ALIGN};
 use smallvec::SmallVec;
 
@@ -569,7 +569,7 @@ struct RunMemory<'a> {
     dtypes: &'a [crate::ir::DType],
     lens: &'a [usize],
     offsets: &'a [usize],
-    inputs: &'a [Tensor],
+    inputs: &'a [TensorView<'a>],
     arena: &'a mut [u8],
     outs: &'a mut [Tensor],
     kernel: &'a str,
@@ -591,7 +591,7 @@ impl Memory for RunMemory<'_> {
         let b = buf.index();
         let i = usize::try_from(index).map_err(|_| self.oob(buf, index))?;
         let v = match &self.locs[b] {
-            Loc::Input(n) => get_elem(self.inputs[*n].data(), i),
+            Loc::Input(n) => get_bytes(self.inputs[*n].dtype(), self.inputs[*n].bytes(), i),
             Loc::Const(t) => get_elem(t.data(), i),
             Loc::Temp => get_bytes(self.dtypes[b], &self.arena[self.temp_range(b)], i),
             Loc::Output(k) => get_elem(self.outs[*k].data(), i),
@@ -681,7 +681,7 @@ impl Plan {
     /// Arena size against the sum of temporary sizes for inputs of these shapes.
     pub fn memory_report(&self, inputs: &[Tensor]) -> Result<MemoryReport, RunError> {
         let mut st = RunState::default();
-        self.bind(&mut st, inputs)?;
+        self.bind(&mut st, &views(inputs))?;
         self.layout(&mut st)?;
         // Only the temporaries (the buffers with a lifetime in the arena): inputs, constants
         // and outputs have memory of their own.
@@ -706,6 +706,15 @@ impl Plan {
         Ok(out)
     }
 
+    /// Runs the plan on borrowed inputs (one per graph input, in order): the caller's buffers
+    /// are read where they lie, without a copy, by the native and reference executors (the
+    /// interpreter backend copies them into tensors first).
+    pub fn run_views(&self, inputs: &[TensorView]) -> Result<Outputs, RunError> {
+        let mut out = Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() };
+        self.run_views_into(inputs, &mut out)?;
+        Ok(out)
+    }
+
     /// Runs the plan on `inputs` and leaves the results in `out`, reusing the tensors already
     /// there: one whose dtype and shape match its result is overwritten in place (the kernels
     /// write straight into it), others are replaced. Passing the previous call's `Outputs`
@@ -713,6 +722,17 @@ impl Plan {
     pub fn run_into(&self, inputs: &[Tensor], out: &mut Outputs) -> Result<(), RunError> {
         if self.backend == Backend::Interp {
             *out = self.run_interp(inputs)?;
+            return Ok(());
+        }
+        self.run_views_into(&views(inputs), out)
+    }
+
+    /// [`Plan::run_into`] on borrowed inputs, as [`Plan::run_views`] takes them: a warm run
+    /// on the native backend neither copies the inputs nor allocates.
+    pub fn run_views_into(&self, inputs: &[TensorView], out: &mut Outputs) -> Result<(), RunError> {
+        if self.backend == Backend::Interp {
+            let owned: Vec<Tensor> = inputs.iter().map(TensorView::to_tensor).collect();
+            *out = self.run_interp(&owned)?;
             return Ok(());
         }
         let mut st = self.pool.lock().map(|mut p| p.pop()).unwrap_or_default().unwrap_or_default();
@@ -753,8 +773,9 @@ impl Plan {
         let mut st = RunState { step_ns: Some(Vec::new()), ..RunState::default() };
         st.outs = (0..p.outputs.len()).map(|_| Tensor::placeholder()).collect();
         let mut samples: Vec<Vec<u64>> = vec![Vec::new(); p.steps.len()];
+        let inputs = views(inputs);
         for run in 0..=runs.max(1) {
-            self.on_worker(|| self.run_with(&mut st, inputs))?;
+            self.on_worker(|| self.run_with(&mut st, &inputs))?;
             if run > 0 {
                 for (k, &t) in st.step_ns.iter().flatten().enumerate() {
                     samples[k].push(t);
@@ -782,14 +803,14 @@ impl Plan {
 
     fn run_interp(&self, inputs: &[Tensor]) -> Result<Outputs, RunError> {
         let mut values = Vec::new();
-        bind_inputs(&self.guards, &interp_symbols(&self.graph), inputs, &mut values)?;
+        bind_inputs(&self.guards, &interp_symbols(&self.graph), &views(inputs), &mut values)?;
         let outcome = interp::run(&self.graph, inputs, &self.interp)?;
         let mutated_inputs =
             self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
         Ok(Outputs { outputs: outcome.outputs, mutated_inputs })
     }
 
-    fn bind(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<(), RunError> {
+    fn bind(&self, st: &mut RunState, inputs: &[TensorView]) -> Result<(), RunError> {
         let Some(p) = &self.program else { return Ok(()) };
         bind_inputs(&self.guards, &p.symbols, inputs, &mut st.symbols)?;
         let symbols = &st.symbols;
@@ -874,9 +895,10 @@ impl Plan {
         }
     }
 
-    fn run_with(&self, st: &mut RunState, inputs: &[Tensor]) -> Result<(), RunError> {
+    fn run_with(&self, st: &mut RunState, inputs: &[TensorView]) -> Result<(), RunError> {
         let Some(p) = &self.program else {
-            let out = self.run_interp(inputs)?;
+            let owned: Vec<Tensor> = inputs.iter().map(TensorView::to_tensor).collect();
+            let out = self.run_interp(&owned)?;
             st.outs = out.outputs;
             return Ok(());
         };
@@ -1017,10 +1039,14 @@ impl Plan {
 
     /// Copies buffer `b` into `t` (same dtype and length); false where `t` cannot be
     /// written as bytes (bool).
-    fn copy_into(&self, st: &mut RunState, inputs: &[Tensor], b: BufferId, t: &mut Tensor) -> bool {
+    fn copy_into(&self, st: &mut RunState, inputs: &[TensorView], b: BufferId, t: &mut Tensor) -> bool {
         let Some(dst) = t.data_mut().as_bytes_mut() else { return false };
         match &self.locs[b.index()] {
-            Loc::Input(n) => crate::kernel::eval::data_to_bytes(inputs[*n].data(), dst),
+            Loc::Input(n) => {
+                let src = inputs[*n].bytes();
+                let n = src.len().min(dst.len());
+                dst[..n].copy_from_slice(&src[..n]);
+            }
             Loc::Const(c) => crate::kernel::eval::data_to_bytes(c.data(), dst),
             Loc::Output(k) => crate::kernel::eval::data_to_bytes(st.outs[*k].data(), dst),
             Loc::Temp => {
@@ -1051,9 +1077,9 @@ impl Plan {
     }
 
     /// A buffer's contents as a tensor (allocates).
-    fn tensor(&self, p: &Program, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> Result<Tensor, ExecError> {
+    fn tensor(&self, p: &Program, st: &mut RunState, inputs: &[TensorView], b: BufferId) -> Result<Tensor, ExecError> {
         match &self.locs[b.index()] {
-            Loc::Input(n) => Ok(inputs[*n].clone()),
+            Loc::Input(n) => Ok(inputs[*n].to_tensor()),
             Loc::Const(t) => Ok(Tensor::clone(t)),
             Loc::Output(k) => Ok(st.outs[*k].clone()),
             Loc::Temp => {
@@ -1105,14 +1131,19 @@ impl Plan {
     }
 
     /// The address of a buffer's first element in this run.
-    fn address(&self, st: &mut RunState, inputs: &[Tensor], b: BufferId) -> usize {
+    fn address(&self, st: &mut RunState, inputs: &[TensorView], b: BufferId) -> usize {
         match &self.locs[b.index()] {
-            Loc::Input(n) => data_ptr(inputs[*n].data()),
-            Loc::Const(t) => data_ptr(t.data()),
+            Loc::Input(n) => inputs[*n].bytes().as_ptr() as usize,
+            Loc::Const(t) => t.data().as_bytes().as_ptr() as usize,
             Loc::Temp => arena_bytes_mut(&mut st.arena).as_mut_ptr() as usize + st.offsets[b.index()],
             Loc::Output(k) => out_ptr(&mut st.outs[*k]),
         }
     }
+}
+
+/// Views of `inputs` (on the stack for up to eight).
+fn views(inputs: &[Tensor]) -> SmallVec<[TensorView<'_>; 8]> {
+    inputs.iter().map(TensorView::from).collect()
 }
 
 /// `len` bytes at `addr` (an empty slice when `len` is 0, whatever the address).
@@ -1144,26 +1175,6 @@ unsafe fn bytes_mut_at<'a>(addr: usize, len: usize) -> &'a mut [u8] {
 /// The address of an output slot's data, for writing (bool slots are never `Loc::Output`).
 fn out_ptr(t: &mut Tensor) -> usize {
     t.data_mut().as_bytes_mut().map_or(0, |b| b.as_mut_ptr() as usize)
-}
-
-/// The address of typed data.
-fn data_ptr(d: &crate::tensor::TensorData) -> usize {
-    use crate::tensor::TensorData::*;
-    match d {
-        F32(v) => v.as_ptr() as usize,
-        F64(v) => v.as_ptr() as usize,
-        F16(v) => v.as_ptr() as usize,
-        BF16(v) => v.as_ptr() as usize,
-        I32(v) => v.as_ptr() as usize,
-        I64(v) => v.as_ptr() as usize,
-        Bool(v) => v.as_ptr() as usize,
-        I8(v) => v.as_ptr() as usize,
-        I16(v) => v.as_ptr() as usize,
-        U8(v) => v.as_ptr() as usize,
-        U16(v) => v.as_ptr() as usize,
-        U32(v) => v.as_ptr() as usize,
-        U64(v) => v.as_ptr() as usize,
-    }
 }
 
 /// One step's time from [`Plan::profile`].

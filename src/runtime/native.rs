@@ -9,7 +9,7 @@ impl Plan {
         p: &Program,
         st: &mut RunState,
         k: &KernelStep,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
     ) -> Result<(), ExecError> {
         match &k.exec {
             KernelExec::Reference => {
@@ -48,7 +48,7 @@ impl Plan {
         &self,
         p: &Program,
         st: &mut RunState,
-        inputs: &[Tensor],
+        inputs: &[TensorView],
         kernel: &crate::kernel::Kernel,
         k: Option<&KernelStep>,
     ) -> Result<(), ExecError> {
