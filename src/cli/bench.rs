@@ -1,4 +1,4 @@
-//! `ladder bench`: time the built-in workloads (W0–W9) or a model against floors measured in
+//! `ladder bench`: time the built-in workloads (W0–W7, W9) or a model against floors measured in
 //! the same run (see `ladder::bench`), as a table or as JSON.
 
 use std::io::Write;
@@ -11,7 +11,7 @@ use super::{model, note, BackendArg, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Model: the text form (.lad) or ONNX (.onnx); without one, the built-in workloads W0–W9.
+    /// Model: the text form (.lad) or ONNX (.onnx); without one, the built-in workloads W0–W7 and W9.
     pub model: Option<PathBuf>,
     /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]

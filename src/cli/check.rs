@@ -21,7 +21,7 @@ use super::{model, BackendArg, Error};
 pub struct CheckArgs {
     /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
-    /// The backend to check (`interp`: the interpreter in f32 mode).
+    /// The backend to check (`interp`: the interpreter in each op's own dtype, not in precise mode).
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
     /// Threads for the CPU backend [default: the machine's].

@@ -25,7 +25,9 @@ pub struct ConformanceArgs {
     /// Only cases whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,
-    /// Print JSON (`passed`, `failed`, `unsupported`, `denied`, `total`, and every case).
+    /// Print JSON (`backend`, `passed`, `failed`, `unsupported`, `denied`, `total`, `panics`,
+    /// `passed_specialized`, `seconds`, and `cases`: every case's `name`, `verdict`, `reason`
+    /// and `specialized`).
     #[arg(long)]
     pub json: bool,
     /// List every case that did not pass, with its reason.

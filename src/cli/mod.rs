@@ -50,7 +50,7 @@ enum Command {
     Info(info::InfoArgs),
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
     Conformance(conformance::ConformanceArgs),
-    /// Time the built-in workloads (W0–W9) or a model against floors measured in the same run.
+    /// Time the built-in workloads (W0–W7, W9) or a model against floors measured in the same run.
     Bench(bench::BenchArgs),
 }
 
