@@ -26,6 +26,11 @@
 //! # }
 //! ```
 
+/// The README's Rust snippets, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod backend;
 pub mod bench;
 pub mod builder;

@@ -363,6 +363,16 @@ fn errors_exit_non_zero_with_a_message() {
     assert_eq!(o.status.code(), Some(2), "usage errors exit 2");
     assert!(stderr(&o).contains("not a size"), "{}", stderr(&o));
     fails(&["run", m, "--dim", "n=100000000000"], &["too large"]);
+    // `dump --dim` names its errors as `run` does, and they are argument errors too.
+    for (args, needle) in [
+        (&["dump", m, "--dim", "n=3", "--dim", "seq=5"][..], "no input of the model has a dim `seq`"),
+        (&["dump", m, "--dim", "seq=5"], "no input of the model has a dim `seq`"),
+        (&["dump", m, "--dim", "n=3", "--dim", "n=4"], "given twice"),
+    ] {
+        let o = ladder(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
 
     // A run-time error in the model itself.
     let div = dir.join("div.lad");

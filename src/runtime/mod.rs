@@ -167,8 +167,9 @@ pub struct CompileOptions {
     /// Largest arena one run may use, in bytes.
     pub max_arena_bytes: u64,
     /// Recover the ops of `crate::recover::RECOVERABLE` (softmax, log_softmax, layer_norm,
-    /// rms_norm, gelu, attention) from their prims and run them through library kernels. Off in the reference mode (which runs the prims exactly as
-    /// lowered), on in native mode; `--no-recover` turns it off there.
+    /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
+    /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
+    /// native mode; `--no-recover` turns it off there.
     pub recover: bool,
     /// In native mode, pack each f32 matmul's constant right operand (a weight) once, when
     /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`): faster
