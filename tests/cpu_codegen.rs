@@ -1190,3 +1190,55 @@ fn transposed_reads_vectorize_and_match_interpreter_bitwise() {
         same_bits(&g_v, &w_v, &format!("[{a}, {c}, {b}]"));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// max and min on every pair of special values
+
+/// `max(a, b)` and `min(a, b)` over every ordered pair of the special values (so ±0 both
+/// ways, NaN in either operand, infinities, subnormals), on vectors and in the scalar tail,
+/// bit for bit against the op's meaning: NaN when either is NaN (the canonical NaN), and
+/// -0 < +0.
+#[test]
+fn max_and_min_of_every_special_pair_match_the_op_bitwise() {
+    let n = Dim::sym("n");
+    let p = program(vec![
+        (DType::F32, vec![n.clone()], BufferKind::Input(0)),
+        (DType::F32, vec![n.clone()], BufferKind::Input(1)),
+        (DType::F32, vec![n.clone()], BufferKind::Temp),
+        (DType::F32, vec![n.clone()], BufferKind::Temp),
+    ]);
+    let at = ix(d(0), &[(i(0), d(1))]);
+    let body = vec![
+        load(0, 0, at.clone()),
+        load(1, 1, at.clone()),
+        bin(2, OpKind::Max, 0, 1, DType::F32),
+        bin(3, OpKind::Min, 0, 1, DType::F32),
+        store(2, at.clone(), 2),
+        store(3, at, 3),
+    ];
+    let k = kernel(vec![], vec![stage(vec![n], vec![], body)], 4);
+    let specials = special_f32();
+    let (a, b): (Vec<f32>, Vec<f32>) = specials.iter().flat_map(|&x| specials.iter().map(move |&y| (x, y))).unzip();
+    for opts in option_sets() {
+        let (_c, ck) = compile(opts, &k, &p);
+        // The whole set (vectors and a tail), and a length below one vector (all tail).
+        for len in [a.len(), 3] {
+            let mut bufs = vec![Buf::f32s(&a[..len]), Buf::f32s(&b[..len]), Buf::bytes(4 * len), Buf::bytes(4 * len)];
+            exec(&ck, &mut bufs, &[len as i64], 1).unwrap();
+            for (out, op) in [(2, OpKind::Max), (3, OpKind::Min)] {
+                let got = bufs[out].to_f32(len);
+                for q in 0..len {
+                    let want = binary_float(op, a[q] as f64, b[q] as f64) as f32;
+                    assert_eq!(
+                        got[q].to_bits(),
+                        want.to_bits(),
+                        "{op:?}({:e}, {:e}) = {:e}, want {want:e} ({opts:?})",
+                        a[q],
+                        b[q],
+                        got[q]
+                    );
+                }
+            }
+        }
+    }
+}

@@ -867,22 +867,26 @@ pub fn sum_exp_finish<A: Arith>(a: &mut A, m: A::F, s: A::F, empty: A::M, finite
 }
 
 /// The IR's `max` (`max = true`) or `min`: NaN propagates (as the canonical NaN) and
-/// -0 < +0. Compiles to compare + select (one `vmaxps`-style select per step on x64).
+/// -0 < +0. Branch-free; on x64 vectors two `maxps` (`minps`), an AND (OR) and a blend.
 pub fn max_min<A: Arith>(a: &mut A, x: A::F, y: A::F, max: bool) -> A::F {
-    // The choices are made on the bits (integer selects: conditional moves on scalars, bit
-    // selects on vectors), never as branches on floats.
-    let (xb, yb) = (a.to_bits(x), a.to_bits(y));
-    let wins = a.cmp(if max { Cmp::Gt } else { Cmp::Lt }, x, y);
-    let r = a.iselect(wins, xb, yb);
-    // Equal values differ at most in the sign of zero: AND of the bits gives +0 for max,
-    // OR gives -0 for min.
-    let eq = a.cmp(Cmp::Eq, x, y);
-    let both = if max { a.iand(xb, yb) } else { a.ior(xb, yb) };
-    let r = a.iselect(eq, both, r);
+    // Both orders of x86's `maxps`/`minps` (`y < x ? x : y` and `x < y ? x : y`: written as
+    // these selects, Cranelift's x64 backend emits the one instruction for each on vectors).
+    // For ordered, unequal operands both give the answer; equal ones differ at most in the
+    // sign of zero, each order giving one operand, so AND of the bits gives +0 for max and OR
+    // gives -0 for min; a NaN operand makes the result NaN whatever they gave. The choices
+    // are selects on the bits (conditional moves on scalars, blends on vectors), never
+    // branches on floats.
+    let pick = |a: &mut A, p: A::F, q: A::F| {
+        let m = if max { a.cmp(Cmp::Lt, q, p) } else { a.cmp(Cmp::Lt, p, q) };
+        let r = a.select(m, p, q);
+        a.to_bits(r)
+    };
+    let (xy, yx) = (pick(a, x, y), pick(a, y, x));
+    let both = if max { a.iand(xy, yx) } else { a.ior(xy, yx) };
     let uno = a.cmp(Cmp::Uno, x, y);
     let nan = a.f(f64::NAN);
     let nan = a.to_bits(nan);
-    let r = a.iselect(uno, nan, r);
+    let r = a.iselect(uno, nan, both);
     a.bits_to_float(r)
 }
 
