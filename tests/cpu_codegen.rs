@@ -1242,3 +1242,41 @@ fn max_and_min_of_every_special_pair_match_the_op_bitwise() {
         }
     }
 }
+
+/// `max(x, c)` and `min(c, x)` with a constant `c` (relu, clamps: a shorter sequence where
+/// `c` allows it) for every special `c`, over every special `x`, bit for bit.
+#[test]
+fn max_and_min_with_a_constant_match_the_op_bitwise() {
+    let n = Dim::sym("n");
+    let p = program(vec![
+        (DType::F32, vec![n.clone()], BufferKind::Input(0)),
+        (DType::F32, vec![n.clone()], BufferKind::Temp),
+        (DType::F32, vec![n.clone()], BufferKind::Temp),
+    ]);
+    let at = ix(d(0), &[(i(0), d(1))]);
+    let xs = special_f32();
+    for &c in &special_f32() {
+        let body = vec![
+            load(0, 0, at.clone()),
+            fconst(1, c as f64, DType::F32),
+            bin(2, OpKind::Max, 0, 1, DType::F32),
+            bin(3, OpKind::Min, 1, 0, DType::F32),
+            store(1, at.clone(), 2),
+            store(2, at.clone(), 3),
+        ];
+        let k = kernel(vec![], vec![stage(vec![n.clone()], vec![], body)], 4);
+        for vectorize in [true, false] {
+            let (_c, ck) = compile(CpuOptions { vectorize, strict_fp: false }, &k, &p);
+            let len = xs.len();
+            let mut bufs = vec![Buf::f32s(&xs), Buf::bytes(4 * len), Buf::bytes(4 * len)];
+            exec(&ck, &mut bufs, &[len as i64], 1).unwrap();
+            for (out, op) in [(1, OpKind::Max), (2, OpKind::Min)] {
+                let got = bufs[out].to_f32(len);
+                for (q, &x) in xs.iter().enumerate() {
+                    let want = binary_float(op, x as f64, c as f64) as f32;
+                    assert_eq!(got[q].to_bits(), want.to_bits(), "{op:?}({x:e}, {c:e}) = {:e}, want {want:e}", got[q]);
+                }
+            }
+        }
+    }
+}

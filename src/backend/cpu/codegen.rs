@@ -1083,10 +1083,7 @@ impl Gen<'_, '_> {
                 Sub => self.b.ins().fsub(a, b),
                 Mul => self.b.ins().fmul(a, b),
                 Div => self.b.ins().fdiv(a, b),
-                Max | Min => {
-                    let mut c = Clif::new(&mut self.b, ty, self.target.fma, self.target.call_conv);
-                    math::max_min(&mut c, a, b, op == Max)
-                }
+                Max | Min => self.max_min(ty, a, b, op == Max),
                 Rem if t == DType::F32 => {
                     call(&mut self.b, self.target.call_conv, f32_rem as *const () as usize, &[ty, ty], ty, &[a, b])
                 }
@@ -1172,10 +1169,38 @@ impl Gen<'_, '_> {
             Sub => self.b.ins().fsub(a, b),
             Mul => self.b.ins().fmul(a, b),
             Div => self.b.ins().fdiv(a, b),
-            _ => {
-                let mut c = Clif::new(&mut self.b, types::F32X4, self.target.fma, self.target.call_conv);
-                math::max_min(&mut c, a, b, op == Max)
-            }
+            _ => self.max_min(types::F32X4, a, b, op == Max),
+        }
+    }
+
+    /// `max` (or `min`) of floats of type `ty`: with a constant operand that allows it
+    /// ([`math::max_min_const`]: relu, clamps) one compare-select and a NaN check, else the
+    /// general sequence.
+    fn max_min(&mut self, ty: Type, a: Value, b: Value, max: bool) -> Value {
+        // Not NaN, and not the zero that must lose to the other sign (-0 for max, +0 for min).
+        let usable = |c: f64| !(c.is_nan() || (c == 0.0 && c.is_sign_negative() == max));
+        let (x, k) = match (self.known_float(a), self.known_float(b)) {
+            (_, Some(c)) if usable(c) => (a, Some(b)),
+            (Some(c), _) if usable(c) => (b, Some(a)),
+            _ => (a, None),
+        };
+        let mut c = Clif::new(&mut self.b, ty, self.target.fma, self.target.call_conv);
+        match k {
+            Some(k) => math::max_min_const(&mut c, x, k, max),
+            None => math::max_min(&mut c, a, b, max),
+        }
+    }
+
+    /// The value of `v` when it is a float constant (or a splat of one) in the function.
+    fn known_float(&self, v: Value) -> Option<f64> {
+        use cranelift_codegen::ir::{InstructionData, Opcode, ValueDef};
+        let dfg = &self.b.func.dfg;
+        let ValueDef::Result(inst, _) = dfg.value_def(v) else { return None };
+        match dfg.insts[inst] {
+            InstructionData::UnaryIeee32 { opcode: Opcode::F32const, imm } => Some(f32::from_bits(imm.bits()) as f64),
+            InstructionData::UnaryIeee64 { opcode: Opcode::F64const, imm } => Some(f64::from_bits(imm.bits())),
+            InstructionData::Unary { opcode: Opcode::Splat, arg } => self.known_float(arg),
+            _ => None,
         }
     }
 

@@ -890,6 +890,18 @@ pub fn max_min<A: Arith>(a: &mut A, x: A::F, y: A::F, max: bool) -> A::F {
     a.bits_to_float(r)
 }
 
+/// [`max_min`] with `k` a constant that is not NaN, nor -0 for max, nor +0 for min: x86's
+/// `maxps` (`minps`) order `k < x ? x : k` (`x < k ? x : k`) is then the answer for every
+/// ordered `x` (an `x` equal to `k` is `k`, of the same bits, or a zero of the right sign), and
+/// a NaN `x` gives NaN. Three instructions a vector on x64 (relu is `max(x, 0)`).
+pub fn max_min_const<A: Arith>(a: &mut A, x: A::F, k: A::F, max: bool) -> A::F {
+    let m = if max { a.cmp(Cmp::Lt, k, x) } else { a.cmp(Cmp::Lt, x, k) };
+    let r = a.select(m, x, k);
+    let uno = a.cmp(Cmp::Uno, x, x);
+    let nan = a.f(f64::NAN);
+    a.select(uno, nan, r)
+}
+
 /// The IR's `sign`: ±1, with ±0 and NaN returned as they are.
 pub fn sign<A: Arith>(a: &mut A, x: A::F) -> A::F {
     let one = a.f(1.0);
