@@ -401,3 +401,59 @@ fn constant_weights_are_packed_once_and_agree_with_the_reference() {
         }
     }
 }
+
+/// Constant convolution weights are packed once when the plan is built, for the blocked
+/// convolution kernel: the same bits as packing on each call (`pack_weights: false`), for
+/// stride 1 and 2, groups, a 1-D convolution and a symbolic batch, at 1 and 2 threads; a
+/// weight with a non-finite value is not packed (the blocked kernel refuses it) and still
+/// runs, within the tolerance of the reference.
+#[test]
+fn constant_conv_weights_are_packed_once_with_the_same_bits() {
+    use ladder::ir::AttrValue;
+    use ladder::{Dim, GraphBuilder, OpKind, Shape};
+    let mut rng = Rng::new(78);
+    let mut b = GraphBuilder::new("convs");
+    let x = b
+        .input("x", DType::F32, [Dim::sym("n"), Dim::new(6), Dim::new(9), Dim::new(13)].into_iter().collect::<Shape>())
+        .unwrap();
+    let w1 = b.named_constant("w1", random_tensor(&mut rng, DType::F32, &[12, 6, 3, 3]).unwrap()).unwrap();
+    let w2 = b.named_constant("w2", random_tensor(&mut rng, DType::F32, &[10, 6, 3, 3]).unwrap()).unwrap();
+    let mut bad = random_tensor(&mut rng, DType::F32, &[12, 3, 1, 3]).unwrap().to_f64_vec();
+    bad[5] = f64::INFINITY;
+    let w3 = b.named_constant("w3", Tensor::from_f64_as(DType::F32, &[12, 3, 1, 3], &bad).unwrap()).unwrap();
+    let attrs = |stride: i64, pad: i64, groups: i64| {
+        vec![
+            ("stride", AttrValue::Ints(vec![stride, stride])),
+            ("padding", AttrValue::Ints(vec![pad; 4])),
+            ("groups", AttrValue::Int(groups)),
+        ]
+    };
+    let a = b.op(OpKind::Conv, &[x, w1], &attrs(1, 1, 1)).unwrap();
+    let c = b.op(OpKind::Conv, &[a, w2], &attrs(2, 1, 2)).unwrap();
+    let d = b.op(OpKind::Conv, &[a, w3], &attrs(1, 0, 4)).unwrap();
+    b.output("c", c).unwrap();
+    b.output("d", d).unwrap();
+    let g = b.finish().unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    for threads in [1, 2] {
+        let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+        let unpacked =
+            compile(&g, &CompileOptions { pack_weights: false, ..CompileOptions::native_cpu(threads).unwrap() })
+                .unwrap();
+        assert_eq!(unpacked.packed_bytes(), 0);
+        // w1 and w2 (12 output channels: 2 blocks of 8; 10 in 2 groups of 5 from 6 channels each:
+        // 1 block per group); w3 has an infinity.
+        assert_eq!(plan.packed_bytes(), 4 * (16 * 6 * 9 + 2 * 8 * 6 * 9), "{}", plan.explanation());
+        assert_eq!(plan.explanation().matches("packed once for the blocked convolution").count(), 2);
+        for n in [1usize, 3] {
+            let inputs = [random_tensor(&mut rng, DType::F32, &[n, 6, 9, 13]).unwrap()];
+            let (got, per_call, want) =
+                (plan.run(&inputs).unwrap(), unpacked.run(&inputs).unwrap(), reference.run(&inputs).unwrap());
+            for k in 0..2 {
+                assert!(got.outputs[k].bit_eq(&per_call.outputs[k]), "output {k}, n={n}, threads={threads}");
+                let err = max_rel(&got.outputs[k], &want.outputs[k]);
+                assert!(err <= 1e-4, "output {k}, n={n}, threads={threads}: max rel {err}");
+            }
+        }
+    }
+}

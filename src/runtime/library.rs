@@ -16,6 +16,16 @@ impl Plan {
         PackedB::matmul_operand(t.as_f32()?, t.shape(), m.transpose_b)
     }
 
+    /// A convolution's constant f32 weight packed for the blocked kernel, when it has one and
+    /// the kernel takes it.
+    pub(super) fn pack_conv_weight(&self, p: &Program, c: &crate::kernel::ConvCall) -> Option<PackedWeights> {
+        if !self.all_f32(p, &[c.x, c.w, c.out]) {
+            return None;
+        }
+        let Loc::Const(t) = &self.locs[c.w.index()] else { return None };
+        PackedWeights::new(t.shape(), usize::try_from(c.groups).ok()?, t.as_f32()?)
+    }
+
     /// A recovered op through its f32 library kernel (`backend::cpu::rows::run_native`; a
     /// bool attention mask goes as bytes), in place in the plan's memory.
     pub(super) fn run_rows(
@@ -266,6 +276,7 @@ impl Plan {
         st: &mut RunState,
         inputs: &[TensorView],
         c: &crate::kernel::ConvCall,
+        packed: Option<&PackedWeights>,
     ) -> Result<(), ExecError> {
         use crate::backend::cpu::conv::{conv, ConvGeom};
         let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
@@ -278,10 +289,6 @@ impl Plan {
         let geom = ConvGeom::from_call(&xs, &ws, c).map_err(native);
         (st.shape_a, st.shape_b) = (xs, ws);
         let geom = geom?;
-        let need = geom.scratch_len(self.threads);
-        if st.conv_scratch.len() < need {
-            st.conv_scratch.resize(need, 0.0);
-        }
         let (x_len, w_len, out_len) = (st.lens[c.x.index()], st.lens[c.w.index()], st.lens[c.out.index()]);
         let (x, w, out) =
             (self.address(st, inputs, c.x), self.address(st, inputs, c.w), self.address(st, inputs, c.out));
@@ -295,6 +302,16 @@ impl Plan {
                 slice_or_empty_mut(out as *mut f32, out_len),
             )
         };
+        // The weight packed when the plan was built: no scratch, no packing.
+        if let Some(pw) = packed {
+            if pw.conv(&geom, x, out, self.threads).map_err(native)? {
+                return Ok(());
+            }
+        }
+        let need = geom.scratch_len(self.threads);
+        if st.conv_scratch.len() < need {
+            st.conv_scratch.resize(need, 0.0);
+        }
         let scratch = &mut st.conv_scratch[..need];
         conv(&geom, x, w, out, Some(scratch), self.threads, &crate::backend::cpu::gemm::Epilogue::none())
             .map_err(native)

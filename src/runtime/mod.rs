@@ -56,6 +56,7 @@ use std::sync::{Arc, Mutex};
 
 use cranelift_entity::EntityRef;
 
+use crate::backend::cpu::conv_blocked::PackedWeights;
 use crate::backend::cpu::packed::PackedB;
 use crate::interp::{self, InterpError};
 use crate::ir::{Dim, DimError, Graph};
@@ -172,9 +173,11 @@ pub struct CompileOptions {
     /// native mode; `--no-recover` turns it off there.
     pub recover: bool,
     /// In native mode, pack each f32 matmul's constant right operand (a weight) once, when
-    /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`): faster
-    /// products for a second copy of those weights in memory. On by default; machines without
-    /// the kernel (AVX-512F) pack nothing.
+    /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`), and
+    /// each f32 convolution's constant weight for the blocked convolution kernel
+    /// (`crate::backend::cpu::conv_blocked::PackedWeights`): faster products and no packing
+    /// per call, for a second copy of those weights in memory. On by default; machines
+    /// without the GEMM kernel (AVX-512F) pack no matmul weights.
     pub pack_weights: bool,
     /// How [`Backend::Interp`] plans run the interpreter (precise mode, fuel, size limit).
     pub interp: crate::interp::Options,
@@ -370,6 +373,8 @@ pub struct Plan {
     kernels: Vec<Option<KernelStep>>,
     /// Per step: a matmul's constant right operand, packed for the GEMM kernel.
     packed: Vec<Option<PackedB>>,
+    /// Per step: a convolution's constant weight, packed for the blocked kernel.
+    conv_packed: Vec<Option<PackedWeights>>,
     locs: Vec<Loc>,
     dtypes: Vec<crate::ir::DType>,
     life: Vec<Option<Lifetime>>,
@@ -443,6 +448,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         guards: Vec::new(),
         kernels: Vec::new(),
         packed: Vec::new(),
+        conv_packed: Vec::new(),
         locs: Vec::new(),
         dtypes: Vec::new(),
         life: Vec::new(),
@@ -519,18 +525,32 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             _ => None,
         })
         .collect();
+    plan.conv_packed = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Conv(c) if plan.native_library && options.pack_weights => plan.pack_conv_weight(&p, c),
+            _ => None,
+        })
+        .collect();
     let packed_lines: String = p
         .steps
         .iter()
-        .zip(&plan.packed)
-        .filter_map(|(s, pb)| match (s, pb) {
-            (Step::Matmul(m), Some(pb)) => Some(format!(
+        .zip(plan.packed.iter().zip(&plan.conv_packed))
+        .filter_map(|(s, packed)| match (s, packed) {
+            (Step::Matmul(m), (Some(pb), _)) => Some(format!(
                 "matmul {}: weight {} ({} x {}) packed once for the GEMM kernel ({} KiB)\n",
                 m.out,
                 m.b,
                 pb.k(),
                 pb.n(),
                 pb.bytes().div_ceil(1024)
+            )),
+            (Step::Conv(c), (_, Some(pw))) => Some(format!(
+                "conv {}: weight {} packed once for the blocked convolution kernel ({} KiB)\n",
+                c.out,
+                c.w,
+                pw.bytes().div_ceil(1024)
             )),
             _ => None,
         })
@@ -641,7 +661,8 @@ impl Plan {
     /// Bytes of the weights packed for the GEMM kernel (held by the plan, beside the
     /// constants themselves).
     pub fn packed_bytes(&self) -> usize {
-        self.packed.iter().flatten().map(PackedB::bytes).sum()
+        self.packed.iter().flatten().map(PackedB::bytes).sum::<usize>()
+            + self.conv_packed.iter().flatten().map(PackedWeights::bytes).sum::<usize>()
     }
 
     /// The scheduled program (`None` for the interpreter backend).
@@ -970,7 +991,8 @@ impl Plan {
                     }
                 }
                 Step::Conv(c) if self.native_library && self.all_f32(p, &[c.x, c.w, c.out]) => {
-                    self.run_conv(p, st, inputs, c).map_err(at)?;
+                    let packed = self.conv_packed.get(step).and_then(Option::as_ref);
+                    self.run_conv(p, st, inputs, c, packed).map_err(at)?;
                 }
                 Step::Conv(c) => {
                     let x = self.tensor(p, st, inputs, c.x).map_err(at)?;

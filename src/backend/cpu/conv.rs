@@ -73,6 +73,13 @@ fn shape_err(msg: String) -> KernelError {
     KernelError::Shape(msg)
 }
 
+fn check_len(name: &'static str, got: usize, want: Option<usize>) -> Result<(), KernelError> {
+    match want {
+        Some(want) if got == want => Ok(()),
+        want => Err(KernelError::Len { name, got, want: want.unwrap_or(usize::MAX) }),
+    }
+}
+
 /// A per-spatial-dim list: `[]` means all `empty`, else exactly `n` entries >= `min`.
 fn list(name: &str, v: &[i64], n: usize, min: i64, empty: usize) -> Result<Dims, KernelError> {
     if v.is_empty() {
@@ -151,6 +158,12 @@ impl ConvGeom {
     /// The geometry of a kernel-IR conv step.
     pub fn from_call(x_shape: &[usize], w_shape: &[usize], call: &ConvCall) -> Result<ConvGeom, KernelError> {
         ConvGeom::new(x_shape, w_shape, &call.stride, &call.padding, &call.dilation, call.groups)
+    }
+
+    /// Checks the lengths of an input and an output against the geometry.
+    pub fn check_lens(&self, x_len: usize, out_len: usize) -> Result<(), KernelError> {
+        check_len("x", x_len, self.x_len())?;
+        check_len("out", out_len, self.out_len_checked())
     }
 
     fn x_len(&self) -> Option<usize> {
@@ -271,18 +284,13 @@ pub fn conv_with<T: Element>(
     threads: usize,
     epilogue: &Epilogue<'_, T>,
 ) -> Result<(), KernelError> {
-    let check = |name, got: usize, want: Option<usize>| match want {
-        Some(want) if got == want => Ok(()),
-        want => Err(KernelError::Len { name, got, want: want.unwrap_or(usize::MAX) }),
-    };
-    check("x", x.len(), geom.x_len())?;
-    check("w", w.len(), geom.w_len())?;
-    check("out", out.len(), geom.out_len_checked())?;
+    geom.check_lens(x.len(), out.len())?;
+    check_len("w", w.len(), geom.w_len())?;
     if let Some(b) = epilogue.bias {
-        check("bias", b.len(), Some(geom.out_ch))?;
+        check_len("bias", b.len(), Some(geom.out_ch))?;
     }
     if let Some(r) = epilogue.residual {
-        check("residual", r.len(), Some(out.len()))?;
+        check_len("residual", r.len(), Some(out.len()))?;
     }
     check_activation::<T>(&epilogue.activation)?;
     if algo == ConvAlgo::Pointwise && geom.algorithm() != ConvAlgo::Pointwise {

@@ -5,9 +5,10 @@
 //! output row in registers: for every input channel and kernel position it loads the `W`
 //! inputs the block reads (contiguous for stride 1; every second one, deinterleaved, for
 //! stride 2) once and multiplies them by the `CB` weights of that tap, so one load feeds `CB`
-//! fused multiply-adds per lane. The weights are packed once per call as
+//! fused multiply-adds per lane. The weights are packed as
 //! `[group][channel block][C/g][kh][kw][CB]` (zeros past the last channel), so a tap's `CB`
-//! weights are adjacent. That is what a small-channel convolution (a detector's stem, `C`
+//! weights are adjacent: once, when a plan is built, for a constant weight
+//! ([`PackedWeights`]), else on each call. That is what a small-channel convolution (a detector's stem, `C`
 //! or `O` of 3 to 64) needs: an im2col GEMM there has an `M` (output channels) too small for
 //! the GEMM's register tile, and pays for the copy.
 //!
@@ -121,10 +122,15 @@ pub fn packed_len(g: &ConvGeom) -> usize {
 /// Packs `w [O, C/g, k...]` as `[group][block][C/g][k...][CB]` into `wp` (at least
 /// [`packed_len`] long).
 pub fn pack(g: &ConvGeom, w: &[f32], wp: &mut [f32]) {
-    let (og, cg, kpos) = (g.out_ch / g.groups, g.in_ch / g.groups, g.kernel_positions());
+    pack_as(g.groups, g.out_ch / g.groups, g.in_ch / g.groups, g.kernel_positions(), w, wp)
+}
+
+/// [`pack`] for `groups` groups of `og` output channels, `cg` input channels and `kpos`
+/// kernel positions.
+fn pack_as(groups: usize, og: usize, cg: usize, kpos: usize, w: &[f32], wp: &mut [f32]) {
     let blocks = og.div_ceil(CB);
     let mut i = 0;
-    for grp in 0..g.groups {
+    for grp in 0..groups {
         for blk in 0..blocks {
             for ci in 0..cg {
                 for k in 0..kpos {
@@ -136,6 +142,73 @@ pub fn pack(g: &ConvGeom, w: &[f32], wp: &mut [f32]) {
                 }
             }
         }
+    }
+}
+
+/// A constant weight packed once, when a plan is built, for every call of a convolution
+/// with its shape and groups (instead of [`pack`] on each call: the finiteness check and the
+/// copy cost about 5% of the blocked kernel's time on a CRNN's convolutions).
+#[derive(Clone, Debug)]
+pub struct PackedWeights {
+    groups: usize,
+    out_ch: usize,
+    cg: usize,
+    k_sp: SmallVec<[usize; 2]>,
+    data: Vec<f32>,
+}
+
+impl PackedWeights {
+    /// `w` of shape `w_shape` (`[O, C/g, k...]`, one or two kernel dims) packed for `groups`
+    /// groups; `None` where the blocked kernel would not take it (see [`applies`]), or the
+    /// shape does not describe `w`.
+    pub fn new(w_shape: &[usize], groups: usize, w: &[f32]) -> Option<PackedWeights> {
+        let (&out_ch, rest) = w_shape.split_first()?;
+        let (&cg, k_sp) = rest.split_first()?;
+        let kpos = k_sp.iter().try_fold(1usize, |a, &k| a.checked_mul(k))?;
+        let fits = matches!(k_sp.len(), 1 | 2)
+            && groups > 0
+            && out_ch.is_multiple_of(groups)
+            && k_sp.last().is_some_and(|&kw| kw <= MAX_KW)
+            && out_ch.checked_mul(cg)?.checked_mul(kpos)? == w.len()
+            && w.iter().all(|v| v.is_finite());
+        if !fits {
+            return None;
+        }
+        let og = out_ch / groups;
+        let mut data = vec![0.0; groups * og.div_ceil(CB) * CB * cg * kpos];
+        pack_as(groups, og, cg, kpos, w, &mut data);
+        Some(PackedWeights { groups, out_ch, cg, k_sp: k_sp.iter().copied().collect(), data })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        4 * self.data.len()
+    }
+
+    /// `out = conv(x, w)` by the blocked kernel with these weights, when `g` is the geometry
+    /// they were packed for and the blocked kernel is its algorithm; `Ok(false)`, having
+    /// done nothing, otherwise. Lengths are checked as `conv::conv` checks them.
+    pub fn conv(
+        &self,
+        g: &ConvGeom,
+        x: &[f32],
+        out: &mut [f32],
+        threads: usize,
+    ) -> Result<bool, super::gemm::KernelError> {
+        let fits = g.algorithm() == super::conv::ConvAlgo::Blocked
+            && g.groups == self.groups
+            && g.out_ch == self.out_ch
+            && g.in_ch / g.groups == self.cg
+            && g.k_sp[..] == self.k_sp[..]
+            && self.data.len() == packed_len(g);
+        if !fits {
+            return Ok(false);
+        }
+        g.check_lens(x.len(), out.len())?;
+        if !out.is_empty() {
+            conv_blocked(g, x, &self.data, out, threads, &Epilogue::none());
+        }
+        Ok(true)
     }
 }
 
