@@ -404,7 +404,7 @@ fn constant_weights_are_packed_once_and_agree_with_the_reference() {
 
 /// Constant convolution weights are packed once when the plan is built, for the blocked
 /// convolution kernel: the same bits as packing on each call (`pack_weights: false`), for
-/// stride 1 and 2, groups, a 1-D convolution and a symbolic batch, at 1 and 2 threads; a
+/// stride 1 and 2, groups and a symbolic batch, at 1 and 2 threads; a
 /// weight with a non-finite value is not packed (the blocked kernel refuses it) and still
 /// runs, within the tolerance of the reference.
 #[test]
