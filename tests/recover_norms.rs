@@ -536,6 +536,58 @@ fn kernels_meet_the_tolerance_table_on_adversarial_rows() {
     eprintln!("{compared} adversarial cases compared");
 }
 
+/// The four row kernels (layer_norm with weight and bias among them) on rows whose lengths lie
+/// around each path's vectors (8 lanes on AVX2, 16 on AVX-512 and in the portable chunks, 32
+/// f64 lanes in the norms' statistics) and past the 2048-element scratch rows, adversarial and
+/// random, many rows at a time (so that the pipelined kernels carry each row's results into the
+/// next), on one thread and split over two. Run under each `LADDER_MAX_ISA` cap, this checks
+/// every path's kernels against the interpreter; `rows.rs`'s unit tests check that the AVX2
+/// and AVX-512 kernels give the portable code's bits.
+#[test]
+fn row_kernels_meet_the_tolerance_table_around_vector_lengths() {
+    let ops: [(&str, &str, usize, OpKind); 5] = [
+        ("softmax", "axis=-1", 0, OpKind::Softmax),
+        ("log_softmax", "axis=-1", 0, OpKind::LogSoftmax),
+        ("layer_norm", "axis=-1, eps=1e-5", 2, OpKind::LayerNorm),
+        ("layer_norm", "axis=-1, eps=0.0", 0, OpKind::LayerNorm),
+        ("rms_norm", "axis=-1, eps=1e-6", 1, OpKind::RmsNorm),
+    ];
+    let graph = |op: &str, attrs: &str, params: usize, rows: usize, n: usize| {
+        let (sig, args) = match params {
+            0 => (format!("%x: f32[{rows}, {n}]"), "%x"),
+            1 => (format!("%x: f32[{rows}, {n}], %w: f32[{n}]"), "%x, %w"),
+            _ => (format!("%x: f32[{rows}, {n}], %w: f32[{n}], %b: f32[{n}]"), "%x, %w, %b"),
+        };
+        parse(&format!("graph one({sig}) {{\n  %y = {op}({args}) {{{attrs}}}\n  return %y\n}}"))
+    };
+    let params = |n: usize, count: usize| {
+        let w = Tensor::from_f32(&[n], (0..n).map(|i| [1.0, -2.5, 0.0, 1e-3, 3e4, 0.75][i % 6]).collect()).unwrap();
+        let b = Tensor::from_f32(&[n], (0..n).map(|i| (i % 5) as f32 - 2.0).collect()).unwrap();
+        [w, b].into_iter().take(count).collect::<Vec<_>>()
+    };
+    let mut compared = 0;
+    for (oi, &(op, attrs, count, kind)) in ops.iter().enumerate() {
+        for n in [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 1023, 1024, 2049] {
+            let rows = adversarial_rows(n);
+            let g = graph(op, attrs, count, rows.len(), n);
+            let plan = native_plan(&g, kind, 1);
+            let mut inputs = vec![Tensor::from_f32(&[rows.len(), n], rows.concat()).unwrap()];
+            inputs.extend(params(n, count));
+            check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} adversarial rows of {n}"));
+            // Enough rows to be split over two threads (at least 2^16 elements).
+            let many = (1usize << 16).div_ceil(n).max(2) + 3;
+            let g = graph(op, attrs, count, many, n);
+            let plan = native_plan(&g, kind, 2);
+            let bytes = ladder::gen::seeded_bytes((oi * 10_000 + n) as u64, 64);
+            let mut inputs = vec![random_data(&mut Source::new(&bytes), DType::F32, &[many, n])];
+            inputs.extend(params(n, count));
+            check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} [{many}, {n}] over two threads"));
+            compared += 2;
+        }
+    }
+    eprintln!("{compared} cases compared");
+}
+
 #[test]
 fn exp_neg_stays_within_one_ulp_over_the_softmax_range() {
     use ladder::backend::cpu::rows::exp_neg;

@@ -8,7 +8,15 @@
 //! AVX-512 and AVX2 and picked at run time (the portable build is the same code): the 512-bit
 //! vectors Cranelift's x64 backend does not emit. On AVX-512 all four norms run kernels
 //! written with intrinsics (`rows/avx512.rs`: the same arithmetic, lane for lane), pipelined
-//! across rows.
+//! across rows; on AVX2 too (`rows/avx2.rs`: 8 lanes, the portable code's bits, sums included:
+//! its 16 f32 lanes are two vectors and its 32 f64 statistics lanes eight, reduced in the same
+//! tree order, the elements past the last whole chunk added one at a time after them).
+//!
+//! The AVX2 figures below, and the AVX-512 and onnxruntime 1.32 ones beside them, are medians
+//! of alternating rounds in one session on a 2-core AMD EPYC (Zen 5) VM with AVX-512, the AVX2
+//! kernels run there under `LADDER_MAX_ISA=avx2`. Those cores issue 512-bit operations as
+//! fast as 256-bit ones, so a compute-bound AVX2 loop takes about twice the AVX-512 time;
+//! onnxruntime runs its own kernels, which the cap does not reach.
 //!
 //! - softmax: the row's maximum (NaN ignored here: a NaN then reaches `exp` and the sum, so
 //!   the whole row is NaN, as the op says; `+inf` or an all-`-inf` row gives `inf - inf`, NaN
@@ -19,11 +27,16 @@
 //!   arithmetic overlap. On AVX-512, rows of up to 2048 are software-pipelined over each
 //!   worker's run of rows (`avx512::softmax_rows`, the same bits): one pass computes row `i`'s
 //!   terms and sum, row `i + 1`'s maximum and row `i - 1`'s output, so that no pass waits on
-//!   the reduction before it (W2 at [4096, 1024]: 0.96 to 0.76–0.78 ms at one thread).
+//!   the reduction before it (W2 at [4096, 1024]: 0.96 to 0.76–0.78 ms at one thread). On
+//!   AVX2 the same (`avx2::softmax_rows`), each step of four `exp`s taken together
+//!   (`avx2::exp_neg_n`, so that four independent chains fill the multiply-add ports): W2 from
+//!   2.06 to 1.15 ms at one thread and 1.06–1.11 to 0.55–0.61 at two, against the
+//!   auto-vectorized loops (onnxruntime: 1.33 and 0.69; AVX-512: 0.77–0.78 and 0.46–0.57).
 //! - log_softmax: the maximum and `sum = Σ exp(x - max)` the same way (nothing written), then
 //!   `(x - max) - ln(sum)`, `ln` in f64. `-inf` entries give `-inf`; NaN, `+inf` and all-`-inf`
-//!   rows give NaN rows through the sum. Pipelined on AVX-512 as softmax is, at any row
-//!   length (`avx512::log_softmax_rows`: nothing is written before the output).
+//!   rows give NaN rows through the sum. Pipelined on AVX-512 and AVX2 as softmax is, at any
+//!   row length (`avx512::log_softmax_rows`, `avx2::log_softmax_rows`: nothing is written
+//!   before the output; AVX2 at [4096, 1024], one thread: 2.10 to 1.09 ms).
 //! - `exp` there is [`exp_neg`]: its argument `x - max` is never above 0, so it needs no
 //!   overflow handling. Cody–Waite reduction by ln 2 with FMAs, a degree-6 polynomial on
 //!   |r| <= ln2/2 (coefficients fitted on Chebyshev nodes, rounded to f32), and `2^n` built as
@@ -40,12 +53,17 @@
 //!   pass; that pass prefetches the next row. On AVX-512 the rows of a worker's run are
 //!   pipelined (`avx512::layer_norm_rows`, the same bits): one pass sums row `i`'s statistics
 //!   and writes row `i - 1`'s output, so that no output pass waits on a reduction (W3 at
-//!   [4096, 1024]: 0.84 to 0.67 ms at one thread, 0.44 to 0.35 at two).
+//!   [4096, 1024]: 0.84 to 0.67 ms at one thread, 0.44 to 0.35 at two). On AVX2 the same for
+//!   rows of at least 32 (`avx2::layer_norm_rows`, its 16 f64 accumulators in two passes over
+//!   halves of the row's chunks, since with the output's registers they would not fit AVX2's
+//!   16): W3 from 1.21–1.24 to 0.72–0.74 ms at one thread and 0.68 to 0.38–0.42 at two
+//!   (onnxruntime: 1.69 and 1.02; AVX-512: 0.59–0.63 and 0.33–0.44).
 //! - rms_norm: the mean of squares in f64, then `x * rsqrt(ms + eps) * w` in f32 as the op's
 //!   decomposition computes its output pass; when `1 / sqrt(ms + eps)` is not a normal f32
 //!   (rows of subnormals, rows near the top of the range) the output pass is in f64 instead.
-//!   Pipelined on AVX-512 as layer_norm is (`avx512::rms_norm_rows`: [4096, 1024] from
-//!   0.74–0.98 to 0.55–0.58 ms at one thread, against auto-vectorized loops).
+//!   Pipelined on AVX-512 and AVX2 as layer_norm is (`avx512::rms_norm_rows`: [4096, 1024]
+//!   from 0.74–0.98 to 0.55–0.58 ms at one thread, against auto-vectorized loops;
+//!   `avx2::rms_norm_rows`: 0.84 to 0.65 ms).
 //! - gelu: the f32 activation of GEMM epilogues (`super::activation`), erf or tanh form.
 //!
 //! Rows are split over rayon workers when there are enough of them (at least
@@ -56,9 +74,9 @@
 //! before writing it; each worker fences its stores before the call returns. A streaming
 //! store needs a 64-byte aligned address and the allocator's outputs are 16-byte aligned, so
 //! a worker's rows are written as one flat run of whole cache lines, a line shared by two
-//! rows completed when the second is (`avx512::RowOut`): ordinary stores to every row's
-//! partial lines made streaming slower than not streaming. Streamed rows have the same bits
-//! as cached ones.
+//! rows completed when the second is (`avx512::RowOut`, `avx2::RowOut`): ordinary stores to
+//! every row's partial lines made streaming slower than not streaming. Streamed rows have the
+//! same bits as cached ones.
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -347,25 +365,32 @@ multiversion!(
 );
 
 /// The softmax of one row (`y` gets it, of the same length), vectorized for the running CPU;
-/// with `stream`, the AVX-512 path writes `y` with streaming stores (the caller fences).
+/// with `stream`, the AVX-512 and AVX2 paths write `y` with streaming stores (the caller
+/// fences).
 fn softmax_into(x: &[f32], y: &mut [f32], stream: bool) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above).
         return unsafe { avx512::softmax(x, y, stream) };
+    } else if super::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { avx2::softmax(x, y, stream) };
     }
     let _ = stream;
     dispatch_softmax(x, y)
 }
 
 /// The softmax of whole rows of `n > 0` (`y` gets them), pipelined across rows where the CPU
-/// has AVX-512 and the rows fit its scratch rows (the same bits as [`softmax_into`]).
+/// has AVX-512 or AVX2 and the rows fit the scratch rows (the same bits as [`softmax_into`]).
 fn softmax_rows_into(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() && n <= avx512::SCRATCH {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above); 0 < n <= SCRATCH (the
         // caller skips n = 0).
         return unsafe { avx512::softmax_rows(x, y, n, stream) };
+    } else if super::has_avx2() && n <= avx2::SCRATCH {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above); 0 < n <= SCRATCH.
+        return unsafe { avx2::softmax_rows(x, y, n, stream) };
     }
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         softmax_into(xr, yr, stream);
@@ -373,13 +398,16 @@ fn softmax_rows_into(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
 }
 
 /// The log_softmax of whole rows of `n > 0` (`y` gets them), pipelined across rows where the
-/// CPU has AVX-512 (the same bits as [`log_softmax_into`]).
+/// CPU has AVX-512 or AVX2 (the same bits as [`log_softmax_into`]).
 fn log_softmax_rows_into(x: &[f32], y: &mut [f32], n: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above); n > 0 (the caller skips
         // n = 0).
         return unsafe { avx512::log_softmax_rows(x, y, n, stream) };
+    } else if super::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above); n > 0.
+        return unsafe { avx2::log_softmax_rows(x, y, n, stream) };
     }
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         log_softmax_into(xr, yr, stream);
@@ -392,6 +420,9 @@ fn log_softmax_into(x: &[f32], y: &mut [f32], stream: bool) {
     if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above).
         return unsafe { avx512::log_softmax(x, y, stream) };
+    } else if super::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { avx2::log_softmax(x, y, stream) };
     }
     let _ = stream;
     dispatch_log_softmax(x, y)
@@ -524,6 +555,8 @@ fn log_softmax_row(x: &[f32], y: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 /// Independent f64 accumulators in the norms' statistics passes: 32 lanes are four 512-bit
@@ -570,7 +603,7 @@ fn layer_norm_stats(x: &[f32], eps: f64) -> (f32, f32) {
     layer_norm_finish(s1, s2, c.remainder(), k, n, eps)
 }
 
-/// The end of [`layer_norm_stats`], shared with the pipelined AVX-512 kernel so that both
+/// The end of [`layer_norm_stats`], shared with the pipelined kernels so that all
 /// give the same bits: the lane sums `s1`, `s2` of the row's whole 32-element chunks reduced,
 /// the remaining elements `rest` added one at a time, and the statistics from the sums.
 #[inline(always)]
@@ -626,7 +659,7 @@ fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32]
 }
 
 /// layer_norm of whole rows of `n > 0` (`y` gets them; `w`, `b` of length `n`), pipelined
-/// across rows where the CPU has AVX-512 (the same bits as [`layer_norm_row`]).
+/// across rows where the CPU has AVX-512 or AVX2 (the same bits as [`layer_norm_row`]).
 fn layer_norm_rows_into(
     x: &[f32],
     w: Option<&[f32]>,
@@ -641,6 +674,13 @@ fn layer_norm_rows_into(
         // SAFETY: the CPU has AVX-512F and FMA (checked just above); n > 0 (the caller skips
         // n = 0) and w and b were checked to the row length.
         return unsafe { avx512::layer_norm_rows(x, w, b, y, n, eps, stream) };
+    } else if super::has_avx2() && n >= STAT_LANES {
+        // Shorter rows, whose statistics are all summed one element at a time, went up to a
+        // fifth slower pipelined (2048 rows of 17: 39 to 47 us; of 31, 57 to 60) and take the
+        // loops below.
+        // SAFETY: the CPU has AVX2 and FMA (checked just above); n > 0, and w and b were
+        // checked to the row length.
+        return unsafe { avx2::layer_norm_rows(x, w, b, y, n, eps, stream) };
     }
     let _ = stream;
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
@@ -692,13 +732,17 @@ fn rms_norm_out_f64(x: &[f32], w: Option<&[f32]>, y: &mut [f32], inv: f64) {
 }
 
 /// rms_norm of whole rows of `n > 0` (`y` gets them; `w` of length `n`), pipelined across
-/// rows where the CPU has AVX-512 (the same bits as [`rms_norm_row`]).
+/// rows where the CPU has AVX-512 or AVX2 (the same bits as [`rms_norm_row`]).
 fn rms_norm_rows_into(x: &[f32], w: Option<&[f32]>, y: &mut [f32], n: usize, eps: f64) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx512() {
         // SAFETY: the CPU has AVX-512F and FMA (checked just above); n > 0 (the caller skips
         // n = 0) and w was checked to the row length.
         return unsafe { avx512::rms_norm_rows(x, w, y, n, eps) };
+    } else if super::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above); n > 0, and w was checked to
+        // the row length.
+        return unsafe { avx2::rms_norm_rows(x, w, y, n, eps) };
     }
     for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         dispatch_rms_norm(xr, w, yr, eps);
@@ -785,7 +829,7 @@ mod tests {
         }
     }
 
-    /// The AVX-512 path and the portable one (what AVX2 and other CPUs run) compute the same
+    /// The AVX-512 path and the portable one (what CPUs without AVX2 run) compute the same
     /// `exp_neg` bit for bit and the same rows up to the order of their sums.
     #[test]
     #[cfg(target_arch = "x86_64")]
@@ -1045,6 +1089,163 @@ mod tests {
         });
         same(c, s, "softmax rows over two threads");
         assert!(c.iter().all(|v| *v > 0.0), "every softmax term of these rows is positive");
+    }
+
+    /// Rows of `n` for the AVX2 tests: random values, random bits, and rows that stress the
+    /// kernels' special cases (±inf, NaN, huge and tiny magnitudes, subnormals, signed zeros,
+    /// arguments around the `exp` flush, a large offset with a tiny spread, all `-inf`).
+    #[cfg(target_arch = "x86_64")]
+    fn stress_rows(n: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (s >> 33) as u32
+        };
+        let inf = f32::INFINITY;
+        let fill = |f: &dyn Fn(usize) -> f32| (0..n).map(f).collect::<Vec<f32>>();
+        let mut out = vec![
+            fill(&|i| if i == 0 { inf } else { i as f32 }),
+            fill(&|_| -inf),
+            fill(&|i| if i == n / 2 { f32::NAN } else { i as f32 * 0.5 }),
+            fill(&|i| if i == n / 2 { -inf } else { i as f32 * 0.5 }),
+            fill(&|i| if i == n - 1 { inf } else { 1.0 - i as f32 }),
+            fill(&|i| if i % 2 == 0 { -inf } else { i as f32 }),
+            fill(&|i| if i % 3 == 0 { 3e38 } else { -3e38 }),
+            fill(&|i| [1e-45, -1e-45, 1e-40, 0.0, -0.0][i % 5]),
+            fill(&|i| [-0.0, 0.0][i % 2]),
+            fill(&|i| [-1e4, 1e4, 9999.5, 1.25e4, -3e4][i % 5]),
+            fill(&|i| if i == 0 { 0.0 } else { [-87.0, -87.3, -87.4, -87.7, -88.5, -104.0, -1e30][i % 7] }),
+            fill(&|_| 3.4e38),
+            fill(&|i| f32::from_bits(0x0080_0000 + i as u32 * 7919)),
+            fill(&|i| 1.0e4 + (i % 11) as f32 * 1e-3),
+            fill(&|i| if i + 1 == n { -inf } else { -(i as f32) }),
+            // Two large values that cancel, in lanes 0 and 20 of the 32 f64 statistics lanes,
+            // among small ones: the lanes summed into either before they meet lose their small
+            // sums, so that which lanes the tree adds in which order shows in the mean, and so
+            // in the output.
+            fill(&|i| match i {
+                0 => 0.0,
+                32 => 1e20,
+                52 => -1e20,
+                _ => ((i * 7) % 13) as f32 * 0.25 + 1.0,
+            }),
+        ];
+        for kind in 0..3 {
+            out.push(
+                (0..n)
+                    .map(|_| {
+                        let u = next();
+                        match kind {
+                            0 => (u % 20_000) as f32 / 100.0 - 100.0,
+                            1 => f32::from_bits(u),
+                            _ => ((u % 2001) as f32 - 1000.0) * 1e-3,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    /// The AVX2 kernels give the portable code's bits (the one-row functions, compiled here
+    /// for the baseline target): `exp_neg` over a sweep of its range, then
+    /// softmax, log_softmax, layer_norm and rms_norm on [`stress_rows`] of lengths around the
+    /// 8-lane vectors, the 16-element chunks and the 32-element statistics chunks, up to past
+    /// the scratch rows, one row and whole matrices of them at a time (in order and reversed),
+    /// streamed or not, on and off a 64-byte boundary.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_kernels_give_the_portable_bits() {
+        use std::arch::x86_64::{_mm256_loadu_ps, _mm256_storeu_ps};
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut bits = 0x8000_0000u32;
+        let (mut d, mut e) = ([0f32; 8], [0f32; 8]);
+        while f32::from_bits(bits) >= -100.0 {
+            for (k, v) in d.iter_mut().enumerate() {
+                *v = f32::from_bits(bits + k as u32 * 3);
+            }
+            // SAFETY: checked for AVX2 and FMA above; both arrays hold 8 f32.
+            unsafe { _mm256_storeu_ps(e.as_mut_ptr(), avx2::exp_neg(_mm256_loadu_ps(d.as_ptr()))) };
+            for k in 0..8 {
+                assert_eq!(exp_neg(d[k]).to_bits(), e[k].to_bits(), "exp_neg({})", d[k]);
+            }
+            bits += 7919 * 8;
+        }
+        // What the output holds before each kernel: no kernel computes it from these rows.
+        const STALE: f32 = -7.654_321e7;
+        let mut compared = 0;
+        for n in [1usize, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1023, 1024, 1025, 2048, 2049] {
+            let rows = stress_rows(n, n as u64);
+            let mut matrices: Vec<Vec<f32>> = rows.clone();
+            matrices.push(rows.concat());
+            matrices.push(rows.iter().rev().flatten().copied().collect());
+            let w: Vec<f32> = (0..n).map(|i| [1.0, -2.5, 0.0, 1e-3, 3e4, 0.75][i % 6]).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+            for x in &matrices {
+                let what = format!("{} rows of {n}", x.len() / n);
+                let one_row = |f: &dyn Fn(&[f32], &mut [f32])| {
+                    let mut want = vec![0f32; x.len()];
+                    for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                        f(xr, yr);
+                    }
+                    want
+                };
+                let softmax = one_row(&|x, y| softmax_row(x, y));
+                let log_softmax = one_row(&|x, y| log_softmax_row(x, y));
+                for (stream, shift) in PLACES {
+                    let (mut buf, at) = shifted(x.len(), shift);
+                    let got = &mut buf[at..at + x.len()];
+                    let how = format!("{what}, stream {stream}, shift {shift}");
+                    if n <= avx2::SCRATCH {
+                        got.fill(STALE);
+                        // SAFETY: checked for AVX2 and FMA above; 0 < n <= SCRATCH.
+                        unsafe { avx2::softmax_rows(x, got, n, stream) };
+                        store_fence();
+                        assert_same_rows(got, &softmax, n, &format!("AVX2 softmax of {how}"));
+                    }
+                    got.fill(STALE);
+                    for (xr, yr) in x.chunks_exact(n).zip(got.chunks_exact_mut(n)) {
+                        // SAFETY: as above.
+                        unsafe { avx2::softmax(xr, yr, stream) };
+                    }
+                    store_fence();
+                    assert_same_rows(got, &softmax, n, &format!("AVX2 one-row softmax of {how}"));
+                    got.fill(STALE);
+                    // SAFETY: as above; n > 0.
+                    unsafe { avx2::log_softmax_rows(x, got, n, stream) };
+                    store_fence();
+                    assert_same_rows(got, &log_softmax, n, &format!("AVX2 log_softmax of {how}"));
+                    got.fill(STALE);
+                    for (xr, yr) in x.chunks_exact(n).zip(got.chunks_exact_mut(n)) {
+                        // SAFETY: as above.
+                        unsafe { avx2::log_softmax(xr, yr, stream) };
+                    }
+                    store_fence();
+                    assert_same_rows(got, &log_softmax, n, &format!("AVX2 one-row log_softmax of {how}"));
+                    for (wv, bv) in [(Some(&w[..]), Some(&b[..])), (Some(&w[..]), None), (None, None)] {
+                        let want = one_row(&|x, y| layer_norm_row(x, wv, bv, y, 1e-5));
+                        got.fill(STALE);
+                        // SAFETY: as above; w and b hold n elements.
+                        unsafe { avx2::layer_norm_rows(x, wv, bv, got, n, 1e-5, stream) };
+                        store_fence();
+                        let (hw, hb) = (wv.is_some(), bv.is_some());
+                        assert_same_rows(got, &want, n, &format!("AVX2 layer_norm of {how}, weight {hw}, bias {hb}"));
+                    }
+                    for (wv, eps) in [(Some(&w[..]), 1e-5), (None, 0.0), (Some(&w[..]), 0.0)] {
+                        let want = one_row(&|x, y| rms_norm_row(x, wv, y, eps));
+                        got.fill(STALE);
+                        // SAFETY: as above; w holds n elements.
+                        unsafe { avx2::rms_norm_rows(x, wv, got, n, eps) };
+                        let hw = wv.is_some();
+                        assert_same_rows(got, &want, n, &format!("AVX2 rms_norm of {how}, weight {hw}, eps {eps}"));
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= 1500, "{compared} placements compared");
     }
 
     #[test]
