@@ -325,8 +325,7 @@ impl Session {
 
     /// Runs the model on `inputs` (one per declared input, in order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Outputs, SessionError> {
-        let views: Vec<TensorView> = inputs.iter().map(TensorView::from).collect();
-        self.plan_for_views(&views)?.run(inputs).map_err(SessionError::Run)
+        self.plan_for_views(&crate::runtime::views(inputs))?.run(inputs).map_err(SessionError::Run)
     }
 
     /// Runs the model on borrowed inputs (one per declared input, in order), read where they
@@ -364,10 +363,7 @@ impl Session {
     /// The plan that runs `inputs`: the general one, or a specialized one from the cache
     /// (compiled on a miss, after the probes that decide it).
     pub fn plan_for(&self, inputs: &[Tensor]) -> Result<Arc<Plan>, SessionError> {
-        if let Some(p) = &self.general {
-            return Ok(Arc::clone(p));
-        }
-        self.plan_for_views(&inputs.iter().map(TensorView::from).collect::<Vec<_>>())
+        self.plan_for_views(&crate::runtime::views(inputs))
     }
 
     /// [`Session::plan_for`] borrowed inputs.

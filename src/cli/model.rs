@@ -55,25 +55,7 @@ pub fn load_graph_for(path: Option<&Path>, dims: &[(String, u64)]) -> Result<Gra
     let onnx_err =
         |error| Error::Onnx { path: path.map(Path::to_path_buf).unwrap_or_default(), error: Box::new(error) };
     let inputs = model.inputs().map_err(onnx_err)?;
-    // Every --dim names a symbol of the inputs, once (argument errors, exit status 2, as
-    // `run` reports them).
-    let symbols: std::collections::BTreeSet<String> =
-        inputs.iter().flat_map(|(_, ty)| ty.shape.symbols()).map(|s| s.to_string()).collect();
-    for (i, (sym, n)) in dims.iter().enumerate() {
-        if !symbols.contains(sym) {
-            let known = if symbols.is_empty() {
-                "it has no symbolic dims".to_string()
-            } else {
-                format!("its symbols: {}", symbols.iter().cloned().collect::<Vec<_>>().join(", "))
-            };
-            return Err(Error::Arguments(format!(
-                "--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})"
-            )));
-        }
-        if dims[..i].iter().any(|(s, _)| s == sym) {
-            return Err(Error::Arguments(format!("--dim {sym} is given twice")));
-        }
-    }
+    super::run::check_dims(&inputs, dims)?;
     let mut shapes = std::collections::HashMap::new();
     for (name, ty) in inputs {
         let mut sizes = Vec::new();

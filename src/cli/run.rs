@@ -250,6 +250,29 @@ struct Binding {
     from: String,
 }
 
+/// Checks that every `--dim` names a symbol of the declared inputs, once (argument errors,
+/// exit status 2): `run`, `check`, `bench` and `dump` report them alike. Returns the symbols.
+pub fn check_dims(declared: &[(String, TensorType)], dims: &[(String, u64)]) -> Result<BTreeSet<String>, Error> {
+    let symbols: BTreeSet<String> =
+        declared.iter().flat_map(|(_, ty)| ty.shape.symbols()).map(|s| s.to_string()).collect();
+    for (i, (sym, n)) in dims.iter().enumerate() {
+        if !symbols.contains(sym) {
+            let known = if symbols.is_empty() {
+                "it has no symbolic dims".to_string()
+            } else {
+                format!("its symbols: {}", symbols.iter().cloned().collect::<Vec<_>>().join(", "))
+            };
+            return Err(Error::Arguments(format!(
+                "--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})"
+            )));
+        }
+        if dims[..i].iter().any(|(s, _)| s == sym) {
+            return Err(Error::Arguments(format!("--dim {sym} is given twice")));
+        }
+    }
+    Ok(symbols)
+}
+
 /// One tensor per graph input: read from its `--input` file, or generated. Checks each file
 /// against the input's declared type (naming the input and the file when it does not fit)
 /// and binds size symbols from `--dim`, from the files, and otherwise to the default.
@@ -269,23 +292,10 @@ pub fn prepare_inputs(declared: &[(String, TensorType)], args: &RunArgs) -> Resu
         files[i] = Some(path);
     }
 
-    let symbols: BTreeSet<String> =
-        declared.iter().flat_map(|(_, ty)| ty.shape.symbols()).map(|s| s.to_string()).collect();
+    let symbols = check_dims(declared, &args.dims)?;
     let mut bound: BTreeMap<String, Binding> = BTreeMap::new();
     for (sym, n) in &args.dims {
-        if !symbols.contains(sym) {
-            let known = if symbols.is_empty() {
-                "it has no symbolic dims".to_string()
-            } else {
-                format!("its symbols: {}", symbols.iter().cloned().collect::<Vec<_>>().join(", "))
-            };
-            return Err(Error::Arguments(format!(
-                "--dim {sym}={n}: no input of the model has a dim `{sym}` ({known})"
-            )));
-        }
-        if bound.insert(sym.clone(), Binding { value: *n, from: format!("--dim {sym}={n}") }).is_some() {
-            return Err(Error::Arguments(format!("--dim {sym} is given twice")));
-        }
+        bound.insert(sym.clone(), Binding { value: *n, from: format!("--dim {sym}={n}") });
     }
 
     // Inputs from files; compound dims (`2*n`) are checked once every symbol is bound.

@@ -1165,7 +1165,7 @@ impl Plan {
 }
 
 /// Views of `inputs` (on the stack for up to eight).
-fn views(inputs: &[Tensor]) -> SmallVec<[TensorView<'_>; 8]> {
+pub(crate) fn views(inputs: &[Tensor]) -> SmallVec<[TensorView<'_>; 8]> {
     inputs.iter().map(TensorView::from).collect()
 }
 
