@@ -1,5 +1,6 @@
 //! The graph: an arena of nodes, each defining one SSA value.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -90,6 +91,10 @@ pub struct Graph {
     pub(crate) nodes: PrimaryMap<Value, Node>,
     /// Optional names of values (`%x`); unnamed values print as `%N`.
     pub(crate) names: SecondaryMap<Value, Option<Box<str>>>,
+    /// `names` inverted: lookups by name in constant time (text with tens of thousands of
+    /// named values parsed in quadratic time without it). Kept by [`Graph::set_name`],
+    /// [`Graph::add_input`] and `clear_name`.
+    by_name: HashMap<Box<str>, Value>,
     pub(crate) inputs: Vec<Value>,
     pub(crate) outputs: Vec<Output>,
     pub(crate) blobs: PrimaryMap<BlobId, Blob>,
@@ -120,6 +125,7 @@ impl Graph {
             name: name.to_string(),
             nodes: PrimaryMap::new(),
             names: SecondaryMap::new(),
+            by_name: HashMap::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
             blobs: PrimaryMap::new(),
@@ -180,7 +186,7 @@ impl Graph {
     }
 
     pub fn value_by_name(&self, name: &str) -> Option<Value> {
-        self.nodes.keys().find(|&v| self.name_of(v) == Some(name))
+        self.by_name.get(name).copied()
     }
 
     /// The name an input is passed by (its value name, or its index as text).
@@ -207,8 +213,17 @@ impl Graph {
                 return Err(GraphError::DuplicateName(name.to_string()));
             }
         }
+        self.clear_name(v);
+        self.by_name.insert(name.into(), v);
         self.names[v] = Some(name.into());
         Ok(())
+    }
+
+    /// Removes `v`'s name, if it has one (it prints as `%N` then).
+    pub(crate) fn clear_name(&mut self, v: Value) {
+        if let Some(old) = self.names[v].take() {
+            self.by_name.remove(&old);
+        }
     }
 
     /// Adds a graph input.
@@ -220,6 +235,7 @@ impl Graph {
         let attrs = Attrs::resolve(OpKind::Input.spec().attrs, vec![("index".into(), super::AttrValue::Int(index))])
             .map_err(|e| GraphError::Op { op: "input", value: self.nodes.next_key(), error: OpError::Attr(e) })?;
         let v = self.nodes.push(Node { op: OpKind::Input, attrs, args: SmallVec::new(), ty });
+        self.by_name.insert(name.into(), v);
         self.names[v] = Some(name.into());
         self.inputs.push(v);
         Ok(v)

@@ -475,7 +475,7 @@ impl Parser {
                 self.check_numbered_name(&g, &vname, &at)?;
                 let v = g.add_input(&vname, ty).map_err(|e| self.error_at(&at, e.to_string()))?;
                 if index_token(&at) {
-                    g.names[v] = None;
+                    g.clear_name(v);
                 }
                 if self.eat_punct(')') {
                     break;

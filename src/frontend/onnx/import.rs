@@ -77,7 +77,6 @@ pub struct Importer<'m> {
     budget: Budget,
     dir: Option<&'m Path>,
     blob_names: HashSet<String>,
-    value_names: HashSet<String>,
     n_syms: usize,
     fold_fuel: u64,
 }
@@ -207,11 +206,10 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
             continue;
         }
         let ty = imp.value_type(input)?;
-        if imp.value_names.contains(&input.name) {
+        if imp.g.value_by_name(&input.name).is_some() {
             return Err(ImportError::Graph(format!("graph input `{}` is declared twice", input.name)));
         }
         let v = imp.g.add_input(&input.name, ty).map_err(|e| ImportError::Graph(e.to_string()))?;
-        imp.value_names.insert(input.name.clone());
         imp.env.insert(input.name.clone(), Slot::Val(v));
     }
     imp.run_nodes(&graph.node, 0)?;
@@ -264,7 +262,6 @@ impl<'m> Importer<'m> {
             budget: Budget::default(),
             dir,
             blob_names: HashSet::new(),
-            value_names: HashSet::new(),
             n_syms: 0,
             fold_fuel: 1 << 26,
         }
@@ -390,14 +387,11 @@ impl<'m> Importer<'m> {
 
     /// Names a value after its ONNX name when it has no name yet and the name is free.
     fn name_value(&mut self, v: Value, name: &str) {
-        if self.g.name_of(v).is_some() || self.value_names.contains(name) {
+        if self.g.name_of(v).is_some() || name.starts_with(|c: char| c.is_ascii_digit()) || name.is_empty() {
             return;
         }
-        if name.starts_with(|c: char| c.is_ascii_digit()) || name.is_empty() {
-            return;
-        }
-        self.value_names.insert(name.to_string());
-        self.g.names[v] = Some(name.into());
+        // A name another value has already is left alone (`set_name` refuses it).
+        let _ = self.g.set_name(v, name);
     }
 
     /// What `name` is bound to now (not converting an initializer).
