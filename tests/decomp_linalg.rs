@@ -406,3 +406,36 @@ fn half_precision_pools_and_linear() {
     );
     bit_exact("max_pool2d f16", &graph("%x: f16[1, 2, 4, 4]", "max_pool2d(%x) {kernel=[2, 2]}"), &[x]);
 }
+
+/// A pooling window is one slice per tap: one wider than the importer's bound (4096 taps over
+/// both dims) is a typed error at once instead of that many nodes (an empty output included),
+/// and an extent that cannot fit is refused by the op's shape rule.
+#[test]
+fn huge_pool_windows_are_refused() {
+    for (op, attrs, needle) in [
+        (
+            "avg_pool2d",
+            "{kernel=[9223372036854775807, 1]}",
+            "a kernel of 9223372036854775807 with dilation 1 in spatial dim 0 (at most 4096 taps)",
+        ),
+        (
+            "max_pool2d",
+            "{kernel=[9223372036854775807, 1]}",
+            "a kernel of 9223372036854775807 with dilation 1 in spatial dim 0 (at most 4096 taps)",
+        ),
+        (
+            "avg_pool2d",
+            "{kernel=[3000, 3000], padding=[1500, 1500]}",
+            "a window of 3000 x 3000 (at most 4096 taps over both dims)",
+        ),
+    ] {
+        let e = decompose_err(&graph("%x: f32[1, 1, 4, 4]", &format!("{op}(%x) {attrs}")));
+        assert!(e.contains(needle), "{op} {attrs}: {e}");
+    }
+    let src = graph("%x: f32[1, 1, 4, 4]", "max_pool2d(%x) {kernel=[2, 2], dilation=[9223372036854775807, 1]}");
+    let e = ladder::text::parse(&src).unwrap_err().to_string();
+    assert!(e.contains("does not fit the padded input"), "{e}");
+    // Within the bound it decomposes.
+    let (_, p, _) = lower(&graph("%x: f32[1, 1, 40, 40]", "avg_pool2d(%x) {kernel=[40, 40]}"));
+    assert_eq!(p.ty(p.outputs()[0].value).to_string(), "f32[1, 1, 1, 1]");
+}

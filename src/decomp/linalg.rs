@@ -164,6 +164,10 @@ impl Win {
     }
 }
 
+/// Most taps a pooling window may have over both spatial dims (the decomposition emits one
+/// slice per tap), as the ONNX importer allows.
+pub const MAX_POOL_TAPS: u64 = 4096;
+
 /// The two spatial dims' window geometry of a pool node.
 fn pool_windows(node: &Node, input: &Shape) -> Result<[Win; 2], DecompError> {
     let op = node.op.name();
@@ -182,8 +186,18 @@ fn pool_windows(node: &Node, input: &Shape) -> Result<[Win; 2], DecompError> {
         if kernel == 0 || stride == 0 || dilation == 0 {
             return Err(unsupported(op, "kernel, stride and dilation must be positive"));
         }
+        // One slice per kernel tap: a window wider than any real model's is refused rather
+        // than decomposed into that many nodes.
+        let extent = dilation.checked_mul(kernel - 1).and_then(|e| e.checked_add(1));
+        let Some(extent) = extent.filter(|_| kernel <= MAX_POOL_TAPS) else {
+            return Err(unsupported(
+                op,
+                format!(
+                    "a kernel of {kernel} with dilation {dilation} in spatial dim {d} (at most {MAX_POOL_TAPS} taps)"
+                ),
+            ));
+        };
         let out = node.ty.shape.dims()[r - 2 + d].clone();
-        let extent = dilation * (kernel - 1) + 1;
         let extra = match (out.as_const(), input.dims()[r - 2 + d].as_const()) {
             (Some(o), Some(n)) if o > 0 => ((o - 1) * stride + extent).saturating_sub(n + 2 * pad),
             (Some(_), Some(_)) => 0,
@@ -195,7 +209,14 @@ fn pool_windows(node: &Node, input: &Shape) -> Result<[Win; 2], DecompError> {
         };
         Ok(Win { kernel, stride, dilation, pad, extra, out })
     };
-    Ok([win(0)?, win(1)?])
+    let w = [win(0)?, win(1)?];
+    if w[0].kernel + w[1].kernel > MAX_POOL_TAPS {
+        return Err(unsupported(
+            op,
+            format!("a window of {} x {} (at most {MAX_POOL_TAPS} taps over both dims)", w[0].kernel, w[1].kernel),
+        ));
+    }
+    Ok(w)
 }
 
 /// Pads the last two dims of `x` with `value`: the windows' padding, then (with `extra_value`)
