@@ -107,7 +107,12 @@ impl Model {
     /// [`Model::load`] with explicit import options (limits, external data).
     pub fn load_with(path: &Path, options: &ImportOptions) -> Result<Model, LoadError> {
         let read_err = |source| LoadError::Read { path: path.into(), source };
-        let len = std::fs::metadata(path).map_err(read_err)?.len();
+        let meta = std::fs::metadata(path).map_err(read_err)?;
+        // A FIFO would wait for a writer, a device may never end.
+        if !meta.is_file() {
+            return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
+        }
+        let len = meta.len();
         if len > options.max_total_bytes {
             let error = ImportError::Limit { what: "the file".into(), size: len, limit: options.max_total_bytes };
             return Err(LoadError::Onnx { path: path.into(), error: Box::new(error) });

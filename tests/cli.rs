@@ -306,6 +306,12 @@ fn errors_exit_non_zero_with_a_message() {
     fails(&["run", s(&dir.join("nope.lad"))], &["cannot read", "nope.lad"]);
     fails(&["dump", s(&dir.join("nope.lad"))], &["cannot read", "nope.lad"]);
     fails(&["run", m, "--input", &format!("x={}", s(&dir.join("nope.npy")))], &["cannot read", "nope.npy"]);
+    // Not regular files: a device that never ends, a FIFO that waits for a writer.
+    fails(&["run", m, "--input", "x=/dev/zero"], &["/dev/zero", "not a regular file"]);
+    let fifo = dir.join("fifo.npy");
+    assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs").success());
+    fails(&["run", m, "--input", &format!("x={}", s(&fifo))], &["fifo.npy", "not a regular file"]);
+    fails(&["run", s(&fifo)], &["fifo.npy", "not a regular file"]);
 
     // Bad text: the message carries file:line:col.
     let bad = dir.join("bad.lad");

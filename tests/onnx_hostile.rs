@@ -285,6 +285,34 @@ fn external_data_symlink_escape_is_refused() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// A FIFO (or any file that is not a regular one) as the model or as its external data is
+/// refused before it is opened: opening a FIFO for reading waits for a writer forever.
+#[cfg(unix)]
+#[test]
+fn fifos_are_refused_not_waited_on() {
+    let tmp =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ladder-onnx-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mkfifo = |p: &std::path::Path| {
+        let ok = std::process::Command::new("mkfifo").arg(p).status().expect("mkfifo runs").success();
+        assert!(ok, "mkfifo {}", p.display());
+    };
+    mkfifo(&tmp.join("w.bin"));
+    std::fs::write(tmp.join("m.onnx"), external("w.bin")).unwrap();
+    let on = ImportOptions { allow_external_data: true, ..ImportOptions::default() };
+    let e = import_file(&tmp.join("m.onnx"), &on).unwrap_err();
+    assert!(matches!(&e, ImportError::ExternalData { problem, .. } if problem.contains("not a regular file")), "{e}");
+    mkfifo(&tmp.join("fifo.onnx"));
+    let e = import_file(&tmp.join("fifo.onnx"), &on).unwrap_err();
+    assert!(matches!(&e, ImportError::Io { message, .. } if message.contains("not a regular file")), "{e}");
+    let e = ladder::Model::load(&tmp.join("fifo.onnx")).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let e = ladder::Model::load(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// Node payloads that are valid protobuf but nonsense for ONNX (unused NodeProto fields) are
 /// harmless: the node census reports them.
 #[test]

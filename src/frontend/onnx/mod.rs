@@ -291,10 +291,15 @@ pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Graph, Import
     import_model(&model, options, Some(&dir))
 }
 
-/// Reads a file, refusing one larger than `limit` before reading it.
+/// Reads a file, refusing one larger than `limit`, or anything but a regular file (a FIFO or
+/// a device would block or never end), before reading it.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ImportError> {
     let io = |e: std::io::Error| ImportError::Io { path: path.into(), message: e.to_string() };
-    let len = std::fs::metadata(path).map_err(io)?.len();
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ImportError::Io { path: path.into(), message: "not a regular file".into() });
+    }
+    let len = meta.len();
     if len > limit {
         return Err(ImportError::Limit { what: format!("the size of `{}`", path.display()), size: len, limit });
     }

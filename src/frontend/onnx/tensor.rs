@@ -279,6 +279,10 @@ fn read_external(
     if !path.starts_with(&root) {
         return Err(err(format!("`{location}` resolves outside the model's folder")));
     }
+    // Opening a FIFO would wait for a writer; a device has no length to check.
+    if !std::fs::metadata(&path).map_err(io)?.is_file() {
+        return Err(err(format!("`{location}` is not a regular file")));
+    }
     let mut f = std::fs::File::open(&path).map_err(io)?;
     let file_len = f.metadata().map_err(io)?.len();
     if offset.checked_add(bytes).is_none_or(|end| end > file_len) {
