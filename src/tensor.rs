@@ -109,6 +109,32 @@ impl TensorData {
     }
 
     /// Zeros (false for bool) of the given type.
+    /// [`TensorData::zeros`], or `None` where the allocator cannot provide the memory (instead
+    /// of ending the process).
+    pub(crate) fn try_zeros(dtype: DType, len: usize) -> Option<TensorData> {
+        fn v<T: Clone>(zero: T, len: usize) -> Option<Vec<T>> {
+            let mut x = Vec::new();
+            x.try_reserve_exact(len).ok()?;
+            x.resize(len, zero);
+            Some(x)
+        }
+        Some(match dtype {
+            DType::F32 => TensorData::F32(v(0.0, len)?),
+            DType::F64 => TensorData::F64(v(0.0, len)?),
+            DType::F16 => TensorData::F16(v(f16::ZERO, len)?),
+            DType::BF16 => TensorData::BF16(v(bf16::ZERO, len)?),
+            DType::I32 => TensorData::I32(v(0, len)?),
+            DType::I64 => TensorData::I64(v(0, len)?),
+            DType::Bool => TensorData::Bool(v(false, len)?),
+            DType::I8 => TensorData::I8(v(0, len)?),
+            DType::I16 => TensorData::I16(v(0, len)?),
+            DType::U8 => TensorData::U8(v(0, len)?),
+            DType::U16 => TensorData::U16(v(0, len)?),
+            DType::U32 => TensorData::U32(v(0, len)?),
+            DType::U64 => TensorData::U64(v(0, len)?),
+        })
+    }
+
     pub fn zeros(dtype: DType, len: usize) -> TensorData {
         match dtype {
             DType::F32 => TensorData::F32(vec![0.0; len]),

@@ -165,8 +165,11 @@ pub struct CompileOptions {
     pub threads: usize,
     /// Compiles kernels natively; `None` runs every kernel on the reference executor.
     pub kernel_compiler: Option<Arc<dyn KernelCompiler>>,
-    /// Largest arena one run may use, in bytes.
-    pub max_arena_bytes: u64,
+    /// Most memory one run may use, in bytes: its arena of temporaries and the outputs it
+    /// allocates, checked before anything is allocated (a run over it is
+    /// [`RunError::TooLarge`]; memory the system cannot provide under it is
+    /// [`RunError::OutOfMemory`], never an abort). 4 GiB by default.
+    pub max_run_bytes: u64,
     /// Recover the ops of `crate::recover::RECOVERABLE` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
@@ -202,7 +205,7 @@ impl CompileOptions {
             backend: Backend::Cpu,
             threads: 1,
             kernel_compiler: None,
-            max_arena_bytes: 1 << 34,
+            max_run_bytes: 1 << 32,
             recover: false,
             pack_weights: true,
             interp: crate::interp::Options::default(),
@@ -232,7 +235,7 @@ impl std::fmt::Debug for CompileOptions {
             .field("backend", &self.backend)
             .field("threads", &self.threads)
             .field("kernel_compiler", &self.kernel_compiler.is_some())
-            .field("max_arena_bytes", &self.max_arena_bytes)
+            .field("max_run_bytes", &self.max_run_bytes)
             .field("recover", &self.recover)
             .finish()
     }
@@ -256,8 +259,10 @@ pub enum RunError {
     Guard(#[from] GuardError),
     #[error("buffer {buffer} ({shape}) has no size with these inputs: {error}")]
     Size { buffer: BufferId, shape: String, error: DimError },
-    #[error("the run needs {need} bytes of scratch memory, more than the limit of {limit}")]
+    #[error("the run needs {need} bytes of memory (temporaries and outputs), more than the limit of {limit} (`CompileOptions::max_run_bytes`)")]
     TooLarge { need: u64, limit: u64 },
+    #[error("the system could not provide {bytes} bytes for {what}")]
+    OutOfMemory { what: String, bytes: u64 },
     #[error("step {step}: {error}")]
     Step { step: usize, error: ExecError },
     #[error("{0}")]
@@ -382,7 +387,7 @@ pub struct Plan {
     /// Run f32 matmuls through the GEMM library (native mode: a kernel compiler is set). The
     /// reference mode keeps the interpreter's own matmul, bit for bit.
     native_library: bool,
-    max_arena_bytes: u64,
+    max_run_bytes: u64,
     pool: Mutex<Vec<RunState>>,
     arenas: AtomicUsize,
     interp: crate::interp::Options,
@@ -453,7 +458,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         dtypes: Vec::new(),
         life: Vec::new(),
         threads: options.threads.max(1),
-        max_arena_bytes: options.max_arena_bytes,
+        max_run_bytes: options.max_run_bytes,
         pool: Mutex::new(Vec::new()),
         arenas: AtomicUsize::new(0),
         interp: options.interp.clone(),
@@ -875,11 +880,8 @@ impl Plan {
                 })?;
             }
             let bytes =
-                n.checked_mul(elem_size(b.dtype) as u64).filter(|&x| x <= self.max_arena_bytes).ok_or_else(|| {
-                    RunError::TooLarge {
-                        need: n.saturating_mul(elem_size(b.dtype) as u64),
-                        limit: self.max_arena_bytes,
-                    }
+                n.checked_mul(elem_size(b.dtype) as u64).filter(|&x| x <= self.max_run_bytes).ok_or_else(|| {
+                    RunError::TooLarge { need: n.saturating_mul(elem_size(b.dtype) as u64), limit: self.max_run_bytes }
                 })?;
             st.lens.push(n as usize);
             st.bytes.push(if matches!(b.kind, BufferKind::Temp) { bytes as usize } else { 0 });
@@ -892,9 +894,9 @@ impl Plan {
             return Ok(());
         }
         let arena = memory::assign(&self.life, &st.bytes, &mut st.offsets, &mut st.order, &mut st.placed)
-            .ok_or(RunError::TooLarge { need: u64::MAX, limit: self.max_arena_bytes })?;
-        if arena as u64 > self.max_arena_bytes {
-            return Err(RunError::TooLarge { need: arena as u64, limit: self.max_arena_bytes });
+            .ok_or(RunError::TooLarge { need: u64::MAX, limit: self.max_run_bytes })?;
+        if arena as u64 > self.max_run_bytes {
+            return Err(RunError::TooLarge { need: arena as u64, limit: self.max_run_bytes });
         }
         st.layout_for.clone_from(&st.bytes);
         st.arena_bytes = arena;
@@ -927,18 +929,38 @@ impl Plan {
         self.bind(st, inputs)?;
         self.layout(st)?;
         let at_end = |error| RunError::Step { step: p.steps.len(), error };
+        // The outputs this run allocates, and the arena, within the limit before any of it is.
+        let own = |k: usize, b: BufferId| matches!(self.locs[b.index()], Loc::Output(s) if s == k);
+        let mut need = st.arena_bytes as u64;
         for (k, (_, b)) in p.outputs.iter().enumerate() {
-            if matches!(self.locs[b.index()], Loc::Output(s) if s == k)
-                && !self.fits(p, st, *b, &st.outs[k]).map_err(at_end)?
-            {
+            if own(k, *b) {
+                let bytes = (st.lens[b.index()] as u64).saturating_mul(elem_size(p.buffers[*b].dtype) as u64);
+                need = need.saturating_add(bytes);
+            }
+        }
+        if need > self.max_run_bytes {
+            return Err(RunError::TooLarge { need, limit: self.max_run_bytes });
+        }
+        for (k, (name, b)) in p.outputs.iter().enumerate() {
+            if own(k, *b) && !self.fits(p, st, *b, &st.outs[k]).map_err(at_end)? {
                 let shape = self.shape(p, st, *b).map_err(at_end)?;
-                let data = crate::tensor::TensorData::zeros(p.buffers[*b].dtype, st.lens[b.index()]);
+                let (dtype, len) = (p.buffers[*b].dtype, st.lens[b.index()]);
+                let data = crate::tensor::TensorData::try_zeros(dtype, len).ok_or_else(|| RunError::OutOfMemory {
+                    what: format!("output `{name}`"),
+                    bytes: (len as u64).saturating_mul(elem_size(dtype) as u64),
+                })?;
                 st.outs[k] = Tensor::new(shape, data).map_err(|e| at_end(ExecError::Invalid(e.to_string())))?;
             }
         }
         let lines = st.arena_bytes.div_ceil(ALIGN);
         if st.arena.len() < lines {
-            st.arena = vec![Line([0; ALIGN]); lines];
+            let mut arena = Vec::new();
+            arena.try_reserve_exact(lines).map_err(|_| RunError::OutOfMemory {
+                what: "the arena of temporaries".into(),
+                bytes: st.arena_bytes as u64,
+            })?;
+            arena.resize(lines, Line([0; ALIGN]));
+            st.arena = arena;
             self.arenas.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(t) = &mut st.step_ns {
