@@ -1,6 +1,7 @@
 //! After warm-up, a run of a plan whose steps are all kernels allocates nothing but the
 //! returned outputs: the vector holding them and, per output tensor, its shape and its data.
-//! Counted with a global allocator that counts the allocations of the current thread.
+//! Counted with a global allocator that counts the allocations of the current thread (and its
+//! live bytes and their high-water mark, for the interpreter's memory test).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -13,6 +14,18 @@ struct Counting;
 
 thread_local! {
     static ALLOCS: Cell<usize> = const { Cell::new(0) };
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+/// Adds `delta` bytes to this thread's live count (memory freed on another thread than the one
+/// that allocated it counts there: tests measure single-threaded work).
+fn live(delta: isize) {
+    let now = LIVE.with(|l| {
+        l.set(l.get() + delta);
+        l.get()
+    });
+    PEAK.with(|p| p.set(p.get().max(now)));
 }
 
 // SAFETY: defers to the system allocator; the counter is a const-initialised thread-local
@@ -20,17 +33,20 @@ thread_local! {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        live(layout.size() as isize);
         // SAFETY: forwarded unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        live(-(layout.size() as isize));
         // SAFETY: forwarded unchanged.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        live(new_size as isize - layout.size() as isize);
         // SAFETY: forwarded unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -43,6 +59,39 @@ fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let before = ALLOCS.with(Cell::get);
     let out = f();
     (out, ALLOCS.with(Cell::get) - before)
+}
+
+/// The most bytes this thread held at once during `f`, beyond what it held before.
+fn peak_bytes<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(base));
+    let out = f();
+    (out, (PEAK.with(Cell::get) - base).max(0) as usize)
+}
+
+/// The interpreter drops each value after its last use: sixteen dead 4 MiB values, and a chain
+/// of sixteen 4 MiB temporaries (evaluated in f64, with a result being made while its argument
+/// lives), hold a few values' memory at a time, not sixteen.
+#[test]
+fn the_interpreter_frees_values_after_their_last_use() {
+    const MIB4: usize = 1 << 22;
+    let mut dead = String::from("graph g(%x: f32[1]) {\n");
+    for i in 0..16 {
+        dead.push_str(&format!("  %d{i} = full() {{shape=[1048576], value={i}.0}}\n"));
+    }
+    dead.push_str("  %y = neg(%x)\n  return %y\n}\n");
+    let mut chain = String::from("graph g(%x: f32[1]) {\n  %c0 = full() {shape=[1048576], value=1.0}\n");
+    for i in 1..16 {
+        chain.push_str(&format!("  %c{i} = exp(%c{})\n", i - 1));
+    }
+    chain.push_str("  %y = sum(%c15) {axes=[0]}\n  return %y\n}\n");
+    let x = Tensor::from_f32(&[1], vec![1.0]).unwrap();
+    for src in [dead, chain] {
+        let g = ladder::text::parse(&src).unwrap();
+        let (out, peak) = peak_bytes(|| ladder::interp::run(&g, std::slice::from_ref(&x), &Default::default()));
+        out.unwrap();
+        assert!(peak < 10 * MIB4, "peak {peak} bytes for\n{src}");
+    }
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //! numerics tests compare decompositions and backends against.
 //!
 //! Untrusted graphs cannot hang it or make it allocate without bound: every node is charged
-//! fuel for the elements it touches, and a node whose result would exceed `max_elements`
-//! fails before anything is allocated.
+//! fuel for the elements it touches, a node whose result would exceed `max_elements` fails
+//! before anything is allocated, and each value is dropped after its last use (so a graph of
+//! many large temporaries holds a few at a time).
 
 mod view;
 
@@ -141,6 +142,18 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
     let mut ctx = EvalCtx::new(options.precise, options.fuel);
     ctx.symbols = bindings.clone();
     let mut values: Vec<Option<View>> = Vec::with_capacity(graph.len());
+    // Each value is dropped after its last use (the node index that reads it last; a value no
+    // node reads, right after it is made), unless it is an input or an output: a graph of
+    // many large temporaries holds one or two at a time, not all of them.
+    let mut last_use: Vec<usize> = (0..graph.len()).collect();
+    for (v, node) in graph.nodes() {
+        for &a in &node.args {
+            last_use[a.index()] = v.index();
+        }
+    }
+    for &v in graph.inputs().iter().chain(graph.outputs().iter().map(|o| &o.value)) {
+        last_use[v.index()] = usize::MAX;
+    }
 
     for (v, node) in graph.nodes() {
         let value_name = || graph.display_value(v);
@@ -193,6 +206,11 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
             });
         }
         values.push(Some(result));
+        for &a in node.args.iter().chain(std::iter::once(&v)) {
+            if last_use[a.index()] == v.index() {
+                values[a.index()] = None;
+            }
+        }
     }
 
     let finish = |v: &View| {
