@@ -573,6 +573,14 @@ fn bad_normalisation_inputs_are_typed_errors() {
     bad("%x: f32[4], %m: f32[4]", "batch_norm", &["%x", "%m", "%m"], &[], "rank", rank);
     bad("%x: f32[2, 4], %m: f32[3]", "batch_norm", &["%x", "%m", "%m"], &[], "running_mean", shape);
     bad("%x: f32[2, 4], %m: f32[4]", "batch_norm", &["%x", "%m"], &[], "takes 3 to 5", arity);
+    // A negative, infinite or NaN eps (the decomposition fuzzer found `eps = -1.75` cancelling
+    // a near-equal f64 variance, where no tolerance can hold).
+    let eps = |e: &OpError| matches!(e, OpError::AttrValue { name: "eps", .. });
+    let f = AttrValue::Float;
+    bad("%x: f64[2, 3]", "layer_norm", &["%x"], &[("eps", f(-1.75))], "must be finite and at least 0, got -1.75", eps);
+    bad("%x: f32[2, 3]", "rms_norm", &["%x"], &[("eps", f(f64::NAN))], "must be finite and at least 0", eps);
+    bad("%x: f32[2, 4], %m: f32[4]", "batch_norm", &["%x", "%m", "%m"], &[("eps", f(-1e-5))], "at least 0", eps);
+    bad("%x: f32[2, 4, 3]", "group_norm", &["%x"], &[("groups", int(2)), ("eps", f(f64::INFINITY))], "finite", eps);
     bad("%x: f32[2, 4], %m: f32[4], %w: f32[2]", "batch_norm", &["%x", "%m", "%m", "%w"], &[], "weight", shape);
     bad("%x: f32[2, 6]", "group_norm", &["%x"], &[("groups", int(4))], "do not divide", groups);
     bad("%x: f32[2, 6]", "group_norm", &["%x"], &[("groups", int(0))], "positive", groups);

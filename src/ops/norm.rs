@@ -23,6 +23,7 @@
 //!   with the biased variance (divide by N): `(x - mean) / sqrt(var + eps) * weight + bias`.
 //!   `weight` and `bias` have shape `x.shape[axis..]`. Over a size-1 span the result is `bias`
 //!   (0 without one). `rms_norm` is `x / sqrt(mean(x²) + eps) * weight` over the same span.
+//!   In every norm `eps` must be finite and at least 0 (an attribute error otherwise).
 //! - `batch_norm` is inference mode: `(x - running_mean[c]) / sqrt(running_var[c] + eps) *
 //!   weight[c] + bias[c]` for `x: [N, C, ...]`; stats, weight and bias are `[C]`. Optional
 //!   arguments are positional: a bias needs a weight before it (pass ones).
@@ -283,9 +284,23 @@ fn eval_softmax(
 // ---------------------------------------------------------------------------------------------
 // layer_norm, rms_norm
 
+/// `eps` keeps the denominator away from 0: a finite value at least 0. A negative one makes
+/// `var + eps` cancel towards 0 (or below, a NaN), where two correct evaluations of the
+/// variance that differ in their last bits give results far apart: no tolerance can bound
+/// the decomposition against the reference there. Exporters write small positive values.
+fn check_eps(attrs: &Attrs) -> Result<(), OpError> {
+    let eps = attrs.float("eps");
+    if eps >= 0.0 && eps.is_finite() {
+        Ok(())
+    } else {
+        Err(OpError::AttrValue { name: "eps", problem: format!("must be finite and at least 0, got {eps}") })
+    }
+}
+
 fn infer_layer_norm(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
     let x = args[0];
     expect_float(0, x)?;
+    check_eps(attrs)?;
     let axis = normalize_axis(attrs.int("axis"), x.rank())?;
     let normalized: Shape = x.shape.dims()[axis..].iter().cloned().collect();
     for (i, (a, what)) in args.iter().zip(["input", "weight", "bias"]).enumerate().skip(1) {
@@ -368,9 +383,10 @@ fn channel_shape(x: &TensorType) -> Shape {
     std::iter::once(x.shape.dims()[1].clone()).collect()
 }
 
-fn infer_batch_norm(_: OpKind, _: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
+fn infer_batch_norm(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
     let x = args[0];
     expect_float(0, x)?;
+    check_eps(attrs)?;
     expect_min_rank(0, x, 2)?;
     let c = channel_shape(x);
     let names = ["input", "running_mean", "running_var", "weight", "bias"];
@@ -418,6 +434,7 @@ fn eval_batch_norm(
 fn infer_group_norm(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
     let x = args[0];
     expect_float(0, x)?;
+    check_eps(attrs)?;
     expect_min_rank(0, x, 2)?;
     let groups = attrs.int("groups");
     if groups <= 0 {
