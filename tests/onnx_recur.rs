@@ -577,6 +577,50 @@ fn loop_without_scan_outputs_may_run_zero_times() {
     }
 }
 
+/// Loops nested in loops multiply their bodies: each loop alone is under the node limit, the
+/// whole unrolling is not, and the import stops with a typed error once the nodes it has built
+/// and one more body would pass the limit (instead of unrolling without bound).
+#[test]
+fn nested_loops_share_one_node_budget() {
+    // `outer` iterations of a body that runs `inner` iterations of `y = y + y`.
+    let nested = |outer: i64, inner: i64| {
+        let inner_body = graph(
+            vec![node("Identity", &["c"], &["c2"], vec![]), node("Add", &["y", "y"], &["y2"], vec![])],
+            vec![vi("i", INT64, &[]), vi("c", BOOL, &[]), vi("y", FLOAT, &["1"])],
+            vec![vi("c2", BOOL, &[]), vi("y2", FLOAT, &["1"])],
+            vec![],
+        );
+        let outer_body = graph(
+            vec![
+                node("Constant", &[], &["m_in"], vec![a_tensor("value", tensor_i64("", &[], &[inner]))]),
+                node("Loop", &["m_in", "", "y"], &["y2"], vec![a_graph("body", inner_body)]),
+                node("Identity", &["c"], &["c2"], vec![]),
+            ],
+            vec![vi("i", INT64, &[]), vi("c", BOOL, &[]), vi("y", FLOAT, &["1"])],
+            vec![vi("c2", BOOL, &[]), vi("y2", FLOAT, &["1"])],
+            vec![],
+        );
+        model(
+            "Loop",
+            &[("y0", FLOAT, &["1"])],
+            &["m", "", "y0"],
+            &["y"],
+            vec![a_graph("body", outer_body)],
+            13,
+            vec![tensor_i64("m", &[], &[outer])],
+        )
+    };
+    let tight = ImportOptions { max_nodes: 5000, ..ImportOptions::default() };
+    match import(&nested(100, 100), &tight) {
+        Err(ImportError::Node { error: NodeError::Unsupported(m), .. }) => {
+            assert!(m.contains("another copy of its body would pass the limit of 5000"), "{m}")
+        }
+        other => panic!("expected the node budget error, got {other:?}"),
+    }
+    // Under the limit the unrolling imports and runs: y0 doubled 4 x 5 times.
+    close(&run(&imp(&nested(4, 5)), &[t(&[1], &[1.])])[0], &[1], &[1048576.]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // FlexAttention
 

@@ -101,13 +101,23 @@ fn body_nodes(g: &GraphProto) -> u64 {
 }
 
 /// Checks an unrolling of `body` over `iterations` against [`MAX_STEPS`] and the importer's
-/// node limit, before any of it is built.
+/// node limit, before any of it is built; and, for the whole import, that the nodes built so
+/// far and one more copy of the body stay under that limit (loops nested in loops multiply
+/// their bodies, which no single loop's count shows).
 fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, what: &str) -> NResult<()> {
     check_steps(iterations, what)?;
-    let total = iterations.saturating_mul(body_nodes(body).max(1));
+    let per = body_nodes(body).max(1);
+    let total = iterations.saturating_mul(per);
     if total > imp.opts.max_nodes {
         return unsupported(format!(
             "{what} unrolls its body to {total} nodes, above the limit of {}",
+            imp.opts.max_nodes
+        ));
+    }
+    let built = imp.g.len() as u64;
+    if built.saturating_add(per) > imp.opts.max_nodes {
+        return unsupported(format!(
+            "{what}: the import has built {built} nodes, and another copy of its body would pass the limit of {}",
             imp.opts.max_nodes
         ));
     }
