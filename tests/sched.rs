@@ -228,3 +228,28 @@ fn a_deep_stack_schedules_into_a_fixed_number_of_steps_per_layer() {
     let x = random_tensor(&mut rng, DType::F32, &[2, 8]).unwrap();
     agrees(&g, &p, &[x]);
 }
+
+/// A pointwise chain far deeper than one kernel's nesting bound (emission recurses once per
+/// level) materialises a value every 128 levels, so emission never recurses deeper than that
+/// (the chain may still be one kernel storing those values, each computed from the one before),
+/// instead of overflowing the stack; the result is the interpreter's, natively too.
+#[test]
+fn a_very_deep_chain_is_split_into_kernels() {
+    let n = 1000;
+    let mut src = String::from("graph g(%x: f32[4]) {\n");
+    let mut prev = "x".to_string();
+    for i in 0..n {
+        src.push_str(&format!("  %v{i} = {}(%{prev})\n", if i % 2 == 0 { "abs" } else { "neg" }));
+        prev = format!("v{i}");
+    }
+    src.push_str(&format!("  return %{prev}\n}}\n"));
+    let (g, s) = sched(&src);
+    let cut = s.explanation.matches("it is nested 128 computations deep in one kernel").count();
+    assert_eq!(cut, n / 128, "{}", s.explanation);
+    let x = f32t(&[4], &[0.5, -1.0, 3.0, f32::NAN]);
+    agrees(&g, &s.program, std::slice::from_ref(&x));
+    let plan = ladder::compile(&g, &ladder::CompileOptions::default()).unwrap();
+    let want = run(&g, std::slice::from_ref(&x), &Options::default()).unwrap();
+    let got = plan.run(&[x]).unwrap();
+    assert!(got.outputs[0].bit_eq(&want.outputs[0]), "{:?} vs {:?}", got.outputs[0], want.outputs[0]);
+}

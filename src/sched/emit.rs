@@ -57,6 +57,11 @@ pub(crate) const MAX_DEMANDS: usize = 16;
 /// The most instructions one kernel may have before the value being emitted is materialised.
 pub(crate) const MAX_INSTRS: usize = 20_000;
 
+/// Deepest nesting of computed values in one kernel (a chain of pointwise ops is this deep):
+/// emission recurses once per level, so a deeper chain is split by materialising the value at
+/// this depth, which bounds the stack however long the chain.
+pub(crate) const MAX_DEPTH: usize = 128;
+
 /// Why a group could not be emitted as one kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Fail {
@@ -214,6 +219,8 @@ struct Em<'a, 'c> {
     demands: HashMap<Value, HashSet<Ix>>,
     covers: BTreeSet<Value>,
     n_instrs: usize,
+    /// How many `value` calls computing a value are on the stack ([`MAX_DEPTH`]).
+    depth: usize,
     /// Values found to need a buffer during this emission, treated as buffered from then on.
     assumed: HashSet<Value>,
     failures: Vec<(Value, String)>,
@@ -346,6 +353,9 @@ impl Em<'_, '_> {
                 if self.n_instrs > MAX_INSTRS {
                     return Err(need(v, format!("the kernel computing it would exceed {MAX_INSTRS} instructions")));
                 }
+                if self.depth >= MAX_DEPTH && !self.roots.contains(&v) {
+                    return Err(need(v, format!("it is nested {MAX_DEPTH} computations deep in one kernel")));
+                }
                 if !self.roots.contains(&v) {
                     if let Some(reason) = (self.ctx.shared)(v) {
                         return Err(need(v, reason));
@@ -353,7 +363,10 @@ impl Em<'_, '_> {
                 }
                 self.covers.insert(v);
                 loop {
-                    match self.compute(v, ix.clone(), sid, place) {
+                    self.depth += 1;
+                    let computed = self.compute(v, ix.clone(), sid, place);
+                    self.depth -= 1;
+                    match computed {
                         Ok(r) => break r,
                         // A value this one needs must be materialised: assume it is (load it)
                         // and go on, so that one emission finds every such value.
@@ -579,6 +592,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         demands: HashMap::new(),
         covers: BTreeSet::new(),
         n_instrs: 0,
+        depth: 0,
         assumed: HashSet::new(),
         failures: Vec::new(),
     };

@@ -23,7 +23,9 @@
 //!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it
 //!   (within one kernel a value is recomputed in every stage that needs it, whatever it costs:
 //!   that is what keeps softmax and layer_norm one kernel each);
-//! - it is needed at more than 16 indices in one kernel, or its kernel would get too big.
+//! - it is needed at more than 16 indices in one kernel, or its kernel would get too big, or
+//!   it is nested deeper than `emit::MAX_DEPTH` computations in one kernel (so building a
+//!   kernel never recurses deeper than that, however long a chain of pointwise ops is).
 //!
 //! These rules are applied to a fixed point: each materialised value is the root of a kernel
 //! and the kernels are built; building one records every value it finds it needs materialised
