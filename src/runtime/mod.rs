@@ -522,22 +522,19 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             None => None,
         });
     }
-    plan.packed = p
+    // Constant weights packed once, per step: a matmul's for the GEMM, a conv's for the
+    // blocked convolution (one pass over the steps).
+    let pack = plan.native_library && options.pack_weights;
+    let (packed, conv_packed) = p
         .steps
         .iter()
         .map(|s| match s {
-            Step::Matmul(m) if plan.native_library && options.pack_weights => plan.pack_weight(&p, m),
-            _ => None,
+            Step::Matmul(m) if pack => (plan.pack_weight(&p, m), None),
+            Step::Conv(c) if pack => (None, plan.pack_conv_weight(&p, c)),
+            _ => (None, None),
         })
-        .collect();
-    plan.conv_packed = p
-        .steps
-        .iter()
-        .map(|s| match s {
-            Step::Conv(c) if plan.native_library && options.pack_weights => plan.pack_conv_weight(&p, c),
-            _ => None,
-        })
-        .collect();
+        .unzip();
+    (plan.packed, plan.conv_packed) = (packed, conv_packed);
     let packed_lines: String = p
         .steps
         .iter()
