@@ -102,6 +102,10 @@ pub enum BoundKind {
     /// `mse_loss`: `3 eps |ref|` per element, `(n + 3) eps |ref|` reduced (all terms are
     /// non-negative). Excused where the sum of squares exceeds the range.
     MseLoss,
+    /// `lstm`: a first-order error bound carried through the recurrence beside the f64
+    /// reference (see `lstm_bounds`). Excused from the first non-finite or overflowing value
+    /// of a batch row on.
+    Lstm,
 }
 
 /// The tolerance of `op`'s decomposition. Integer and bool results are always exact, whatever
@@ -145,6 +149,7 @@ pub fn tolerance(op: OpKind) -> Tolerance {
         ScaledDotProductAttention => Bound(B::Attention),
         CrossEntropy => Bound(B::CrossEntropy),
         MseLoss => Bound(B::MseLoss),
+        Lstm => Bound(B::Lstm),
         // Elementwise prims compute each element in f64 and round once: the rounded reference.
         // Sources, shape and index prims move data.
         _ => Exact,
@@ -189,6 +194,7 @@ impl BoundKind {
             Attention => "2 ((2 eps (S + 2) + expm1(2 E) + (S + 1) eps) P + 2 eps ln(S) max|v| + S tiny max|v|)",
             CrossEntropy => "eps (5 L + 2 (C + 2)) per target",
             MseLoss => "(n + 3) eps |ref|",
+            Lstm => "2 E, E carried through the steps: gates (H+2) eps S + |r| E_h; σ, tanh by slope and 4 eps; c, h by products",
         }
     }
 }
@@ -790,6 +796,7 @@ fn element_bounds(
         LayerNorm | RmsNorm => norm_bounds(kind, op, ctx, r, dtype),
         BatchNorm => batch_norm_bounds(ctx, r, dtype),
         Attention => attention_bounds(ctx, r, dtype),
+        Lstm => lstm_bounds(ctx, r),
         CrossEntropy => cross_entropy_bounds(ctx, r, dtype),
         MseLoss => {
             let (a, b) = (arg_tensor(ctx, 0)?, arg_tensor(ctx, 1)?);
@@ -975,6 +982,100 @@ fn batch_norm_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec<El
             ElemBound::new(abs, rho < 0.25)
         })
         .collect())
+}
+
+/// `lstm`: the recurrence run again in f64 beside a first-order bound on the error of each
+/// computed state (`E_h`, `E_c`, zero at the inputs), in the compute dtype (f32 for f16 and
+/// bf16, whose one final rounding the comparison's `2 ulp` covers). Per step and batch row,
+/// with `e` the compute dtype's epsilon:
+/// - gate `g_j = xw_j + Σ_k h_k r_jk`: `E_g = (H + 2) e S_j + Σ_k |r_jk| E_h,k + H tiny`,
+///   `S_j = |xw_j| + Σ_k |h_k r_jk|`;
+/// - `σ(g)`: `σ'(g*) E_g + 4 e σ(g)`, `tanh(g)`: `tanh'(g*) E_g + 2 e |tanh g|`, where `g*` is
+///   the point of `[g - E_g, g + E_g]` nearest 0 (both slopes fall with `|g|`);
+/// - `c' = f c + i c̃`: the products' errors (`|f| E_c + |c| E_f + E_f E_c`, likewise for
+///   `i c̃`) and three roundings; `h' = o tanh(c')` the same way.
+///
+/// Each element's bound is twice its `E`. A batch row is excused from the first step where a
+/// value is non-finite or a gate's `S` overflows the dtype.
+fn lstm_bounds(ctx: &CompareCtx, r: &[f64]) -> Result<Vec<ElemBound>, String> {
+    let (xw, w) = (arg_tensor(ctx, 0)?, arg_tensor(ctx, 1)?);
+    let (h0, c0) = (arg_tensor(ctx, 2)?, arg_tensor(ctx, 3)?);
+    let xs = xw.shape().to_vec();
+    let [steps, batch, gates] = xs[..] else { return Err(format!("lstm xw has shape {xs:?}")) };
+    let hd = gates / 4;
+    let reverse = ctx.graph.node(ctx.node).attrs.bool("reverse");
+    let dtype = xw.dtype();
+    let (e, tiny_c, maxf) = if dtype == DType::F64 {
+        (f64::EPSILON, f64::MIN_POSITIVE, f64::MAX)
+    } else {
+        (f32::EPSILON as f64, f32::MIN_POSITIVE as f64, max_finite(dtype))
+    };
+    let (xw, w) = (xw.to_f64_vec(), w.to_f64_vec());
+    let (mut h, mut c) = (h0.to_f64_vec(), c0.to_f64_vec());
+    let (mut eh, mut ec) = (vec![0.0; h.len()], vec![0.0; c.len()]);
+    let mut ok: Vec<bool> =
+        (0..batch).map(|b| h[b * hd..][..hd].iter().chain(&c[b * hd..][..hd]).all(|v| v.is_finite())).collect();
+    let mut out = vec![ElemBound::new(0.0, false); r.len()];
+    if out.len() != steps * 2 * batch * hd {
+        return Err(format!("lstm reference has {} elements", out.len()));
+    }
+    // The slopes at `a >= 0`, without cancellation: σ(a) σ(-a), and 4t / (1 + t)² with
+    // t = e^(-2a) (= 1 - tanh²(a)).
+    let nearest0 = |g: f64, err: f64| (g.abs() - err).max(0.0);
+    let dsig = |a: f64| crate::ops::nn::sigmoid(a) * crate::ops::nn::sigmoid(-a);
+    let dtanh = |a: f64| {
+        let t = (-2.0 * a).exp();
+        4.0 * t / ((1.0 + t) * (1.0 + t))
+    };
+    let (mut gv, mut ge) = (vec![0.0; gates], vec![0.0; gates]);
+    for k in 0..steps {
+        let t = if reverse { steps - 1 - k } else { k };
+        for b in 0..batch {
+            let (hb, ehb) = (&h[b * hd..][..hd], &eh[b * hd..][..hd]);
+            for j in 0..gates {
+                let x = xw[(t * batch + b) * gates + j];
+                let row = &w[j * hd..][..hd];
+                let dot: f64 = row.iter().zip(hb).map(|(a, v)| a * v).sum();
+                let s = x.abs() + row.iter().zip(hb).map(|(a, v)| (a * v).abs()).sum::<f64>();
+                let inherited: f64 = row.iter().zip(ehb).map(|(a, err)| a.abs() * err).sum();
+                gv[j] = x + dot;
+                ge[j] = (hd as f64 + 2.0) * e * s + inherited + hd as f64 * tiny_c;
+                ok[b] &= x.is_finite() && s <= maxf && gv[j].is_finite();
+            }
+            for j in 0..hd {
+                let sg = |n: usize| {
+                    let (g, err) = (gv[n * hd + j], ge[n * hd + j]);
+                    let v = crate::ops::nn::sigmoid(g);
+                    (v, dsig(nearest0(g, err)) * err + 4.0 * e * v)
+                };
+                let ((i, ei), (o, eo), (f, ef)) = (sg(0), sg(1), sg(2));
+                let (gc, egc) = (gv[3 * hd + j], ge[3 * hd + j]);
+                let cand = gc.tanh();
+                let ecand = dtanh(nearest0(gc, egc)) * egc + 2.0 * e * cand.abs();
+                let at = b * hd + j;
+                let (cv, cerr) = (c[at], ec[at]);
+                let cn = f * cv + i * cand;
+                let ecn = f.abs() * cerr
+                    + cv.abs() * ef
+                    + ef * cerr
+                    + i.abs() * ecand
+                    + cand.abs() * ei
+                    + ei * ecand
+                    + e * ((f * cv).abs() + (i * cand).abs() + cn.abs())
+                    + 2.0 * tiny_c;
+                let tc = cn.tanh();
+                let etc = dtanh(nearest0(cn, ecn)) * ecn + 2.0 * e * tc.abs();
+                let hn = o * tc;
+                let ehn = o.abs() * etc + tc.abs() * eo + eo * etc + e * hn.abs() + tiny_c;
+                ok[b] &= cn.is_finite() && cn.abs() <= maxf;
+                (c[at], ec[at], h[at], eh[at]) = (cn, ecn, hn, ehn);
+                let pos = |s: usize| ((t * 2 + s) * batch + b) * hd + j;
+                out[pos(0)] = ElemBound::new(2.0 * ehn, ok[b]);
+                out[pos(1)] = ElemBound::new(2.0 * ecn, ok[b]);
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn attention_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec<ElemBound>, String> {
@@ -1212,6 +1313,11 @@ pub fn generate_case(op: OpKind, bytes: &[u8]) -> Option<Case> {
             types.push(ty);
             reuse.push(None);
         }
+        if op == OpKind::Lstm {
+            // Four coupled shapes the generic draw almost never meets.
+            types = lstm_types(&mut src, &cfg);
+            reuse = vec![None; types.len()];
+        }
         let mut given = Vec::new();
         for a in spec.attrs {
             if a.default_value().is_none() || src.below(2) == 0 {
@@ -1244,6 +1350,24 @@ pub fn generate_case(op: OpKind, bytes: &[u8]) -> Option<Case> {
         }
     }
     None
+}
+
+/// `lstm`'s operands: a float dtype, a static sequence length (the decomposition unrolls it),
+/// a batch that may be symbolic, and a hidden size of 0 to 4; sometimes a wrong shape, which
+/// the shape rule must refuse.
+fn lstm_types(src: &mut Source, cfg: &GenConfig) -> Vec<TensorType> {
+    let dtype = src.choose(&[DType::F32, DType::F32, DType::F64, DType::F16, DType::BF16]);
+    let steps = Dim::new(src.below(cfg.max_dim as usize + 1) as u64);
+    let batch = random_dim(src, cfg);
+    let h = src.below(5) as u64;
+    let g = if src.below(16) == 0 { 4 * h + 1 } else { 4 * h };
+    let ty = |dims: Vec<Dim>| TensorType::new(dtype, dims.into_iter().collect());
+    vec![
+        ty(vec![steps, batch.clone(), Dim::new(g)]),
+        ty(vec![Dim::new(4 * h), Dim::new(h)]),
+        ty(vec![batch.clone(), Dim::new(h)]),
+        ty(vec![batch, Dim::new(h)]),
+    ]
 }
 
 fn random_shape(src: &mut Source, cfg: &GenConfig) -> Shape {

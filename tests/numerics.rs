@@ -402,6 +402,10 @@ const SEED_CLASSES: &[SeedClass] = &[
     }),
     ("expand_zero_dim", OpKind::Expand, |c| c.inputs[0].shape().contains(&0)),
     ("rms_norm_tiny", OpKind::RmsNorm, |c| any_float(c, |x| x != 0.0 && x.abs() < 1e-30)),
+    ("lstm_nan_state", OpKind::Lstm, |c| c.inputs.get(3).is_some_and(|t| t.to_f64_vec().iter().any(|x| x.is_nan()))),
+    ("lstm_reverse_saturated", OpKind::Lstm, |c| {
+        matches!(node_attr(c, "reverse"), Some(ladder::ir::AttrValue::Bool(true))) && any_float(c, |x| x.abs() >= 1e4)
+    }),
 ];
 
 /// Regenerates `fuzz/corpus/decomp/`: for each class in `SEED_CLASSES`, the first seed whose

@@ -302,6 +302,74 @@ fn lstm_peepholes_and_input_forget() {
     let _ = o;
 }
 
+/// The default cell becomes one `lstm` op per direction over a symbolic sequence length: the
+/// model imports once for every length, the interpreter runs it, and native mode runs the
+/// library kernel; the values are the recurrence computed here by hand (bidirectional,
+/// H = 1, both biases, zero initial state). A cell with peepholes is unrolled instead.
+#[test]
+fn default_lstm_is_one_op_over_a_symbolic_length() {
+    let (w, r) = ([0.5f32, -1.0, 0.75, 1.5, -0.5, 1.0, 0.25, -2.0], [0.25f32, 0.5, -0.75, 1.0, -1.0, 0.5, 0.5, 0.25]);
+    let b: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) / 8.0).collect();
+    let inits = vec![tensor_f32("w", &[2, 4, 1], &w), tensor_f32("r", &[2, 4, 1], &r), tensor_f32("b", &[2, 8], &b)];
+    let bytes = model(
+        "LSTM",
+        &[("x", FLOAT, &["s", "1", "1"])],
+        &["x", "w", "r", "b"],
+        &["y", "y_h", "y_c"],
+        vec![a_str("direction", "bidirectional")],
+        22,
+        inits,
+    );
+    let g = imp(&bytes);
+    let lstms = g.nodes().filter(|(_, n)| n.op == ladder::ops::OpKind::Lstm).count();
+    assert_eq!(lstms, 2, "{}", ladder::text::print(&g));
+    let native = ladder::compile(&g, &ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
+    for s in [1usize, 4] {
+        let xs: Vec<f32> = (0..s).map(|t| t as f32 * 0.7 - 1.0).collect();
+        // By hand: per direction d, gates [i, o, f, c] = W x + R h + Wb + Rb.
+        let mut y = vec![0.0f64; s * 2];
+        let mut finals = [(0.0, 0.0); 2];
+        for d in 0..2 {
+            let (mut h, mut c) = (0.0f64, 0.0f64);
+            for k in 0..s {
+                let t = if d == 1 { s - 1 - k } else { k };
+                let g: Vec<f64> = (0..4)
+                    .map(|j| {
+                        let n = d * 4 + j;
+                        f64::from(w[n]) * f64::from(xs[t])
+                            + f64::from(r[n]) * h
+                            + f64::from(b[d * 8 + j])
+                            + f64::from(b[d * 8 + 4 + j])
+                    })
+                    .collect();
+                c = sig(g[2]) * c + sig(g[0]) * g[3].tanh();
+                h = sig(g[1]) * c.tanh();
+                y[t * 2 + d] = h;
+            }
+            finals[d] = (h, c);
+        }
+        let x = t(&[s, 1, 1], &xs);
+        let outs = interp::run(&g, std::slice::from_ref(&x), &Options::default()).unwrap().outputs;
+        let fast = native.run(std::slice::from_ref(&x)).unwrap().outputs;
+        for out in [&outs, &fast] {
+            close(&out[0], &[s, 2, 1, 1], &y);
+            close(&out[1], &[2, 1, 1], &[finals[0].0, finals[1].0]);
+            close(&out[2], &[2, 1, 1], &[finals[0].1, finals[1].1]);
+        }
+    }
+    // Peepholes: unrolled, so the length must be known.
+    let p = vec![
+        tensor_f32("w", &[1, 4, 1], &w[..4]),
+        tensor_f32("r", &[1, 4, 1], &r[..4]),
+        tensor_f32("p", &[1, 3], &[0.5; 3]),
+    ];
+    let used = ["x", "w", "r", "", "", "", "", "p"];
+    let peep = |s: &str| model("LSTM", &[("x", FLOAT, &[s, "1", "1"])], &used, &["y"], vec![], 22, p.clone());
+    static_needed_with(&peep("s"), "sequence length");
+    let g = imp(&peep("3"));
+    assert!(g.nodes().all(|(_, n)| n.op != ladder::ops::OpKind::Lstm));
+}
+
 #[test]
 fn recurrent_bad_models_are_typed_errors() {
     let base = |attrs: Vec<AttributeProto>| rnn1("2", 1, &[1.0], &[1.0], attrs, &["y"]);

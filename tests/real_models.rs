@@ -80,10 +80,11 @@ fn every_model_matches_onnxruntime_on_the_interpreter() {
 
 /// Every model on the CPU backend (two threads), through one session per model: outputs
 /// match onnxruntime for every data set; BERT and GPT-2 (symbolic batch and sequence) serve
-/// sequences of 1, 3, 64 and 128 and batches of 1 to 3 from one plan; the others, which need
-/// concrete shapes (an LSTM unrolled over a length that depends on the image width, a resize
-/// between two symbolic sizes) or a run-time value (the sample rate the voice model branches
-/// on), compile once per distinct call and take every plan from the cache when called again.
+/// sequences of 1, 3, 64 and 128 and batches of 1 to 3 from one plan, and so do the CRNNs
+/// and the LSTM (an `lstm` op over a length that depends on the image width or the input);
+/// the others, which need concrete shapes (a resize between two symbolic sizes) or a run-time
+/// value (the sample rate the voice model branches on), compile once per distinct call and
+/// take every plan from the cache when called again.
 #[test]
 fn every_model_matches_onnxruntime_on_the_cpu_backend() {
     for case in cases(&corpus()).unwrap() {
@@ -98,10 +99,10 @@ fn every_model_matches_onnxruntime_on_the_cpu_backend() {
                 assert_eq!(compare(g, w), None, "{name} {:?}", inputs[0].shape());
             }
         }
-        let transformer = name.starts_with("bert") || name.starts_with("gpt2");
-        assert_eq!(s.general_plan().is_some(), transformer, "{name}: {:?}", s.specialized_because());
+        let one_plan = ["bert", "gpt2", "crnn", "lstm"].iter().any(|f| name.starts_with(f));
+        assert_eq!(s.general_plan().is_some(), one_plan, "{name}: {:?}", s.specialized_because());
         let first = s.compilations();
-        if transformer {
+        if one_plan {
             assert_eq!(first, 1, "{name}");
         } else {
             assert!(first >= sets.len(), "{name}: {first} compilations for {} calls", sets.len());
@@ -166,16 +167,22 @@ fn a_session_runs_on_borrowed_buffers() {
     assert!(s.run_views(&views).unwrap_err().to_string().contains("must be"));
 }
 
-/// A call whose inputs do not fit the model is a typed error before anything compiles.
+/// A call whose inputs do not fit the model is a typed error before anything compiles: on a
+/// model that compiles per call (the YOLO, for its resize) and on one with a general plan
+/// (the CRNN), whose guards refuse it.
 #[test]
 fn bad_calls_are_typed_errors() {
-    let s = session(&corpus().join("crnn_ts"), interp());
-    let wrong_rank = Tensor::from_f32(&[1, 32, 8], vec![0.0; 256]).unwrap();
-    assert!(s.run(&[wrong_rank]).unwrap_err().to_string().contains("must be"));
-    let wrong_height = Tensor::from_f32(&[1, 1, 30, 8], vec![0.0; 240]).unwrap();
-    assert!(s.run(&[wrong_height]).is_err());
-    assert!(s.run(&[]).unwrap_err().to_string().contains("inputs"));
-    assert_eq!(s.compilations(), 0);
+    for (case, channels) in [("yolo_ts", 3), ("crnn_ts", 1)] {
+        let s = session(&corpus().join(case), interp());
+        let before = s.compilations();
+        let wrong_rank = Tensor::from_f32(&[1, 32, 8], vec![0.0; 256]).unwrap();
+        let e = s.run(&[wrong_rank]).unwrap_err().to_string();
+        assert!(e.contains("image") && e.contains("must"), "{case}: {e}");
+        let wrong_channels = Tensor::from_f32(&[1, channels + 1, 32, 8], vec![0.0; (channels + 1) * 256]).unwrap();
+        assert!(s.run(&[wrong_channels]).is_err(), "{case}");
+        assert!(s.run(&[]).unwrap_err().to_string().contains("inputs"), "{case}");
+        assert_eq!(s.compilations(), before, "{case}");
+    }
 }
 
 /// Inputs by name, in any order, and outputs with their names: the same numbers as the

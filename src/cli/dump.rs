@@ -71,7 +71,8 @@ pub struct DumpArgs {
 /// `kernels` stage.
 fn scheduled(g: &ladder::Graph, recover: bool) -> Result<(ladder::sched::Scheduled, ladder::passes::Lowered), Error> {
     let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
-    let lowered = ladder::passes::lower(g).map_err(|e| fail(e.to_string()))?;
+    let lowered = if recover { ladder::passes::lower_native(g) } else { ladder::passes::lower(g) }
+        .map_err(|e| fail(e.to_string()))?;
     let s = if recover {
         let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
         ladder::sched::schedule_explained(&r.graph)
@@ -126,7 +127,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if args.explain && args.stage == "recovered" {
         let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `recovered`: {e}"));
-        let lowered = ladder::passes::lower(&g).map_err(|e| fail(e.to_string()))?;
+        let lowered = ladder::passes::lower_native(&g).map_err(|e| fail(e.to_string()))?;
         let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
         let options = PrintOptions { elide_blobs_over: Some(args.elide) };
         let text = format!("{}{}", ladder::text::print_with(&r.graph, &options), r.explain(&lowered.simplified));
@@ -195,7 +196,9 @@ fn stage_graph(g: &ladder::Graph, stage: &str) -> Result<ladder::Graph, Error> {
         if stage == "simplified" {
             return Ok(simplified);
         }
-        Ok(ladder::recover::recover(&simplified)?.graph)
+        // Native mode's rung: recovery on the lowering that keeps `recover::KEPT` whole.
+        let native = ladder::passes::lower_native(g)?;
+        Ok(ladder::recover::recover(&native.simplified)?.graph)
     })();
     lowered.map_err(|e| Error::Usage(format!("cannot lower the model to stage `{stage}`: {e}")))
 }

@@ -20,6 +20,7 @@ mod index;
 mod linalg;
 mod nn;
 mod norm;
+mod recur;
 mod reduce;
 mod shape;
 
@@ -51,6 +52,7 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
         .or_else(|| nn::rule(op))
         .or_else(|| norm::rule(op))
         .or_else(|| linalg::rule(op))
+        .or_else(|| recur::rule(op))
 }
 
 /// Emits explicit prims into a graph.

@@ -161,7 +161,7 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), VerifyErrors> {
                     err(Some(v), format!("{} mutates its argument, which a functional graph may not", spec.name));
                 }
             }
-            Stage::Recovered if crate::recover::RECOVERABLE.contains(&node.op) => {}
+            Stage::Recovered if crate::recover::is_library_op(node.op) => {}
             Stage::Prims | Stage::Recovered => {
                 if !matches!(spec.rung, Rung::Prim | Rung::Opaque) {
                     err(

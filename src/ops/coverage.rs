@@ -9,8 +9,9 @@
 //! - `vjp`: a reverse-mode derivative rule exists.
 //! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
 //!   kernel executor inside the plan), and every high-level op that lowers to prims.
-//! - `cpu_native`: the CPU scheduler puts the op (a prim or opaque op) in native code: a
-//!   Cranelift kernel or a library call (GEMM, conv, the data-movement copies). The rest are
+//! - `cpu_native`: the CPU scheduler puts the op (a prim, an opaque op, or a high-level op
+//!   native mode keeps whole: `crate::recover::KEPT`) in native code: a Cranelift kernel or a
+//!   library call (GEMM, conv, the data-movement copies, `lstm`). The rest are
 //!   graph breaks that the plan runs on the reference executor (`crate::sched::compiles`).
 //! - `vulkan`: the Vulkan backend can execute it.
 //!
@@ -41,6 +42,7 @@ pub fn coverage(kind: OpKind) -> Coverage {
         Rung::High => crate::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };
-    let cpu_native = spec.rung != Rung::High && crate::sched::compiles(kind);
+    let kept = crate::recover::KEPT.contains(&kind);
+    let cpu_native = (spec.rung != Rung::High || kept) && crate::sched::compiles(kind);
     Coverage { interp: true, decomp, vjp: false, cpu: decomp, cpu_native, vulkan: false }
 }

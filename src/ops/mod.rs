@@ -29,6 +29,7 @@ pub mod inplace;
 pub mod linalg;
 pub mod nn;
 pub mod norm;
+pub mod recur;
 pub mod reduce;
 pub mod shape;
 pub mod util;
@@ -144,6 +145,9 @@ pub enum OpKind {
     ScaledDotProductAttention,
     CrossEntropy,
     MseLoss,
+
+    // --- High-level recurrences (recur.rs) ---
+    Lstm,
 
     // --- High-level reductions (reduce.rs) ---
     Sum,
@@ -348,6 +352,8 @@ pub fn all_specs() -> impl Iterator<Item = &'static OpSpec> {
         nn::SPECS,
         norm::SPECS,
         inplace::SPECS,
+        // Last among the high-level ops: fuzz seeds name an op by its index in spec order.
+        recur::SPECS,
     ]
     .into_iter()
     .flatten()

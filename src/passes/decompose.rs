@@ -23,6 +23,14 @@ pub enum DecomposeError {
 
 /// Lowers every node of `g` to prims; see the module docs.
 pub fn decompose(g: &Graph) -> Result<Graph, DecomposeError> {
+    decompose_keeping(g, &[])
+}
+
+/// [`decompose`], but the high-level ops in `keep` stay whole (native mode keeps the ops a
+/// library kernel runs whole: `crate::recover::KEPT`). Their operands are already in
+/// explicit form (their shape rules take no broadcasting or promotion), so the result is a
+/// graph of the `Recovered` rung.
+pub fn decompose_keeping(g: &Graph, keep: &[OpKind]) -> Result<Graph, DecomposeError> {
     let mut rw = Rewriter::new(g);
     for (v, node) in g.nodes() {
         if matches!(node.op, OpKind::Input | OpKind::Const) {
@@ -39,6 +47,7 @@ pub fn decompose(g: &Graph) -> Result<Graph, DecomposeError> {
         let args: Vec<Value> = node.args.iter().map(|&a| rw.get(a)).collect();
         let mut e = Emitter { g: &mut rw.new };
         let new = match node.op.rung() {
+            Rung::High if keep.contains(&node.op) => rw.new.add_node(node.op, &args, node.attrs.clone())?,
             Rung::High => {
                 let f = rule(node.op).ok_or(DecompError::NoRule { op: node.op.name() }).map_err(fail)?;
                 f(&mut e, node, &args).map_err(fail)?

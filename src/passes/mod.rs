@@ -13,7 +13,7 @@ pub mod stats;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
-pub use decompose::{decompose, DecomposeError};
+pub use decompose::{decompose, decompose_keeping, DecomposeError};
 pub use fold::{fold_constants, FoldOptions};
 pub use functionalize::{functionalize, Epilogue, Functional, FunctionalizeError};
 pub use identities::apply_identities;
@@ -21,4 +21,4 @@ pub use simplify::{simplify, Simplified, SimplifyError, SimplifyOptions, Stopped
 
 pub mod pipeline;
 
-pub use pipeline::{dump, lower, Lowered, PipelineError, STAGES};
+pub use pipeline::{dump, lower, lower_keeping, lower_native, Lowered, PipelineError, STAGES};

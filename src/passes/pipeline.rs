@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::decompose::{decompose, DecomposeError};
+use super::decompose::{decompose, decompose_keeping, DecomposeError};
 use super::functionalize::{functionalize, Functional, FunctionalizeError, OutputAlias};
 use super::simplify::{simplify, SimplifyError, SimplifyOptions};
 use crate::ir::verify::{verify, Stage, VerifyErrors};
@@ -48,14 +48,28 @@ fn check(pass: &'static str, g: &Graph, stage: Stage) -> Result<(), PipelineErro
 
 /// Runs the passes in order, verifying after each.
 pub fn lower(g: &Graph) -> Result<Lowered, PipelineError> {
+    lower_keeping(g, &[])
+}
+
+/// [`lower`] with the high-level ops in `keep` left whole by decomposition (see
+/// [`decompose_keeping`]); with any, `prims` and `simplified` are graphs of the `Recovered`
+/// rung.
+pub fn lower_keeping(g: &Graph, keep: &[crate::ops::OpKind]) -> Result<Lowered, PipelineError> {
     check("input", g, Stage::HighLevel)?;
     let functional = functionalize(g)?;
     check("functionalize", &functional.graph, Stage::Functional)?;
-    let prims = decompose(&functional.graph)?;
-    check("decompose", &prims, Stage::Prims)?;
+    let prims = decompose_keeping(&functional.graph, keep)?;
+    let stage = if keep.is_empty() { Stage::Prims } else { Stage::Recovered };
+    check("decompose", &prims, stage)?;
     let simplified = simplify(&prims, &SimplifyOptions::default())?.graph;
-    check("simplify", &simplified, Stage::Prims)?;
+    check("simplify", &simplified, stage)?;
     Ok(Lowered { parsed: g.clone(), functional, prims, simplified })
+}
+
+/// The lowering native mode starts from: [`lower_keeping`] the ops of
+/// [`crate::recover::KEPT`], which recovery then joins with the ops it puts back.
+pub fn lower_native(g: &Graph) -> Result<Lowered, PipelineError> {
+    lower_keeping(g, crate::recover::KEPT)
 }
 
 /// The text of one rung of `g`'s lowering; runs the passes only as far as that rung.
@@ -76,7 +90,9 @@ pub fn dump(g: &Graph, stage: &str, options: &crate::text::PrintOptions) -> Resu
             Ok(crate::text::print_with(&prims, options))
         }
         "simplified" => Ok(crate::text::print_with(&lower(g)?.simplified, options)),
-        "recovered" => Ok(crate::text::print_with(&crate::recover::recover(&lower(g)?.simplified)?.graph, options)),
+        "recovered" => {
+            Ok(crate::text::print_with(&crate::recover::recover(&lower_native(g)?.simplified)?.graph, options))
+        }
         "kernels" => {
             let lowered = lower(g)?;
             let program = crate::sched::schedule(&lowered.simplified)?;

@@ -70,6 +70,17 @@ pub const RECOVERABLE: &[OpKind] = &[
     OpKind::ScaledDotProductAttention,
 ];
 
+/// High-level ops that native mode never decomposes: a library kernel runs each one whole.
+/// `lstm` decomposes into its recurrence unrolled step by step (twenty-odd prims a step), which
+/// recovery would have to match one step after another; the importer knows it is an LSTM, so
+/// native mode keeps the op instead (`crate::passes::lower_keeping`).
+pub const KEPT: &[OpKind] = &[OpKind::Lstm];
+
+/// Whether `op` is a high-level op the `Recovered` rung allows: recovered, or kept whole.
+pub fn is_library_op(op: OpKind) -> bool {
+    RECOVERABLE.contains(&op) || KEPT.contains(&op)
+}
+
 /// Whether `op` is one of the recovered elementwise activations: a library call that may run
 /// fused after the kernel or matmul that produces its argument (`Kernel::activation`).
 pub fn is_activation(op: OpKind) -> bool {

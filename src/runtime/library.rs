@@ -148,7 +148,7 @@ impl Plan {
         if self.native_library && copy {
             return self.run_copy(p, st, inputs, l);
         }
-        if self.native_library && crate::recover::RECOVERABLE.contains(&l.op) && self.native_operands(p, l) {
+        if self.native_library && crate::recover::is_library_op(l.op) && self.native_operands(p, l) {
             return self.run_rows(p, st, inputs, l);
         }
         if l.op == OpKind::DimValues {

@@ -477,7 +477,8 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             .collect();
         return Ok(plan);
     }
-    let lowered = crate::passes::lower(g)?;
+    // Native mode keeps the ops a library kernel runs whole (`recover::KEPT`).
+    let lowered = if options.recover { crate::passes::lower_native(g)? } else { crate::passes::lower(g)? };
     plan.epilogue = lowered.functional.epilogue.clone();
     let recovered = if options.recover { Some(crate::recover::recover(&lowered.simplified)?) } else { None };
     let simplified = recovered.as_ref().map_or(&lowered.simplified, |r| &r.graph);

@@ -328,7 +328,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn tanh(x: f32) -> f32 {
+pub(crate) fn tanh(x: f32) -> f32 {
     // Taylor coefficients of tanh (x^1, x^3, ..., x^23): below |x| = 0.55 the series is
     // exact to 4e-11; above, 1 - 2/(e^2a + 1) loses nothing to cancellation.
     const C: [f32; 12] = to_f32([
@@ -359,7 +359,7 @@ fn tanh(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn sigmoid(x: f32) -> f32 {
+pub(crate) fn sigmoid(x: f32) -> f32 {
     let e = exp(-x.abs());
     let d = 1.0 + e;
     // `1 / d` or `e / d`: the numerator chosen first, one division.

@@ -40,6 +40,7 @@ pub mod gemm;
 pub mod isa;
 pub mod math;
 pub mod packed;
+pub mod recur;
 pub mod rows;
 
 /// Whether the AVX-512 variants of the library kernels run: the CPU has everything they are

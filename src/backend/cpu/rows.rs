@@ -122,6 +122,9 @@ pub fn run_f32(
         let operands: SmallVec<[Operand; 4]> = args.iter().map(|&a| Operand::F32(a)).collect();
         return attention(attrs, &operands, shapes, out, threads);
     }
+    if op == OpKind::Lstm {
+        return super::recur::lstm(attrs, args, shapes, out);
+    }
     let len = |what: &'static str, got: usize, want: usize| {
         if got == want {
             Ok(())

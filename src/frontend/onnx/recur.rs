@@ -332,8 +332,6 @@ pub fn recurrent(imp: &mut Importer, node: &NodeProto, cell: Cell) -> NResult<Ou
         return invalid("X, W and R must be 3-D");
     }
     let (s_dim, b_dim) = if layout == 0 { (&xs[0], &xs[1]) } else { (&xs[1], &xs[0]) };
-    let steps = static_dim(s_dim, "the sequence length")?;
-    check_steps(steps.saturating_mul(dirs as u64), &node.op_type)?;
     let hidden = static_dim(&rs[2], "the hidden size")?;
     if let Some(a) = attr(node, "hidden_size") {
         if a.i != hidden as i64 {
@@ -354,11 +352,29 @@ pub fn recurrent(imp: &mut Importer, node: &NodeProto, cell: Cell) -> NResult<Ou
     let acts = parse_acts(node, cell, dirs)?;
     let input_forget = cell == Cell::Lstm && a_int(node, "input_forget", 0) != 0;
     let linear_before_reset = cell == Cell::Gru && a_int(node, "linear_before_reset", 0) != 0;
+    // The cell every exporter writes runs as one `lstm` op per direction (a library kernel in
+    // native mode), over a sequence length that may stay symbolic; any other is unrolled
+    // here, which needs the length.
+    let whole_cell = cell == Cell::Lstm
+        && clip.is_none()
+        && p.is_none()
+        && !input_forget
+        && acts.chunks(3).all(|a| matches!(a, [Act::Sigmoid, Act::Tanh, Act::Tanh]));
+    let unrolled = !whole_cell || lens.is_some();
+    let steps = match s_dim.as_const() {
+        Some(n) => Some(n),
+        None if !unrolled => None,
+        None => Some(static_dim(s_dim, "the sequence length")?),
+    };
+    if let (Some(n), true) = (steps, unrolled) {
+        check_steps(n.saturating_mul(dirs as u64), &node.op_type)?;
+    }
 
     // Lengths known at import: a per-step mask where some entry stops early.
     let lens = match lens {
         None => None,
         Some(l) => {
+            let steps = static_dim(s_dim, "the sequence length (with sequence_lens)")?;
             let batch = static_dim(b_dim, "the batch size (with sequence_lens)")?;
             if l.len() as u64 != batch {
                 return invalid(format!("sequence_lens has {} entries for a batch of {batch}", l.len()));
@@ -411,9 +427,14 @@ pub fn recurrent(imp: &mut Importer, node: &NodeProto, cell: Cell) -> NResult<Ou
             Some(p) => Some(select(imp, p, 0, d as u64)?),
             None => None,
         };
+        let whole = whole_cell && lens.is_none() && steps != Some(0);
+        let bias = match (wb, rb) {
+            (Some(wb), Some(rb)) if whole => Some(bin(imp, K::Add, wb, rb)?),
+            _ => wb,
+        };
         let xw = matmul_bt(imp, x2, wd)?;
-        let xw = match wb {
-            Some(wb) => bin(imp, K::Add, xw, wb)?,
+        let xw = match bias {
+            Some(b) => bin(imp, K::Add, xw, b)?,
             None => xw,
         };
         let xw = reshape(imp, xw, &[xs[0].clone(), xs[1].clone(), Dim::new(gh)])?;
@@ -426,6 +447,17 @@ pub fn recurrent(imp: &mut Importer, node: &NodeProto, cell: Cell) -> NResult<Ou
             None if cell == Cell::Lstm => full(imp, &state_dims, 0.0, dt)?,
             None => h,
         };
+        if whole {
+            let seq = imp.emit(K::Lstm, &[xw, rd, h, c], &[("reverse", AttrValue::Bool(reverse))])?;
+            let (hs, cs) = (select(imp, seq, 1, 0)?, select(imp, seq, 1, 1)?);
+            // The final states: step 0 in reverse, else the last step (-1: S may be symbolic).
+            let last = [("axis", int(0)), ("index", int(if reverse { 0 } else { -1 }))];
+            hs_final.push(imp.emit(K::Select, &[hs], &last)?);
+            cs_final.push(imp.emit(K::Select, &[cs], &last)?);
+            ys.push(hs);
+            continue;
+        }
+        let steps = steps.ok_or_else(|| NodeError::NeedsStatic(format!("the sequence length is `{s_dim}`")))?;
         let wts = DirWeights { r: rd, rb, p: pd };
         let acts_d = &acts[d * cell.defaults().len()..(d + 1) * cell.defaults().len()];
         let mut outs: Vec<Option<Value>> = vec![None; steps as usize];
