@@ -250,3 +250,21 @@ fn native_kernel_meets_the_tolerance_table() {
     }
     assert!(checked >= 200 && f32_cases >= 50, "{checked} cases, {f32_cases} f32 ones");
 }
+
+/// Threads split the batch rows, each running the whole sequence: the same bits as one
+/// thread, whatever the split (3 rows over 2 threads: 2 and 1).
+#[test]
+fn threads_split_batch_rows_without_changing_a_bit() {
+    let mut gen = Gen(19);
+    let g = parse(&graph("s", "b", 24, true));
+    let one = compile(&g, &native()).unwrap();
+    let two = compile(&g, &CompileOptions::native_cpu(2).unwrap()).unwrap();
+    for (s, b) in [(64, 3), (64, 2), (200, 5), (3, 7)] {
+        let ins = adversarial(&mut gen, s, b, 24);
+        let a = one.run(&ins).unwrap().outputs.remove(0);
+        let z = two.run(&ins).unwrap().outputs.remove(0);
+        assert!(a.bit_eq(&z), "{s} steps, {b} rows");
+        let want = interp::run(&g, &ins, &Options::default()).unwrap().outputs.remove(0);
+        assert_rel(&z.to_f64_vec(), &want.to_f64_vec(), 2e-6);
+    }
+}

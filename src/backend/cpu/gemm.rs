@@ -49,6 +49,12 @@ use super::packed::{PackedB, NR};
 /// Products with at most this many multiply-adds (`m * n * k` per matrix) use the plain loop.
 pub const SMALL_WORK: usize = 256;
 
+/// Calls with fewer multiply-adds than this (all problems together, about 5 µs on one core)
+/// stay on the calling thread: a fork-join costs microseconds, and the `gemm` crate's own
+/// parallel driver more (an LSTM's `[128, 16] x [16, 96]` input projection took 13 µs on two
+/// threads and 2 µs on one).
+pub const PAR_GEMM_WORK: usize = 1 << 20;
+
 /// Target size of an epilogue tile, in elements (1 MiB of f32, this machine's L2).
 pub const TILE_ELEMS: usize = 256 * 1024;
 
@@ -703,7 +709,8 @@ pub(crate) unsafe fn run_gemm<T: Element>(
     if g.m == 0 || g.n == 0 || problems == 0 {
         return;
     }
-    let threads = threads.max(1);
+    let work = g.m.saturating_mul(g.n).saturating_mul(g.k).saturating_mul(problems);
+    let threads = if work < PAR_GEMM_WORK { 1 } else { threads.max(1) };
     let probe = operands(0);
     let has_epilogue =
         !act.is_none() || probe.col_bias.is_some() || probe.row_bias.is_some() || probe.res.is_some() || hook.is_some();

@@ -123,7 +123,7 @@ pub fn run_f32(
         return attention(attrs, &operands, shapes, out, threads);
     }
     if op == OpKind::Lstm {
-        return super::recur::lstm(attrs, args, shapes, out);
+        return super::recur::lstm(attrs, args, shapes, out, threads);
     }
     let len = |what: &'static str, got: usize, want: usize| {
         if got == want {
