@@ -253,3 +253,50 @@ fn a_very_deep_chain_is_split_into_kernels() {
     let got = plan.run(&[x]).unwrap();
     assert!(got.outputs[0].bit_eq(&want.outputs[0]), "{:?} vs {:?}", got.outputs[0], want.outputs[0]);
 }
+
+/// A computed value broadcast many times over (a mask from a `[b, s]` input, added to
+/// `[b, h, s, s]` scores) is materialised once instead of recomputed per score: the score
+/// kernel only loads it; a cheap one (a single op) stays fused.
+#[test]
+fn an_expensive_value_broadcast_many_times_is_computed_once() {
+    let src = "graph g(%m: i64[2, 16], %y: f32[2, 4, 16, 16]) {
+  %c = convert_element_type(%m) {dtype=f32}
+  %one = full() {shape=[2, 16], value=1.0}
+  %s = sub(%one, %c)
+  %b = convert_element_type(%s) {dtype=bool}
+  %big = full() {shape=[2, 16], value=-1e30}
+  %w = where(%b, %big, %s)
+  %r = reshape(%w) {shape=[2, 1, 1, 16]}
+  %wb = broadcast_in_dim(%r) {shape=[2, 4, 16, 16], broadcast_dims=[0, 1, 2, 3]}
+  %out = add(%y, %wb)
+  %n = neg(%c)
+  %nr = reshape(%n) {shape=[2, 1, 1, 16]}
+  %nb = broadcast_in_dim(%nr) {shape=[2, 4, 16, 16], broadcast_dims=[0, 1, 2, 3]}
+  %out2 = add(%y, %nb)
+  return %out, %out2
+}";
+    let (g, s) = sched(src);
+    assert!(s.explanation.contains("computed once instead"), "{}", s.explanation);
+    // The kernel storing `out` loads the mask: no convert or select left in it.
+    use ladder::kernel::Instr;
+    let out = s.program.outputs.iter().find(|(n, _)| n == "out").unwrap().1;
+    let stores = |k: &&ladder::kernel::Kernel| {
+        k.stages.iter().flat_map(|st| &st.body).any(|i| matches!(i, Instr::Store { buf, .. } if *buf == out))
+    };
+    let k = s.program.kernels().find(stores).unwrap();
+    let body: Vec<&Instr> = k.stages.iter().flat_map(|st| &st.body).collect();
+    assert!(!body.iter().any(|i| matches!(i, Instr::Select { .. } | Instr::Convert { .. })), "{}", s.program);
+    // The single `neg` stays fused where it is used.
+    let out2 = s.program.outputs.iter().find(|(n, _)| n == "out2").unwrap().1;
+    let k2 = s
+        .program
+        .kernels()
+        .find(|k| {
+            k.stages.iter().flat_map(|st| &st.body).any(|i| matches!(i, Instr::Store { buf, .. } if *buf == out2))
+        })
+        .unwrap();
+    assert!(k2.stages.iter().flat_map(|st| &st.body).any(|i| matches!(i, Instr::Unary { .. })), "{}", s.program);
+    let m = Tensor::from_i64(&[2, 16], (0..32).map(|i| i % 3 - 1).collect()).unwrap();
+    let y: Vec<f32> = (0..2048).map(|i| (i as f32 - 1000.0) / 9.0).collect();
+    agrees(&g, &s.program, &[m, f32t(&[2, 4, 16, 16], &y)]);
+}

@@ -49,7 +49,7 @@ pub fn apply_identities(g: &Graph) -> Result<Graph, SimplifyError> {
 fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> Option<Value> {
     use OpKind::*;
     let alias = |v: Option<Value>| v.filter(|_| may_alias);
-    match node.op {
+    let found = match node.op {
         Mul => alias(times_one(rw, node, args)),
         Div => alias(over_one(rw, node, args)),
         Add => alias(plus_negative_zero(rw, node, args)),
@@ -62,7 +62,8 @@ fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> O
         ConvertElementType => convert(rw, node, args[0], may_alias),
         Slice => whole_slice(rw, node, args[0]),
         _ => None,
-    }
+    };
+    found.or_else(|| if node.op.is_elementwise() { sink_broadcasts(rw, node, args) } else { None })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -224,6 +225,89 @@ fn broadcast_in_dim(rw: &mut Rewriter, node: &Node, x: Value) -> Option<Value> {
     }
     rw.emit_with(OpKind::BroadcastInDim, &[x0], &[("shape", dims_attr(&node.ty)), ("broadcast_dims", ints_attr(&d))])
         .ok()
+}
+
+// Rule `op(broadcast(x1), ..., broadcast(xn)) → broadcast(op(broadcast'(x1), ...))` for an
+// elementwise `op` whose every operand is a broadcast (a `full` counts as a broadcast of its
+// value), when some result dim is repeated by all of them: `op` then runs at the smaller
+// shape `t` (the result's dims where some operand varies, 1 elsewhere), and one broadcast
+// repeats its result. Applied to a fixed point this sinks broadcasts below chains of
+// elementwise ops, so a mask computed from `[batch, seq]` and broadcast over heads and query
+// rows is computed once per `[batch, seq]`, not per score.
+// Assumes: an elementwise op's element depends only on its operands' elements at the same
+// index, and a broadcast only repeats elements; so the value at every index is the same, in
+// op-dtype and precise mode, NaN, ±inf and -0 included. Broadcasts are fresh stride-0 views
+// (no layout is observed through the new value that was not already there), and `t`'s dims
+// are the result's or 1, so every intermediate broadcast is valid.
+fn sink_broadcasts(rw: &mut Rewriter, node: &Node, args: &[Value]) -> Option<Value> {
+    let rank = node.ty.rank();
+    let out = node.ty.shape.dims();
+    // Per operand: its source and, per result dim, whether the operand varies along it.
+    let mut varies = vec![false; rank];
+    let mut sources = Vec::with_capacity(args.len());
+    for &a in args {
+        let n = rw.new.node(a);
+        match n.op {
+            OpKind::BroadcastInDim => {
+                let dims = normalize_list(n.attrs.ints("broadcast_dims"), n.ty.rank())?;
+                if n.ty.rank() != rank {
+                    return None;
+                }
+                let from = rw.ty(n.args[0]).shape.dims().to_vec();
+                for (k, &j) in dims.iter().enumerate() {
+                    if from[k].as_const() != Some(1) {
+                        varies[j] = true;
+                    }
+                }
+                sources.push(Some((n.args[0], dims)));
+            }
+            OpKind::Full if n.ty.rank() == rank => sources.push(None),
+            _ => return None,
+        }
+    }
+    // Only when some repeated dim is not already 1 (else the rule would rewrite its own result).
+    let shrinks = out.iter().zip(&varies).any(|(d, &v)| !v && d.as_const() != Some(1));
+    if !shrinks || sources.iter().all(Option::is_none) {
+        return None;
+    }
+    let t: Vec<crate::ir::Dim> =
+        out.iter().zip(&varies).map(|(d, &v)| if v { d.clone() } else { crate::ir::Dim::new(1) }).collect();
+    let t_ty = TensorType::new(node.ty.dtype, t.iter().cloned().collect());
+    let mut new_args = Vec::with_capacity(args.len());
+    for (&a, src) in args.iter().zip(&sources) {
+        let an = rw.new.node(a).clone();
+        let ty = TensorType::new(an.ty.dtype, t.iter().cloned().collect());
+        let v = match src {
+            Some((x, dims)) => rw
+                .emit_with(
+                    OpKind::BroadcastInDim,
+                    &[*x],
+                    &[("shape", dims_attr(&ty)), ("broadcast_dims", ints_attr(dims))],
+                )
+                .ok()?,
+            None => {
+                let attrs: Vec<(&str, AttrValue)> = an
+                    .attrs
+                    .iter()
+                    .map(|(k, v)| if k == "shape" { (k, dims_attr(&ty)) } else { (k, v.clone()) })
+                    .collect();
+                rw.emit_with(OpKind::Full, &[], &attrs).ok()?
+            }
+        };
+        new_args.push(v);
+    }
+    let attrs: Vec<(&str, AttrValue)> = node.attrs.iter().map(|(k, v)| (k, v.clone())).collect();
+    let small = rw.emit_with(node.op, &new_args, &attrs).ok()?;
+    if *rw.ty(small) != t_ty {
+        return None;
+    }
+    let all: Vec<usize> = (0..rank).collect();
+    rw.emit_with(
+        OpKind::BroadcastInDim,
+        &[small],
+        &[("shape", dims_attr(&node.ty)), ("broadcast_dims", ints_attr(&all))],
+    )
+    .ok()
 }
 
 // Rule `slice(x)` along an axis with step 1 whose result has x's shape → x.

@@ -54,6 +54,12 @@ use crate::ops::OpKind;
 /// The most different indices one value may be needed at in one kernel before it is
 /// materialised instead (each index recomputes it).
 pub(crate) const MAX_DEMANDS: usize = 16;
+/// A computed value broadcast to at least this many times its size, and costing at least
+/// [`HOIST_COST`] instructions, is materialised instead of recomputed per broadcast index
+/// (`Em::worth_hoisting`).
+pub(crate) const HOIST_FACTOR: u64 = 8;
+pub(crate) const HOIST_COST: usize = 3;
+
 /// The most instructions one kernel may have before the value being emitted is materialised.
 pub(crate) const MAX_INSTRS: usize = 20_000;
 
@@ -415,6 +421,11 @@ impl Em<'_, '_> {
             }
             OpKind::Iota => self.iota(v, ix, place),
             OpKind::BroadcastInDim | OpKind::Permute | OpKind::Slice => {
+                if op == OpKind::BroadcastInDim {
+                    if let Some(reason) = self.worth_hoisting(v) {
+                        return Err(need(node.args[0], reason));
+                    }
+                }
                 let aix = arg_index(g, node, &ix).map_err(|e| match e {
                     MapFail::Dim(e) => Fail::from(e),
                     MapFail::NotAffine => Fail::Error(format!("{op} {v} has an index it cannot map")),
@@ -446,6 +457,63 @@ impl Em<'_, '_> {
             op if op.is_reduction() => self.reduction(v, ix, place),
             _ => Err(Fail::Error(format!("{v} = {op} has no buffer and cannot be computed in a kernel"))),
         }
+    }
+
+    /// Why the argument of broadcast `v` should be computed once into a buffer rather than
+    /// at every index of the broadcast, if it should: the broadcast repeats it at least
+    /// [`HOIST_FACTOR`] times (a symbolic dim counts as that much) and it costs at least
+    /// [`HOIST_COST`] computing instructions, none a reduction (the per-row statistics of
+    /// softmax and layer_norm stay in their kernel). BERT's attention mask, `where` of a
+    /// converted i64 input broadcast over heads and query rows, was recomputed, unvectorized,
+    /// for every score: two thirds of the model's time.
+    fn worth_hoisting(&self, v: Value) -> Option<String> {
+        let g = self.ctx.g;
+        let node = g.node(v);
+        let a = node.args[0];
+        if self.buffered(a).is_some() || !self.can_assume(a) {
+            return None;
+        }
+        let (from, to) = (g.ty(a).shape.dims(), node.ty.shape.dims());
+        let mapped: Vec<usize> = node
+            .attrs
+            .ints("broadcast_dims")
+            .iter()
+            .map(|&d| normalize_axis(d, to.len()).unwrap_or(usize::MAX))
+            .collect();
+        let mut factor: u64 = 1;
+        for (j, d) in to.iter().enumerate() {
+            let repeated = match mapped.iter().position(|&m| m == j) {
+                None => true,
+                Some(k) => from.get(k).is_some_and(|f| f.as_const() == Some(1)) && d.as_const() != Some(1),
+            };
+            if repeated {
+                factor = factor.saturating_mul(d.as_const().unwrap_or(HOIST_FACTOR));
+            }
+        }
+        if factor < HOIST_FACTOR {
+            return None;
+        }
+        // The computing instructions of `a`'s cone inside this kernel (bounded walk).
+        let (mut cost, mut stack, mut seen) = (0usize, vec![a], std::collections::BTreeSet::new());
+        while let Some(u) = stack.pop() {
+            if !seen.insert(u) || self.buffered(u).is_some() || seen.len() > 64 {
+                continue;
+            }
+            let n = g.node(u);
+            match n.op {
+                op if op.is_reduction() => return None,
+                OpKind::Full | OpKind::Iota => {}
+                OpKind::BroadcastInDim | OpKind::Permute | OpKind::Slice | OpKind::Reshape => {}
+                _ => cost += 1,
+            }
+            stack.extend(n.args.iter().copied());
+        }
+        (cost >= HOIST_COST).then(|| {
+            format!(
+                "broadcast {v} repeats it {}{factor} times and it costs {cost} instructions: computed once instead",
+                if to.iter().any(|d| d.as_const().is_none()) { "at least " } else { "" }
+            )
+        })
     }
 
     fn iota(&mut self, v: Value, ix: Ix, place: Option<u32>) -> Result<Reg, Fail> {

@@ -23,6 +23,8 @@
 //!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it
 //!   (within one kernel a value is recomputed in every stage that needs it, whatever it costs:
 //!   that is what keeps softmax and layer_norm one kernel each);
+//! - a broadcast repeats it at least 8 times (a symbolic dim counts as 8) and it costs at least
+//!   3 instructions, none a reduction (`emit::HOIST_FACTOR`): computed once, loaded per index;
 //! - it is needed at more than 16 indices in one kernel, or its kernel would get too big, or
 //!   it is nested deeper than `emit::MAX_DEPTH` computations in one kernel (so building a
 //!   kernel never recurses deeper than that, however long a chain of pointwise ops is).
