@@ -174,98 +174,60 @@ unsafe fn run_rows(
         h[i * hp..][..hd].copy_from_slice(&h0[b * hd..][..hd]);
         c[i * hp..][..hd].copy_from_slice(&c0[b * hd..][..hd]);
     }
-    steps(xw, rt, h, c, acc, out, d, rows.start);
+    steps(Task { xw, rt, out, d, b0: rows.start }, h, c, acc);
+}
+
+/// One task's share of a call: the operands, the output (see [`run_rows`] for its contract),
+/// the sizes, and the task's first batch row.
+#[derive(Clone, Copy)]
+struct Task<'a> {
+    xw: &'a [f32],
+    rt: &'a [f32],
+    out: *mut f32,
+    d: LstmDims,
+    b0: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn steps(
-    xw: &[f32],
-    rt: &[f32],
-    h: &mut [f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    out: *mut f32,
-    d: LstmDims,
-    b0: usize,
-) {
+unsafe fn steps(t: Task, h: &mut [f32], c: &mut [f32], acc: &mut [f32]) {
     if super::has_avx512() {
         // SAFETY: the CPU has every feature the variant is compiled for (checked just above);
-        // `out` as the caller promised.
-        return unsafe { steps_avx512(xw, rt, h, c, acc, out, d, b0) };
+        // `t.out` as the caller promised.
+        return unsafe { steps_avx512(t, h, c, acc) };
     }
     if super::has_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above); `out` as the caller promised.
-        return unsafe { steps_avx2(xw, rt, h, c, acc, out, d, b0) };
+        // SAFETY: the CPU has AVX2 and FMA (checked just above); `t.out` as promised.
+        return unsafe { steps_avx2(t, h, c, acc) };
     }
-    // SAFETY: `out` as the caller promised.
-    unsafe { steps_generic(xw, rt, h, c, acc, out, d, b0) }
+    // SAFETY: `t.out` as the caller promised.
+    unsafe { steps_generic(t, h, c, acc) }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn steps(
-    xw: &[f32],
-    rt: &[f32],
-    h: &mut [f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    out: *mut f32,
-    d: LstmDims,
-    b0: usize,
-) {
-    // SAFETY: `out` as the caller promised.
-    unsafe { steps_generic(xw, rt, h, c, acc, out, d, b0) }
+unsafe fn steps(t: Task, h: &mut [f32], c: &mut [f32], acc: &mut [f32]) {
+    // SAFETY: `t.out` as the caller promised.
+    unsafe { steps_generic(t, h, c, acc) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn steps_avx512(
-    xw: &[f32],
-    rt: &[f32],
-    h: &mut [f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    out: *mut f32,
-    d: LstmDims,
-    b0: usize,
-) {
-    // SAFETY: `out` as the caller promised.
-    unsafe { steps_generic(xw, rt, h, c, acc, out, d, b0) }
+unsafe fn steps_avx512(t: Task, h: &mut [f32], c: &mut [f32], acc: &mut [f32]) {
+    // SAFETY: `t.out` as the caller promised.
+    unsafe { steps_generic(t, h, c, acc) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn steps_avx2(
-    xw: &[f32],
-    rt: &[f32],
-    h: &mut [f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    out: *mut f32,
-    d: LstmDims,
-    b0: usize,
-) {
-    // SAFETY: `out` as the caller promised.
-    unsafe { steps_generic(xw, rt, h, c, acc, out, d, b0) }
+unsafe fn steps_avx2(t: Task, h: &mut [f32], c: &mut [f32], acc: &mut [f32]) {
+    // SAFETY: `t.out` as the caller promised.
+    unsafe { steps_generic(t, h, c, acc) }
 }
 
 /// Every step, in processing order; see the module docs. `h`, `c` hold each batch row's
 /// state padded to `hp` lanes, `acc` the four gate blocks of `hp` columns (then zeros).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn steps_generic(
-    xw: &[f32],
-    rt: &[f32],
-    h: &mut [f32],
-    c: &mut [f32],
-    acc: &mut [f32],
-    out: *mut f32,
-    d: LstmDims,
-    b0: usize,
-) {
+unsafe fn steps_generic(t: Task, h: &mut [f32], c: &mut [f32], acc: &mut [f32]) {
+    let Task { xw, rt, out, d, b0 } = t;
     let (hd, gates, padded) = (d.hidden, 4 * d.hidden, acc.len());
     let hp = hd.div_ceil(LANES) * LANES;
     let nb = h.len() / hp;
