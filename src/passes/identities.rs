@@ -63,7 +63,8 @@ fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> O
         Slice => whole_slice(rw, node, args[0]),
         _ => None,
     };
-    found.or_else(|| if node.op.is_elementwise() { sink_broadcasts(rw, node, args) } else { None })
+    // The result is a broadcast (a stride-0 view), so only where no `view` observes strides.
+    found.or_else(|| if node.op.is_elementwise() { alias(sink_broadcasts(rw, node, args)) } else { None })
 }
 
 // ---------------------------------------------------------------------------------------------
