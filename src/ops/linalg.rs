@@ -482,15 +482,27 @@ fn infer_conv(kind: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<Tenso
 
 /// Pooling geometry for the two spatial dims.
 #[derive(Debug)]
-struct PoolGeom {
-    kernel: Vec<u64>,
-    stride: Vec<u64>,
-    padding: Vec<u64>,
-    dilation: Vec<u64>,
-    ceil_mode: bool,
+pub(crate) struct PoolGeom {
+    pub kernel: Vec<u64>,
+    pub stride: Vec<u64>,
+    /// Per spatial dim, on both sides.
+    pub padding: Vec<u64>,
+    pub dilation: Vec<u64>,
+    pub ceil_mode: bool,
 }
 
-fn pool_geom(kind: OpKind, attrs: &Attrs) -> Result<PoolGeom, OpError> {
+impl PoolGeom {
+    /// Windows along spatial dim `d` (0: rows, 1: columns) of an input `len` long.
+    pub(crate) fn windows(&self, d: usize, len: usize) -> Result<usize, String> {
+        let p = self.padding[d];
+        let o =
+            window_count_static(len as u64, p, p, self.dilation[d], self.kernel[d], self.stride[d], self.ceil_mode)?;
+        usize::try_from(o).map_err(|e| e.to_string())
+    }
+}
+
+/// The checked geometry of a `max_pool2d` or `avg_pool2d` (library kernels share it).
+pub(crate) fn pool_geom(kind: OpKind, attrs: &Attrs) -> Result<PoolGeom, OpError> {
     let kernel = spatial_list("kernel", attrs.ints("kernel"), 2, 1, None)?;
     let stride = if attrs.ints("stride").is_empty() {
         kernel.clone()

@@ -22,6 +22,7 @@ use crate::tensor::{Tensor, TensorData};
 pub fn apply_identities(g: &Graph) -> Result<Graph, SimplifyError> {
     require_pure(g)?;
     let observed = strides_observed(g);
+    let uses = use_counts(g);
     let mut rw = Rewriter::new(g);
     for (v, node) in g.nodes() {
         match node.op {
@@ -34,7 +35,10 @@ pub fn apply_identities(g: &Graph) -> Result<Graph, SimplifyError> {
         }
         let args: Vec<Value> = node.args.iter().map(|&a| rw.get(a)).collect();
         let may_alias = !observed[cranelift_entity::EntityRef::index(v)];
-        match rewrite(&mut rw, node, &args, may_alias) {
+        // Whether the node is its first argument's only use (a rule that moves the argument's
+        // op past the node then computes it once, not twice).
+        let sole = node.args.first().is_some_and(|&a| uses[cranelift_entity::EntityRef::index(a)] == 1);
+        match rewrite(&mut rw, node, &args, may_alias, sole) {
             Some(nv) if *rw.ty(nv) == node.ty => rw.set(v, nv),
             _ => {
                 rw.copy(v)?;
@@ -46,7 +50,8 @@ pub fn apply_identities(g: &Graph) -> Result<Graph, SimplifyError> {
 
 /// The value `node` (with new arguments `args`) can be replaced by, if a rule applies.
 /// `may_alias`: the node's value may be replaced by an existing value of another layout.
-fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> Option<Value> {
+/// `sole`: the node is the only use of its first argument.
+fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool, sole: bool) -> Option<Value> {
     use OpKind::*;
     let alias = |v: Option<Value>| v.filter(|_| may_alias);
     let found = match node.op {
@@ -61,6 +66,7 @@ fn rewrite(rw: &mut Rewriter, node: &Node, args: &[Value], may_alias: bool) -> O
         BroadcastInDim => broadcast_in_dim(rw, node, args[0]),
         ConvertElementType => convert(rw, node, args[0], may_alias),
         Slice => whole_slice(rw, node, args[0]),
+        MaxPool2d if sole => pool_first(rw, node, args[0]),
         _ => None,
     };
     // The result is a broadcast (a stride-0 view), so only where no `view` observes strides.
@@ -319,6 +325,138 @@ fn whole_slice(rw: &Rewriter, node: &Node, x: Value) -> Option<Value> {
     (node.attrs.int("step") == 1 && rw.ty(x).shape == node.ty.shape).then_some(x)
 }
 
+// Rule `max_pool2d(f(x, c)) → f(max_pool2d(x), c')` for `f` one of `max(x, c)`, `max(c, x)`,
+// `min` likewise, `x + c`, `c + x` and `x - c`, where `c` is the same at every position of each
+// pooled plane (a `full`, or a broadcast whose operand does not vary along the last two dims),
+// for `+` and `-` finite (a `full` or a broadcast `const`), and `c'` is `c` built at the pooled
+// shape; only where the pooling is `f`'s only use. `f` then runs on the pooled tensor: a
+// convolution's bias and ReLU after its pooling rather than before, on a quarter of the
+// elements for a 2×2 pooling.
+// Assumes: every window holds an input element (no padding, so windows lie inside the input;
+// or dilation 1 and static spatial dims of at least 1, with the op's padding of at most half
+// the kernel). A window's max is the join of the total order with -0 < +0 and NaN absorbing,
+// and a fixed `c` gives the same `f` across the window. Then `max(·, c)` and `min(·, c)`
+// distribute over the join (a total order is a distributive lattice; NaN absorbs on both
+// sides), and `t ↦ round(t ± c)` with `c` finite is non-decreasing in that order (rounding is
+// monotone; a zero sum is -0 only from -0 ± c = -0, below every other result) and makes a NaN
+// only from a NaN, so it commutes with the join. So every element is the same, in op-dtype
+// and precise mode. The result's type is the node's (checked by the caller).
+fn pool_first(rw: &mut Rewriter, node: &Node, x: Value) -> Option<Value> {
+    let inner = rw.new.node(x).clone();
+    let rank = inner.ty.rank();
+    if inner.args.len() != 2 || rank < 3 {
+        return None;
+    }
+    let (a, b) = (inner.args[0], inner.args[1]);
+    // The operand that varies, and whether `c` is the second operand.
+    let (v, c_second) = match inner.op {
+        OpKind::Max | OpKind::Min | OpKind::Add if plane_uniform(rw, b, rank) => (a, true),
+        OpKind::Max | OpKind::Min | OpKind::Add if plane_uniform(rw, a, rank) => (b, false),
+        OpKind::Sub if plane_uniform(rw, b, rank) => (a, true),
+        _ => return None,
+    };
+    let c = if c_second { b } else { a };
+    if matches!(inner.op, OpKind::Add | OpKind::Sub) && !finite_constant(&rw.new, c) {
+        return None;
+    }
+    if *rw.ty(v) != inner.ty || rw.ty(c).dtype != inner.ty.dtype || !windows_hold_input(node, &inner.ty) {
+        return None;
+    }
+    let attrs: Vec<(&str, AttrValue)> = node.attrs.iter().map(|(k, val)| (k, val.clone())).collect();
+    let pooled = rw.emit_with(OpKind::MaxPool2d, &[v], &attrs).ok()?;
+    let c2 = rebuild_at(rw, c, &node.ty)?;
+    let args = if c_second { [pooled, c2] } else { [c2, pooled] };
+    rw.emit_with(inner.op, &args, &[]).ok()
+}
+
+/// Whether `c` (of rank `rank`) is the same along its last two dims: a `full`, or a
+/// `broadcast_in_dim` whose operand's dims landing there are 1.
+fn plane_uniform(rw: &Rewriter, c: Value, rank: usize) -> bool {
+    let n = rw.new.node(c);
+    match n.op {
+        OpKind::Full => n.ty.rank() == rank,
+        OpKind::BroadcastInDim if n.ty.rank() == rank => {
+            let Some(dims) = normalize_list(n.attrs.ints("broadcast_dims"), rank) else { return false };
+            let from = rw.ty(n.args[0]).shape.dims();
+            dims.iter().zip(from).all(|(&j, d)| j + 2 < rank || d.as_const() == Some(1))
+        }
+        // A folded broadcast: every plane of the constant holds one value.
+        OpKind::Const if n.ty.rank() == rank => {
+            let Some(blob) = rw.new.const_blob(c) else { return false };
+            let t = &rw.new.blob(blob).tensor;
+            let plane = t.shape()[rank - 2..].iter().product::<usize>();
+            if t.numel() > MAX_SCANNED || plane == 0 {
+                return false;
+            }
+            let v = t.to_f64_vec();
+            v.chunks(plane).all(|p| p.iter().all(|x| x.to_bits() == p[0].to_bits()))
+        }
+        _ => false,
+    }
+}
+
+/// The most elements of a constant [`plane_uniform`] reads.
+const MAX_SCANNED: usize = 1 << 16;
+
+/// Whether every element of `c` is a finite float known at compile time: a `full`, or a
+/// `const` seen through broadcasts and reshapes.
+fn finite_constant(g: &Graph, mut c: Value) -> bool {
+    loop {
+        let n = g.node(c);
+        match n.op {
+            OpKind::BroadcastInDim | OpKind::Reshape => c = n.args[0],
+            OpKind::Full => return n.attrs.float("value").is_finite(),
+            OpKind::Const => {
+                let Some(blob) = g.const_blob(c) else { return false };
+                let t = &g.blob(blob).tensor;
+                return t.dtype().is_float() && t.to_f64_vec().iter().all(|x| x.is_finite());
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Whether every window of the pooling `node` over an input of type `ty` holds an input
+/// element (see [`pool_first`]).
+fn windows_hold_input(node: &Node, ty: &TensorType) -> bool {
+    let ints = |k: &str| node.attrs.ints(k).to_vec();
+    if ints("padding").iter().all(|&p| p == 0) {
+        return true;
+    }
+    let dims = ty.shape.dims();
+    ints("dilation").iter().all(|&d| d == 1)
+        && dims[dims.len() - 2..].iter().all(|d| d.as_const().is_some_and(|n| n >= 1))
+}
+
+/// The plane-uniform `c` (see [`plane_uniform`]) rebuilt with `ty`'s shape (a constant: its
+/// leading rows and columns, where the pooled plane is no larger).
+fn rebuild_at(rw: &mut Rewriter, c: Value, ty: &TensorType) -> Option<Value> {
+    let n = rw.new.node(c).clone();
+    if n.op == OpKind::Const {
+        let rank = n.ty.rank();
+        let mut v = c;
+        for axis in rank - 2..rank {
+            let end = ty.shape.dims()[axis].as_const()?;
+            if end > n.ty.shape.dims()[axis].as_const()? {
+                return None;
+            }
+            let attrs = [
+                ("axis", AttrValue::Int(axis as i64)),
+                ("start", AttrValue::Int(0)),
+                ("end", AttrValue::Int(i64::try_from(end).ok()?)),
+                ("step", AttrValue::Int(1)),
+            ];
+            v = rw.emit_with(OpKind::Slice, &[v], &attrs).ok()?;
+        }
+        return Some(v);
+    }
+    let shaped = TensorType::new(n.ty.dtype, ty.shape.clone());
+    let attrs: Vec<(&str, AttrValue)> =
+        n.attrs.iter().map(|(k, v)| if k == "shape" { (k, dims_attr(&shaped)) } else { (k, v.clone()) }).collect();
+    let args = n.args.clone();
+    rw.emit_with(n.op, &args, &attrs).ok()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Conversions.
 // ---------------------------------------------------------------------------------------------
@@ -475,6 +613,21 @@ fn strides_observed(g: &Graph) -> Vec<bool> {
         }
     }
     observed
+}
+
+/// For every value: how many node arguments and graph outputs read it.
+fn use_counts(g: &Graph) -> Vec<u32> {
+    use cranelift_entity::EntityRef;
+    let mut uses = vec![0u32; g.len()];
+    for (_, node) in g.nodes() {
+        for &a in &node.args {
+            uses[a.index()] += 1;
+        }
+    }
+    for o in g.outputs() {
+        uses[o.value.index()] += 1;
+    }
+    uses
 }
 
 /// An axis list normalised to `0..rank` (negative entries count from the end).

@@ -73,8 +73,10 @@ pub const RECOVERABLE: &[OpKind] = &[
 /// High-level ops that native mode never decomposes: a library kernel runs each one whole.
 /// `lstm` decomposes into its recurrence unrolled step by step (twenty-odd prims a step), which
 /// recovery would have to match one step after another; the importer knows it is an LSTM, so
-/// native mode keeps the op instead (`crate::passes::lower_keeping`).
-pub const KEPT: &[OpKind] = &[OpKind::Lstm];
+/// native mode keeps the op instead (`crate::passes::lower_keeping`). `max_pool2d` decomposes
+/// into strided slices and `max`es, which a fused kernel runs four lanes at a time; its
+/// library kernel runs the whole pooling at the machine's vector width.
+pub const KEPT: &[OpKind] = &[OpKind::Lstm, OpKind::MaxPool2d];
 
 /// Whether `op` is a high-level op the `Recovered` rung allows: recovered, or kept whole.
 pub fn is_library_op(op: OpKind) -> bool {

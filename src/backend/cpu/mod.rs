@@ -40,6 +40,7 @@ pub mod gemm;
 pub mod isa;
 pub mod math;
 pub mod packed;
+pub mod pool;
 pub mod recur;
 pub mod rows;
 

@@ -125,6 +125,10 @@ pub fn run_f32(
     if op == OpKind::Lstm {
         return super::recur::lstm(attrs, args, shapes, out, threads);
     }
+    if op == OpKind::MaxPool2d {
+        let x = *args.first().ok_or_else(|| KernelError::Shape("max_pool2d without arguments".into()))?;
+        return super::pool::max_pool2d(attrs, x, shape, out, threads);
+    }
     let len = |what: &'static str, got: usize, want: usize| {
         if got == want {
             Ok(())
