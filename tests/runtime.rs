@@ -387,3 +387,43 @@ fn outputs_that_are_inputs_constants_duplicates_or_bools_come_back_whole() {
         }
     }
 }
+
+/// Native runs on two threads long enough to get helper workers (`runtime::HELP_AFTER_NS`:
+/// the pool's other worker spins for queued work during the run; 25M multiply-adds take
+/// longer on any CPU), from four threads at once,
+/// so that helpers of one run pick up the work of others: every run gives the bits of a run
+/// alone.
+#[test]
+fn threaded_runs_with_helpers_from_four_threads_at_once() {
+    let src = "graph g(%a: f32[256, 384], %b: f32[384, 256]) {
+  %c = matmul(%a, %b) : f32[256, 256]
+  %d = tanh(%c) : f32[256, 256]
+  %e = reduce_sum(%d) {axes=[1]} : f32[256]
+  return %d, %e
+}";
+    let g = parse(src);
+    let plan = compile(&g, &CompileOptions::native_cpu(2).unwrap()).unwrap();
+    let cases: Vec<(Vec<Tensor>, Vec<Tensor>)> = (0..4u64)
+        .map(|k| {
+            let mut rng = Rng::new(k);
+            let ins = vec![
+                random_tensor(&mut rng, DType::F32, &[256, 384]).unwrap(),
+                random_tensor(&mut rng, DType::F32, &[384, 256]).unwrap(),
+            ];
+            let want = plan.run(&ins).unwrap().outputs;
+            (ins, want)
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (plan, cases) = (&plan, &cases);
+            s.spawn(move || {
+                for round in 0..4 {
+                    let (ins, want) = &cases[(t + round) % cases.len()];
+                    let got = plan.run(ins).unwrap().outputs;
+                    assert_bitwise(&got, want);
+                }
+            });
+        }
+    });
+}
