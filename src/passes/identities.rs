@@ -395,7 +395,7 @@ fn plane_uniform(rw: &Rewriter, c: Value, rank: usize) -> bool {
     }
 }
 
-/// The most elements of a constant [`plane_uniform`] reads.
+/// The most elements of a constant [`plane_uniform`] or [`finite_constant`] reads.
 const MAX_SCANNED: usize = 1 << 16;
 
 /// Whether every element of `c` is a finite float known at compile time: a `full`, or a
@@ -409,7 +409,9 @@ fn finite_constant(g: &Graph, mut c: Value) -> bool {
             OpKind::Const => {
                 let Some(blob) = g.const_blob(c) else { return false };
                 let t = &g.blob(blob).tensor;
-                return t.dtype().is_float() && t.to_f64_vec().iter().all(|x| x.is_finite());
+                return t.dtype().is_float()
+                    && t.numel() <= MAX_SCANNED
+                    && t.to_f64_vec().iter().all(|x| x.is_finite());
             }
             _ => return false,
         }

@@ -94,14 +94,21 @@ impl Plane {
 
     /// Output columns `lo..hi` whose every kernel-row tap reads inside the input row.
     fn interior(&self) -> (usize, usize) {
-        let lo = self.pl.div_ceil(self.sw).min(self.ow);
-        let reach = (self.kw - 1) * self.dw;
-        let hi = match (self.iw + self.pl).checked_sub(reach + 1) {
-            Some(last) => (last / self.sw + 1).min(self.ow),
-            None => 0,
-        };
-        (lo, hi.max(lo))
+        interior_columns(self.iw, self.pl, self.kw, self.sw, self.dw, self.ow)
     }
+}
+
+/// Of `ow` windows of `kw` taps (dilation `dw`, stride `sw`) over a row of `iw` with `pl`
+/// padding on the left, the columns `lo..hi` whose every tap lies inside the row (`lo == hi`
+/// when none does). Shared with the pooling kernel (`pool.rs`).
+pub(crate) fn interior_columns(iw: usize, pl: usize, kw: usize, sw: usize, dw: usize, ow: usize) -> (usize, usize) {
+    let lo = pl.div_ceil(sw).min(ow);
+    let reach = (kw - 1) * dw;
+    let hi = match (iw + pl).checked_sub(reach + 1) {
+        Some(last) => (last / sw + 1).min(ow),
+        None => 0,
+    };
+    (lo, hi.max(lo))
 }
 
 /// Kernel columns at most (a block keeps its per-column load masks in a table).
