@@ -486,6 +486,7 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::low_bits as mask32;
     use super::{row_taps, Job, RowOut, CB, MAX_KW};
 
     /// Rows `r..r + out.rows` in balanced blocks of up to 32 columns, or, for two rows of at
@@ -522,16 +523,6 @@ mod x86 {
                 }
                 col += w;
             }
-        }
-    }
-
-    /// The first `n` bits set.
-    #[inline(always)]
-    fn mask32(n: usize) -> u32 {
-        if n >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << n) - 1
         }
     }
 

@@ -69,6 +69,17 @@ pub enum KernelError {
     Unsupported(String),
 }
 
+impl KernelError {
+    /// `Ok` when buffer `name` has the `want` elements its shape says, else [`KernelError::Len`].
+    pub(crate) fn check_len(name: &'static str, got: usize, want: usize) -> Result<(), KernelError> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(KernelError::Len { name, got, want })
+        }
+    }
+}
+
 type Dims = SmallVec<[usize; 8]>;
 
 /// An element type the library kernels handle.

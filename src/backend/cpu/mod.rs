@@ -101,6 +101,18 @@ pub(crate) fn has_avx2() -> bool {
     isa::active() >= isa::Isa::Avx2
 }
 
+/// The low `n` bits set (all 32 from `n = 32` on): the lane masks of the x86 kernels' partial
+/// vectors.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn low_bits(n: usize) -> u32 {
+    if n >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << n) - 1
+    }
+}
+
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 

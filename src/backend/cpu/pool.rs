@@ -101,12 +101,8 @@ pub fn max_pool2d(
     let (Some(numel), Some(want)) = (numel, want) else {
         return Err(KernelError::Shape(format!("max_pool2d input of shape {shape:?} overflows")));
     };
-    if x.len() != numel {
-        return Err(KernelError::Len { name: "x", got: x.len(), want: numel });
-    }
-    if out.len() != want {
-        return Err(KernelError::Len { name: "out", got: out.len(), want });
-    }
+    KernelError::check_len("x", x.len(), numel)?;
+    KernelError::check_len("out", out.len(), want)?;
     if want == 0 {
         return Ok(());
     }
@@ -317,6 +313,7 @@ fn columns(g: &Geom, src: &[f32], out: &mut [f32], skip: (usize, usize)) {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::low_bits as bits;
     use super::{Geom, Path};
 
     #[derive(Clone, Copy)]
@@ -329,16 +326,6 @@ mod x86 {
     fn max16(a: __m512, b: __m512) -> __m512 {
         let m = _mm512_and_ps(_mm512_max_ps(a, b), _mm512_max_ps(b, a));
         _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), _mm512_set1_ps(f32::NAN))
-    }
-
-    /// The first `n` bits set.
-    #[inline(always)]
-    fn bits(n: usize) -> u32 {
-        if n >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << n) - 1
-        }
     }
 
     impl Path for Avx512 {

@@ -65,13 +65,7 @@ pub fn lstm(
         return Err(KernelError::Shape(format!("lstm: xw {:?} and r {:?} disagree", shapes[0], shapes[1])));
     }
     let d = LstmDims { steps, batch, hidden, reverse: attrs.bool("reverse") };
-    let len = |name: &'static str, got: usize, want: usize| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(KernelError::Len { name, got, want })
-        }
-    };
+    let len = KernelError::check_len;
     len("xw", xw.len(), steps * batch * gates)?;
     len("r", r.len(), gates * hidden)?;
     len("h0", h0.len(), batch * hidden)?;

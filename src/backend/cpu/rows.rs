@@ -129,13 +129,7 @@ pub fn run_f32(
         let x = *args.first().ok_or_else(|| KernelError::Shape("max_pool2d without arguments".into()))?;
         return super::pool::max_pool2d(attrs, x, shape, out, threads);
     }
-    let len = |what: &'static str, got: usize, want: usize| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(KernelError::Len { name: what, got, want })
-        }
-    };
+    let len = KernelError::check_len;
     let numel: usize = shape.iter().product();
     let x = *args.first().ok_or_else(|| KernelError::Shape(format!("{op} without arguments")))?;
     len("x", x.len(), numel)?;
