@@ -55,9 +55,10 @@ pub struct DumpArgs {
     /// models that compile only for concrete shapes, and to see a rung for given sizes.
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = super::run::parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// With `--stage kernels`: schedule the graph recovery produces (library kernels for
-    /// softmax, norms, gelu, silu, sigmoid and attention), which is what `--backend cpu` runs, instead of
-    /// the plain prims the reference mode runs.
+    /// With `--stage kernels`: schedule the graph native mode lowers (`lstm` and `max_pool2d`
+    /// kept whole) and recovery completes (library kernels for softmax, norms, gelu, silu,
+    /// sigmoid and attention), which is what `--backend cpu` runs, instead of the plain prims
+    /// the reference mode runs.
     #[arg(long)]
     pub recover: bool,
     /// `text` (the text form), `dot` (a Graphviz digraph of the stage: values and their

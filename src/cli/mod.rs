@@ -94,7 +94,8 @@ impl From<ladder::session::SessionError> for Error {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendArg {
     /// Compiled plans on the CPU: Cranelift kernels, library kernels (softmax, norms,
-    /// activations, attention, convolution) and GEMM, over threads. The fast path.
+    /// activations, attention, convolution, max pooling, LSTM) and GEMM, over threads. The
+    /// fast path.
     Cpu,
     /// The reference interpreter: every op exactly as specified, on one thread. The oracle
     /// the other backends are checked against; slow.
