@@ -726,6 +726,74 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
+        // Stride 2 with up to three adjacent kernel columns (one pair of loads per vector
+        // for every column): a last vector of one column; two full vectors whose third
+        // column's last lane is the element after the span, inside the row and in the right
+        // padding; two rows at once; two- and one-column kernels; several blocks per row.
+        ConvCase {
+            x: vec![1, 3, 7, 33],
+            w: vec![8, 3, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 4, 9, 64],
+            w: vec![9, 4, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 3, 5, 32],
+            w: vec![8, 3, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[0, 0, 0, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 6, 31],
+            w: vec![8, 2, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[1, 0, 0, 0]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 4, 8, 70],
+            w: vec![8, 4, 2, 2],
+            stride: v(&[2, 2]),
+            padding: v(&[0, 0, 0, 0]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 4, 6, 41],
+            w: vec![8, 4, 1, 1],
+            stride: v(&[2, 2]),
+            padding: v(&[0, 0, 0, 0]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 4, 200],
+            w: vec![8, 2, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 3, 6, 16],
+            w: vec![8, 3, 3, 3],
+            stride: v(&[2, 2]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // The depthwise path (one input channel per group, stride 1): rows in blocks of 64,
         // 32 and 8 columns with an overlapping last block, a 5-wide kernel with asymmetric
         // pads, rows narrower than one block, two outputs per group, rows wholly in padding.

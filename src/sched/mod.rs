@@ -66,6 +66,7 @@
 mod affine;
 mod emit;
 pub mod epilogue;
+mod interchange;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -124,6 +125,8 @@ pub fn schedule_explained(g: &Graph) -> Result<Scheduled, ScheduleError> {
     s.settle()?;
     s.merge()?;
     let mut scheduled = s.assemble()?;
+    let swapped = interchange::interchange(&mut scheduled.program);
+    scheduled.explanation.push_str(&swapped);
     let notes = epilogue::fuse(&mut scheduled.program);
     scheduled.explanation.push_str(&notes);
     Ok(scheduled)

@@ -339,7 +339,11 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
             // Contiguous, broadcast, every other element (pooling windows), or any other
             // constant stride (a transposed read: the lanes loaded one at a time).
             Instr::Load { dst, index, .. } => ty(dst) == Some(DType::F32) && const_stride(index, inner).is_some(),
-            Instr::Store { value, index, .. } => ty(value) == Some(DType::F32) && const_stride(index, inner) == Some(1),
+            // Contiguous, or any other non-zero constant stride (a transposed write: the
+            // lanes stored one at a time).
+            Instr::Store { value, index, .. } => {
+                ty(value) == Some(DType::F32) && const_stride(index, inner).is_some_and(|s| s > 0)
+            }
             Instr::LoadAt { .. } => false,
             Instr::Const { dtype, .. } => matches!(dtype, DType::F32 | DType::Bool),
             Instr::LoopVar { dtype, .. } => *dtype == DType::F32,

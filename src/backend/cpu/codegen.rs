@@ -8,10 +8,10 @@
 //! store gets a row pointer computed before the loop (and pinned there, `Gen::pin`), so the
 //! body adds only `iv · stride`.
 //!
-//! Vectorization: an f32 stage whose innermost loop only reads and writes contiguously (or
-//! reads invariantly), and whose ops all have vector forms, runs that loop as an F32X4 loop
-//! unrolled ×4 (×2 for bodies with transcendentals), then a one-vector loop, then a scalar
-//! tail. Booleans are lane masks there. Reductions keep one vector accumulator per unrolled
+//! Vectorization: an f32 stage whose innermost loop reads and writes at constant strides
+//! (contiguous ones as vectors, others a lane at a time; reads may be invariant), and whose
+//! ops all have vector forms, runs that loop as an F32X4 loop unrolled ×4 (×2 for bodies with
+//! transcendentals), then a one-vector loop, then a scalar tail. Booleans are lane masks there. Reductions keep one vector accumulator per unrolled
 //! copy plus the scalar tail's, combined at the end of the stage (sums and products
 //! reassociate, as the IR allows; max/min are exact in any order).
 //!
@@ -901,7 +901,20 @@ impl Gen<'_, '_> {
                         elems: None,
                     });
                     let addr = self.address(row, iv);
-                    self.b.ins().store(flags(), v, addr, 0);
+                    if let (true, false, Some(stride)) = (vector, row.elems == Some(1), row.stride) {
+                        // Any other constant stride (a transposed write): the four lanes
+                        // stored one at a time, in lane order.
+                        let mut at = addr;
+                        for lane in 0..4u8 {
+                            if lane > 0 {
+                                at = self.b.ins().iadd(at, stride);
+                            }
+                            let x = self.b.ins().extractlane(v, lane);
+                            self.b.ins().store(flags(), x, at, 0);
+                        }
+                    } else {
+                        self.b.ins().store(flags(), v, addr, 0);
+                    }
                     None
                 }
             };

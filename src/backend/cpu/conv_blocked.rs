@@ -578,38 +578,17 @@ mod x86 {
             }
         }
         let mut acc = [[[_mm512_setzero_ps(); NV]; R]; CB];
-        for ci in 0..job.cg {
-            for (t, &(khi, _)) in taps[0].iter().enumerate() {
-                let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
-                let rows: [*const f32; R] = std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw));
-                for kwi in 0..kw {
-                    let mut xv = [[_mm512_setzero_ps(); NV]; R];
-                    for (k, xk) in xv.iter_mut().enumerate() {
-                        let p = rows[k].wrapping_offset(offs[kwi]);
-                        for (v, x) in xk.iter_mut().enumerate() {
-                            // Only the masked-in elements are read: inside the row.
-                            let pv = p.wrapping_add(16 * v * sw);
-                            let m = masks[kwi][v];
-                            *x = match S {
-                                1 => _mm512_maskz_loadu_ps(m as u16, pv),
-                                2 => {
-                                    let a = _mm512_maskz_loadu_ps(m as u16, pv);
-                                    let b = _mm512_maskz_loadu_ps((m >> 16) as u16, pv.wrapping_add(16));
-                                    _mm512_permutex2var_ps(a, evens, b)
-                                }
-                                _ => _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m as u16, strided, pv),
-                            };
-                        }
-                    }
-                    let wt = wk.add(kwi * CB);
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        let wb = _mm512_set1_ps(*wt.add(c));
-                        for k in 0..R {
-                            for v in 0..NV {
-                                a[k][v] = _mm512_fmadd_ps(wb, xv[k][v], a[k][v]);
-                            }
-                        }
-                    }
+        // Stride 2 with adjacent kernel columns (up to 3): one pair of loads per vector serves
+        // every kernel column (`paired`).
+        if S == 2 && pl.dw == 1 && kw <= 3 {
+            paired::<NV, R>(job, taps, offs[0], kw, w, &mut acc);
+        } else {
+            for ci in 0..job.cg {
+                for (t, &(khi, _)) in taps[0].iter().enumerate() {
+                    let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
+                    let rows: [*const f32; R] =
+                        std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw));
+                    each_column::<NV, R, S>(&rows, wk, kw, sw, &offs, &masks, evens, strided, &mut acc);
                 }
             }
         }
@@ -618,6 +597,127 @@ mod x86 {
                 let dst = out.row_ptr(c, k, col, 16 * (NV - 1) + w);
                 for (v, &av) in ak.iter().enumerate() {
                     _mm512_mask_storeu_ps(dst.add(16 * v), mask32(cols(v)) as u16, av);
+                }
+            }
+        }
+    }
+
+    /// One kernel row of one input channel into `acc`: for each kernel column, the `NV`
+    /// vectors of inputs it reads (masked to the row), times its `CB` weights at `wk`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn each_column<const NV: usize, const R: usize, const S: usize>(
+        rows: &[*const f32; R],
+        wk: *const f32,
+        kw: usize,
+        sw: usize,
+        offs: &[isize; MAX_KW],
+        masks: &[[u32; NV]; MAX_KW],
+        evens: __m512i,
+        strided: __m512i,
+        acc: &mut [[[__m512; NV]; R]; CB],
+    ) {
+        for kwi in 0..kw {
+            let mut xv = [[_mm512_setzero_ps(); NV]; R];
+            for (k, xk) in xv.iter_mut().enumerate() {
+                let p = rows[k].wrapping_offset(offs[kwi]);
+                for (v, x) in xk.iter_mut().enumerate() {
+                    // Only the masked-in elements are read: inside the row.
+                    let pv = p.wrapping_add(16 * v * sw);
+                    let m = masks[kwi][v];
+                    *x = match S {
+                        1 => _mm512_maskz_loadu_ps(m as u16, pv),
+                        2 => {
+                            let a = _mm512_maskz_loadu_ps(m as u16, pv);
+                            let b = _mm512_maskz_loadu_ps((m >> 16) as u16, pv.wrapping_add(16));
+                            _mm512_permutex2var_ps(a, evens, b)
+                        }
+                        _ => _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m as u16, strided, pv),
+                    };
+                }
+            }
+            fma_taps(wk.add(kwi * CB), &xv, acc);
+        }
+    }
+
+    /// `acc[c] += wt[c] * xv` for the block's `CB` channels.
+    #[inline(always)]
+    unsafe fn fma_taps<const NV: usize, const R: usize>(
+        wt: *const f32,
+        xv: &[[__m512; NV]; R],
+        acc: &mut [[[__m512; NV]; R]; CB],
+    ) {
+        for (c, a) in acc.iter_mut().enumerate() {
+            let wb = _mm512_set1_ps(*wt.add(c));
+            for k in 0..R {
+                for v in 0..NV {
+                    a[k][v] = _mm512_fmadd_ps(wb, xv[k][v], a[k][v]);
+                }
+            }
+        }
+    }
+
+    /// The stride-2 block for `kw <= 3` adjacent kernel columns: per vector, the 32 input
+    /// elements from the first column's offset `s0` (masked to the row) are loaded once and
+    /// split into evens (kernel column 0) and odds (column 1); column 2 is the evens moved
+    /// down a lane, the last lane taken from the next vector's evens (or, for the last
+    /// vector, from the one element after the span). Every element read lies inside the row;
+    /// the rest are zeros, as with per-column masks.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn paired<const NV: usize, const R: usize>(
+        job: &Job<'_>,
+        taps: [&[(usize, usize)]; 2],
+        s0: isize,
+        kw: usize,
+        w: usize,
+        acc: &mut [[[__m512; NV]; R]; CB],
+    ) {
+        let pl = &job.pl;
+        let (plane, iw) = (pl.ih * pl.iw, pl.iw);
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        // Per vector, the elements of its 32 that are inside the row; and the one after.
+        let masks: [u32; NV] = std::array::from_fn(|v| {
+            let span = if v + 1 == NV { 2 * (w - 1) + kw } else { 32 };
+            inside(s0 + 32 * v as isize, span.min(32), iw)
+        });
+        let last = (kw == 3 && w == 16 && inside(s0 + 32 * NV as isize, 1, iw) != 0) as u16;
+        for ci in 0..job.cg {
+            for (t, &(khi, _)) in taps[0].iter().enumerate() {
+                let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
+                let mut xe = [[_mm512_setzero_ps(); NV]; R];
+                let mut xo = [[_mm512_setzero_ps(); NV]; R];
+                for k in 0..R {
+                    let p = job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0);
+                    for v in 0..NV {
+                        let pv = p.wrapping_add(32 * v);
+                        let a = _mm512_maskz_loadu_ps(masks[v] as u16, pv);
+                        let b = _mm512_maskz_loadu_ps((masks[v] >> 16) as u16, pv.wrapping_add(16));
+                        xe[k][v] = _mm512_permutex2var_ps(a, evens, b);
+                        if kw > 1 {
+                            xo[k][v] = _mm512_permutex2var_ps(a, odds, b);
+                        }
+                    }
+                }
+                fma_taps(wk, &xe, acc);
+                if kw > 1 {
+                    fma_taps(wk.add(CB), &xo, acc);
+                }
+                if kw == 3 {
+                    let mut x2 = [[_mm512_setzero_ps(); NV]; R];
+                    for k in 0..R {
+                        let p = job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0);
+                        let next = _mm512_maskz_loadu_ps(last, p.wrapping_add(32 * NV));
+                        for v in 0..NV {
+                            let hi = if v + 1 < NV { xe[k][v + 1] } else { next };
+                            x2[k][v] = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(
+                                _mm512_castps_si512(hi),
+                                _mm512_castps_si512(xe[k][v]),
+                            ));
+                        }
+                    }
+                    fma_taps(wk.add(2 * CB), &x2, acc);
                 }
             }
         }
@@ -678,7 +778,7 @@ mod x86 {
         let pl = &job.pl;
         let sw = if S == 0 { pl.sw } else { S };
         // `applies` checked `kw <= MAX_KW`.
-        let (plane, iw, kw) = (pl.ih * pl.iw, pl.iw as isize, pl.kw.min(MAX_KW));
+        let (iw, kw) = (pl.iw as isize, pl.kw.min(MAX_KW));
         let cols = |v: usize| if v + 1 == NV { w } else { 8 };
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let strided = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(sw as i32));
@@ -703,6 +803,35 @@ mod x86 {
             }
         }
         let mut acc = [[_mm256_setzero_ps(); NV]; 4];
+        if S == 2 && pl.dw == 1 && kw <= 3 {
+            paired256::<NV>(job, taps, offs[0], kw, w, c0, &mut acc);
+        } else {
+            unpaired256::<NV, S>(job, taps, (kw, sw), &offs, &masks, strided, c0, &mut acc);
+        }
+        for (c, a) in acc.iter().enumerate().take(out.n_ch.saturating_sub(c0)) {
+            let dst = out.row_ptr(c0 + c, 0, col, 8 * (NV - 1) + w);
+            for (v, &av) in a.iter().enumerate() {
+                _mm256_maskstore_ps(dst.add(8 * v), mask8(0, cols(v)), av);
+            }
+        }
+    }
+
+    /// Every kernel tap of [`block256`]'s channels `c0..c0 + 4`, each kernel column's inputs
+    /// loaded by the masks computed for it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn unpaired256<const NV: usize, const S: usize>(
+        job: &Job<'_>,
+        taps: &[(usize, usize)],
+        (kw, sw): (usize, usize),
+        offs: &[isize; MAX_KW],
+        masks: &[[[__m256i; 2]; NV]; MAX_KW],
+        strided: __m256i,
+        c0: usize,
+        acc: &mut [[__m256; NV]; 4],
+    ) {
+        let pl = &job.pl;
+        let plane = pl.ih * pl.iw;
         for ci in 0..job.cg {
             for &(khi, i) in taps {
                 let row = job.x.as_ptr().add(ci * plane + i * pl.iw);
@@ -728,20 +857,87 @@ mod x86 {
                             }
                         };
                     }
-                    let wt = wk.add(kwi * CB);
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        let wb = _mm256_set1_ps(*wt.add(c));
-                        for v in 0..NV {
-                            a[v] = _mm256_fmadd_ps(wb, xv[v], a[v]);
-                        }
-                    }
+                    fma4(wk.add(kwi * CB), &xv, acc);
                 }
             }
         }
-        for (c, a) in acc.iter().enumerate().take(out.n_ch.saturating_sub(c0)) {
-            let dst = out.row_ptr(c0 + c, 0, col, 8 * (NV - 1) + w);
-            for (v, &av) in a.iter().enumerate() {
-                _mm256_maskstore_ps(dst.add(8 * v), mask8(0, cols(v)), av);
+    }
+
+    /// `acc[c] += wt[c] * xv` for four channels.
+    #[inline(always)]
+    unsafe fn fma4<const NV: usize>(wt: *const f32, xv: &[__m256; NV], acc: &mut [[__m256; NV]; 4]) {
+        for (c, a) in acc.iter_mut().enumerate() {
+            let wb = _mm256_set1_ps(*wt.add(c));
+            for v in 0..NV {
+                a[v] = _mm256_fmadd_ps(wb, xv[v], a[v]);
+            }
+        }
+    }
+
+    /// The AVX-512 `paired` on 8 lanes, for channels `c0..c0 + 4`: per vector, the 16 input
+    /// elements from `s0` are loaded once (two masked loads) and split into evens (kernel
+    /// column 0) and odds (column 1); column 2 is the evens rotated down a lane with lane 7
+    /// taken from the next vector's evens (or the one element after the span).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn paired256<const NV: usize>(
+        job: &Job<'_>,
+        taps: &[(usize, usize)],
+        s0: isize,
+        kw: usize,
+        w: usize,
+        c0: usize,
+        acc: &mut [[__m256; NV]; 4],
+    ) {
+        let pl = &job.pl;
+        let (plane, iw) = (pl.ih * pl.iw, pl.iw as isize);
+        let inside = |s: isize, span: usize| {
+            let a = (-s).clamp(0, span as isize) as usize;
+            let b = (iw - s).clamp(0, span as isize) as usize;
+            [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)]
+        };
+        let masks: [[__m256i; 2]; NV] = std::array::from_fn(|v| {
+            let span = if v + 1 == NV { 2 * (w - 1) + kw } else { 16 };
+            inside(s0 + 16 * v as isize, span.min(16))
+        });
+        let last = if kw == 3 && w == 8 { inside(s0 + 16 * NV as isize, 1)[0] } else { _mm256_setzero_si256() };
+        let rot = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+        let lane0 = _mm256_setzero_si256();
+        // [l0 l2 h0 h2 | l4 l6 h4 h6] -> [l0 l2 l4 l6 h0 h2 h4 h6] (and the same for odds).
+        let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
+        for ci in 0..job.cg {
+            for &(khi, i) in taps {
+                let p = job.x.as_ptr().add(ci * plane + i * pl.iw).wrapping_offset(s0);
+                let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB + c0);
+                let mut xe = [_mm256_setzero_ps(); NV];
+                let mut xo = [_mm256_setzero_ps(); NV];
+                for v in 0..NV {
+                    // Only the masked-in elements are read: inside the row.
+                    let pv = p.wrapping_add(16 * v);
+                    let lo = _mm256_maskload_ps(pv, masks[v][0]);
+                    let hi = _mm256_maskload_ps(pv.wrapping_add(8), masks[v][1]);
+                    xe[v] = order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi));
+                    if kw > 1 {
+                        xo[v] = order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi));
+                    }
+                }
+                fma4(wk, &xe, acc);
+                if kw > 1 {
+                    fma4(wk.add(CB), &xo, acc);
+                }
+                if kw == 3 {
+                    let next = _mm256_maskload_ps(p.wrapping_add(16 * NV), last);
+                    let mut x2 = [_mm256_setzero_ps(); NV];
+                    for v in 0..NV {
+                        let hi = if v + 1 < NV { xe[v + 1] } else { next };
+                        x2[v] = _mm256_blend_ps::<0x80>(
+                            _mm256_permutevar8x32_ps(xe[v], rot),
+                            _mm256_permutevar8x32_ps(hi, lane0),
+                        );
+                    }
+                    fma4(wk.add(2 * CB), &x2, acc);
+                }
             }
         }
     }
