@@ -794,6 +794,41 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
+        // Stride 2 with wider kernel rows through the same loads (columns 2j + parity are the
+        // evens or odds moved down j lanes): 5 and 7 wide, a full last vector whose top lanes
+        // come from past its span, two rows at once, an even width.
+        ConvCase {
+            x: vec![1, 3, 9, 40],
+            w: vec![8, 3, 5, 5],
+            stride: v(&[2, 2]),
+            padding: v(&[2, 2, 2, 2]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 12, 37],
+            w: vec![8, 2, 7, 7],
+            stride: v(&[2, 2]),
+            padding: v(&[3, 3, 3, 3]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 14, 32],
+            w: vec![8, 2, 7, 7],
+            stride: v(&[2, 2]),
+            padding: v(&[3, 3, 2, 2]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 2, 5, 70],
+            w: vec![8, 2, 1, 6],
+            stride: v(&[2, 2]),
+            padding: v(&[0, 0, 0, 0]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // The depthwise path (one input channel per group, stride 1): rows in blocks of 64,
         // 32 and 8 columns with an overlapping last block, a 5-wide kernel with asymmetric
         // pads, rows narrower than one block, two outputs per group, rows wholly in padding.

@@ -578,9 +578,9 @@ mod x86 {
             }
         }
         let mut acc = [[[_mm512_setzero_ps(); NV]; R]; CB];
-        // Stride 2 with adjacent kernel columns (up to 3): one pair of loads per vector serves
-        // every kernel column (`paired`).
-        if S == 2 && pl.dw == 1 && kw <= 3 {
+        // Stride 2 with adjacent kernel columns: one pair of loads per vector serves every
+        // kernel column (`paired`).
+        if S == 2 && pl.dw == 1 && kw <= PAIRED_KW {
             paired::<NV, R>(job, taps, offs[0], kw, w, &mut acc);
         } else {
             for ci in 0..job.cg {
@@ -657,12 +657,16 @@ mod x86 {
         }
     }
 
-    /// The stride-2 block for `kw <= 3` adjacent kernel columns: per vector, the 32 input
-    /// elements from the first column's offset `s0` (masked to the row) are loaded once and
-    /// split into evens (kernel column 0) and odds (column 1); column 2 is the evens moved
-    /// down a lane, the last lane taken from the next vector's evens (or, for the last
-    /// vector, from the one element after the span). Every element read lies inside the row;
-    /// the rest are zeros, as with per-column masks.
+    /// Longest kernel row the AVX-512 stride-2 block reads through shared loads ([`paired`]).
+    const PAIRED_KW: usize = 7;
+
+    /// The stride-2 block for up to [`PAIRED_KW`] adjacent kernel columns: per vector, the 32
+    /// input elements from the first column's offset `s0` (masked to the row) are loaded once
+    /// and split into evens (kernel column 0) and odds (column 1); column `2j + parity` is
+    /// those moved down `j` lanes, the top lanes taken from the next vector's (for the last
+    /// vector, from the elements after its span, loaded the same way). Every element read
+    /// lies inside the row and is one some column needs; the rest are zeros, as with
+    /// per-column masks.
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
     unsafe fn paired<const NV: usize, const R: usize>(
@@ -677,47 +681,56 @@ mod x86 {
         let (plane, iw) = (pl.ih * pl.iw, pl.iw);
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        // Per vector, the elements of its 32 that are inside the row; and the one after.
-        let masks: [u32; NV] = std::array::from_fn(|v| {
-            let span = if v + 1 == NV { 2 * (w - 1) + kw } else { 32 };
-            inside(s0 + 32 * v as isize, span.min(32), iw)
-        });
-        let last = (kw == 3 && w == 16 && inside(s0 + 32 * NV as isize, 1, iw) != 0) as u16;
+        // The elements from `s0` any column needs, and per vector those of its 32 inside the
+        // row (vector NV: the ones after the last vector's span).
+        let need = 2 * (16 * (NV - 1) + w - 1) + kw;
+        let mask_at = |v: usize| inside(s0 + 32 * v as isize, need.saturating_sub(32 * v).min(32), iw);
+        let masks: [u32; NV] = std::array::from_fn(mask_at);
+        let extra = if kw > 2 { mask_at(NV) } else { 0 };
+        // Evens and odds of the 32 elements at `pv` under mask `m`.
+        let split = |pv: *const f32, m: u32| {
+            let a = _mm512_maskz_loadu_ps(m as u16, pv);
+            let b = _mm512_maskz_loadu_ps((m >> 16) as u16, pv.wrapping_add(16));
+            (_mm512_permutex2var_ps(a, evens, b), _mm512_permutex2var_ps(a, odds, b))
+        };
+        // Lanes `j..16` of `lo` then lanes `0..j` of `hi`.
+        let shift = |hi: __m512, lo: __m512, j: usize| {
+            let (hi, lo) = (_mm512_castps_si512(hi), _mm512_castps_si512(lo));
+            _mm512_castsi512_ps(match j {
+                1 => _mm512_alignr_epi32::<1>(hi, lo),
+                2 => _mm512_alignr_epi32::<2>(hi, lo),
+                _ => _mm512_alignr_epi32::<3>(hi, lo),
+            })
+        };
         for ci in 0..job.cg {
             for (t, &(khi, _)) in taps[0].iter().enumerate() {
                 let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
                 let mut xe = [[_mm512_setzero_ps(); NV]; R];
                 let mut xo = [[_mm512_setzero_ps(); NV]; R];
+                let mut ne = [_mm512_setzero_ps(); R];
+                let mut no = [_mm512_setzero_ps(); R];
                 for k in 0..R {
                     let p = job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0);
                     for v in 0..NV {
-                        let pv = p.wrapping_add(32 * v);
-                        let a = _mm512_maskz_loadu_ps(masks[v] as u16, pv);
-                        let b = _mm512_maskz_loadu_ps((masks[v] >> 16) as u16, pv.wrapping_add(16));
-                        xe[k][v] = _mm512_permutex2var_ps(a, evens, b);
-                        if kw > 1 {
-                            xo[k][v] = _mm512_permutex2var_ps(a, odds, b);
-                        }
+                        (xe[k][v], xo[k][v]) = split(p.wrapping_add(32 * v), masks[v]);
+                    }
+                    if kw > 2 {
+                        (ne[k], no[k]) = split(p.wrapping_add(32 * NV), extra);
                     }
                 }
                 fma_taps(wk, &xe, acc);
                 if kw > 1 {
                     fma_taps(wk.add(CB), &xo, acc);
                 }
-                if kw == 3 {
-                    let mut x2 = [[_mm512_setzero_ps(); NV]; R];
-                    for k in 0..R {
-                        let p = job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0);
-                        let next = _mm512_maskz_loadu_ps(last, p.wrapping_add(32 * NV));
-                        for v in 0..NV {
-                            let hi = if v + 1 < NV { xe[k][v + 1] } else { next };
-                            x2[k][v] = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(
-                                _mm512_castps_si512(hi),
-                                _mm512_castps_si512(xe[k][v]),
-                            ));
-                        }
-                    }
-                    fma_taps(wk.add(2 * CB), &x2, acc);
+                for kwi in 2..kw.min(PAIRED_KW) {
+                    let (src, next) = if kwi % 2 == 0 { (&xe, &ne) } else { (&xo, &no) };
+                    let x: [[__m512; NV]; R] = std::array::from_fn(|k| {
+                        std::array::from_fn(|v| {
+                            let hi = if v + 1 < NV { src[k][v + 1] } else { next[k] };
+                            shift(hi, src[k][v], kwi / 2)
+                        })
+                    });
+                    fma_taps(wk.add(kwi * CB), &x, acc);
                 }
             }
         }
