@@ -816,7 +816,7 @@ mod x86 {
             }
         }
         let mut acc = [[_mm256_setzero_ps(); NV]; 4];
-        if S == 2 && pl.dw == 1 && kw <= 3 {
+        if S == 2 && pl.dw == 1 && kw <= PAIRED_KW {
             paired256::<NV>(job, taps, offs[0], kw, w, c0, &mut acc);
         } else {
             unpaired256::<NV, S>(job, taps, (kw, sw), &offs, &masks, strided, c0, &mut acc);
@@ -887,10 +887,10 @@ mod x86 {
         }
     }
 
-    /// The AVX-512 `paired` on 8 lanes, for channels `c0..c0 + 4`: per vector, the 16 input
+    /// The AVX-512 [`paired`] on 8 lanes, for channels `c0..c0 + 4`: per vector, the 16 input
     /// elements from `s0` are loaded once (two masked loads) and split into evens (kernel
-    /// column 0) and odds (column 1); column 2 is the evens rotated down a lane with lane 7
-    /// taken from the next vector's evens (or the one element after the span).
+    /// column 0) and odds (column 1); column `2j + parity` is those rotated down `j` lanes,
+    /// the top `j` taken from the next vector's (or from the elements after the last span).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -910,15 +910,28 @@ mod x86 {
             let b = (iw - s).clamp(0, span as isize) as usize;
             [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)]
         };
-        let masks: [[__m256i; 2]; NV] = std::array::from_fn(|v| {
-            let span = if v + 1 == NV { 2 * (w - 1) + kw } else { 16 };
-            inside(s0 + 16 * v as isize, span.min(16))
+        // The elements from `s0` any column needs, and per vector those of its 16 inside the
+        // row (vector NV: the ones after the last vector's span).
+        let need = 2 * (8 * (NV - 1) + w - 1) + kw;
+        let mask_at = |v: usize| inside(s0 + 16 * v as isize, need.saturating_sub(16 * v).min(16));
+        let masks: [[__m256i; 2]; NV] = std::array::from_fn(mask_at);
+        let extra = if kw > 2 { mask_at(NV) } else { [_mm256_setzero_si256(); 2] };
+        // Moving down `j` lanes: every lane from `(l + j) mod 8`, the top `j` from the next
+        // vector.
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let rots: [__m256i; 4] = std::array::from_fn(|j| {
+            _mm256_and_si256(_mm256_add_epi32(lanes, _mm256_set1_epi32(j as i32)), _mm256_set1_epi32(7))
         });
-        let last = if kw == 3 && w == 8 { inside(s0 + 16 * NV as isize, 1)[0] } else { _mm256_setzero_si256() };
-        let rot = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
-        let lane0 = _mm256_setzero_si256();
+        let tops: [__m256; 4] =
+            std::array::from_fn(|j| _mm256_castsi256_ps(_mm256_cmpgt_epi32(lanes, _mm256_set1_epi32(7 - j as i32))));
         // [l0 l2 h0 h2 | l4 l6 h4 h6] -> [l0 l2 l4 l6 h0 h2 h4 h6] (and the same for odds).
         let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
+        // Evens and odds of the 16 elements at `pv` under masks `m` (only those are read).
+        let split = |pv: *const f32, m: [__m256i; 2]| {
+            let lo = _mm256_maskload_ps(pv, m[0]);
+            let hi = _mm256_maskload_ps(pv.wrapping_add(8), m[1]);
+            (order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)), order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)))
+        };
         for ci in 0..job.cg {
             for &(khi, i) in taps {
                 let p = job.x.as_ptr().add(ci * plane + i * pl.iw).wrapping_offset(s0);
@@ -926,30 +939,24 @@ mod x86 {
                 let mut xe = [_mm256_setzero_ps(); NV];
                 let mut xo = [_mm256_setzero_ps(); NV];
                 for v in 0..NV {
-                    // Only the masked-in elements are read: inside the row.
-                    let pv = p.wrapping_add(16 * v);
-                    let lo = _mm256_maskload_ps(pv, masks[v][0]);
-                    let hi = _mm256_maskload_ps(pv.wrapping_add(8), masks[v][1]);
-                    xe[v] = order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi));
-                    if kw > 1 {
-                        xo[v] = order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi));
-                    }
+                    (xe[v], xo[v]) = split(p.wrapping_add(16 * v), masks[v]);
                 }
+                let (ne, no) = if kw > 2 { split(p.wrapping_add(16 * NV), extra) } else { (xe[0], xo[0]) };
                 fma4(wk, &xe, acc);
                 if kw > 1 {
                     fma4(wk.add(CB), &xo, acc);
                 }
-                if kw == 3 {
-                    let next = _mm256_maskload_ps(p.wrapping_add(16 * NV), last);
-                    let mut x2 = [_mm256_setzero_ps(); NV];
-                    for v in 0..NV {
-                        let hi = if v + 1 < NV { xe[v + 1] } else { next };
-                        x2[v] = _mm256_blend_ps::<0x80>(
-                            _mm256_permutevar8x32_ps(xe[v], rot),
-                            _mm256_permutevar8x32_ps(hi, lane0),
-                        );
-                    }
-                    fma4(wk.add(2 * CB), &x2, acc);
+                for kwi in 2..kw.min(PAIRED_KW) {
+                    let (src, next, j) = if kwi % 2 == 0 { (&xe, ne, kwi / 2) } else { (&xo, no, kwi / 2) };
+                    let x: [__m256; NV] = std::array::from_fn(|v| {
+                        let hi = if v + 1 < NV { src[v + 1] } else { next };
+                        _mm256_blendv_ps(
+                            _mm256_permutevar8x32_ps(src[v], rots[j]),
+                            _mm256_permutevar8x32_ps(hi, rots[j]),
+                            tops[j],
+                        )
+                    });
+                    fma4(wk.add(kwi * CB), &x, acc);
                 }
             }
         }
