@@ -4,8 +4,9 @@
 //! Each step computes a block of [`CB`] output channels by `W` consecutive outputs of one
 //! output row in registers: for every input channel and kernel position it loads the `W`
 //! inputs the block reads (contiguous for stride 1; every second one, deinterleaved, for
-//! stride 2) once and multiplies them by the `CB` weights of that tap, so one load feeds `CB`
-//! fused multiply-adds per lane. The weights are packed as
+//! stride 2, where one pair of loads per vector serves every kernel column of a row up to 7
+//! wide: the evens and odds, moved down a lane per two columns) once and multiplies them by
+//! the `CB` weights of that tap, so one load feeds `CB` fused multiply-adds per lane. The weights are packed as
 //! `[group][channel block][C/g][kh][kw][CB]` (zeros past the last channel), so a tap's `CB`
 //! weights are adjacent: once, when a plan is built, for a constant weight
 //! ([`PackedWeights`]), else on each call. That is what a small-channel convolution (a detector's stem, `C`
@@ -557,32 +558,33 @@ mod x86 {
         let strided = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(sw as i32));
         // Columns of each vector.
         let cols = |v: usize| if v + 1 == NV { w } else { 16 };
-        // Per kernel column: the input offset of the block's first column (negative in the
-        // left padding), and per vector the elements of its span that are read (bit e:
-        // element e; for a gather, bit l: lane l).
-        let mut offs = [0isize; MAX_KW];
-        let mut masks = [[0u32; NV]; MAX_KW];
-        for kwi in 0..kw {
-            let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
-            offs[kwi] = s0;
-            for (v, m) in masks[kwi].iter_mut().enumerate() {
-                let s = s0 + (16 * v * sw) as isize;
-                *m = if S == 1 || S == 2 {
-                    inside(s, (cols(v) - 1) * sw + 1, iw)
-                } else {
-                    (0..cols(v)).fold(0, |g, l| {
-                        let e = s + (l * sw) as isize;
-                        g | (u32::from(e >= 0 && e < iw as isize) << l)
-                    })
-                };
-            }
-        }
         let mut acc = [[[_mm512_setzero_ps(); NV]; R]; CB];
         // Stride 2 with adjacent kernel columns: one pair of loads per vector serves every
-        // kernel column (`paired`).
+        // kernel column (`paired`, which makes its own masks).
         if S == 2 && pl.dw == 1 && kw <= PAIRED_KW {
-            paired::<NV, R>(job, taps, offs[0], kw, w, &mut acc);
+            let s0 = (col * sw) as isize - pl.pl as isize;
+            paired::<NV, R>(job, taps, s0, kw, w, &mut acc);
         } else {
+            // Per kernel column: the input offset of the block's first column (negative in the
+            // left padding), and per vector the elements of its span that are read (bit e:
+            // element e; for a gather, bit l: lane l).
+            let mut offs = [0isize; MAX_KW];
+            let mut masks = [[0u32; NV]; MAX_KW];
+            for kwi in 0..kw {
+                let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
+                offs[kwi] = s0;
+                for (v, m) in masks[kwi].iter_mut().enumerate() {
+                    let s = s0 + (16 * v * sw) as isize;
+                    *m = if S == 1 || S == 2 {
+                        inside(s, (cols(v) - 1) * sw + 1, iw)
+                    } else {
+                        (0..cols(v)).fold(0, |g, l| {
+                            let e = s + (l * sw) as isize;
+                            g | (u32::from(e >= 0 && e < iw as isize) << l)
+                        })
+                    };
+                }
+            }
             for ci in 0..job.cg {
                 for (t, &(khi, _)) in taps[0].iter().enumerate() {
                     let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
@@ -722,7 +724,7 @@ mod x86 {
                 if kw > 1 {
                     fma_taps(wk.add(CB), &xo, acc);
                 }
-                for kwi in 2..kw.min(PAIRED_KW) {
+                for kwi in 2..kw {
                     let (src, next) = if kwi % 2 == 0 { (&xe, &ne) } else { (&xo, &no) };
                     let x: [[__m512; NV]; R] = std::array::from_fn(|k| {
                         std::array::from_fn(|v| {
@@ -775,6 +777,12 @@ mod x86 {
         _mm256_andnot_si256(upto(a.min(b)), upto(b))
     }
 
+    /// The masks of two 8-lane loads for elements `a..b` (`b <= 16`) of 16 consecutive ones.
+    #[inline(always)]
+    unsafe fn mask16(a: usize, b: usize) -> [__m256i; 2] {
+        [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)]
+    }
+
     /// Columns `col..col + 8 * (NV - 1) + w` (`1 <= w <= 8`) of channels `c0..c0 + 4` of the
     /// block (`S` and the masks as for the AVX-512 blocks; a stride-2 load is two 8-lane
     /// loads, deinterleaved).
@@ -795,30 +803,31 @@ mod x86 {
         let cols = |v: usize| if v + 1 == NV { w } else { 8 };
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let strided = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(sw as i32));
-        // Per kernel column: the input offset of the block's first column, and per vector
-        // the masks of the elements read (stride 1: lanes; stride 2: the two loads' lanes;
-        // other strides: the gathered lanes).
-        let mut offs = [0isize; MAX_KW];
-        let mut masks = [[[_mm256_setzero_si256(); 2]; NV]; MAX_KW];
-        for kwi in 0..kw {
-            let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
-            offs[kwi] = s0;
-            for (v, m) in masks[kwi].iter_mut().enumerate() {
-                let s = s0 + (8 * v * sw) as isize;
-                let span = (cols(v) - 1) * sw + 1;
-                let a = (-s).clamp(0, span as isize) as usize;
-                let b = (iw - s).clamp(0, span as isize) as usize;
-                *m = match S {
-                    1 => [mask8(a, b), _mm256_setzero_si256()],
-                    2 => [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)],
-                    _ => [mask8(a.div_ceil(sw), b.div_ceil(sw).max(a.div_ceil(sw))), _mm256_setzero_si256()],
-                };
-            }
-        }
         let mut acc = [[_mm256_setzero_ps(); NV]; 4];
         if S == 2 && pl.dw == 1 && kw <= PAIRED_KW {
-            paired256::<NV>(job, taps, offs[0], kw, w, c0, &mut acc);
+            let s0 = (col * sw) as isize - pl.pl as isize;
+            paired256::<NV>(job, taps, s0, kw, w, c0, &mut acc);
         } else {
+            // Per kernel column: the input offset of the block's first column, and per vector
+            // the masks of the elements read (stride 1: lanes; stride 2: the two loads' lanes;
+            // other strides: the gathered lanes).
+            let mut offs = [0isize; MAX_KW];
+            let mut masks = [[[_mm256_setzero_si256(); 2]; NV]; MAX_KW];
+            for kwi in 0..kw {
+                let s0 = (col * sw + kwi * pl.dw) as isize - pl.pl as isize;
+                offs[kwi] = s0;
+                for (v, m) in masks[kwi].iter_mut().enumerate() {
+                    let s = s0 + (8 * v * sw) as isize;
+                    let span = (cols(v) - 1) * sw + 1;
+                    let a = (-s).clamp(0, span as isize) as usize;
+                    let b = (iw - s).clamp(0, span as isize) as usize;
+                    *m = match S {
+                        1 => [mask8(a, b), _mm256_setzero_si256()],
+                        2 => mask16(a, b),
+                        _ => [mask8(a.div_ceil(sw), b.div_ceil(sw).max(a.div_ceil(sw))), _mm256_setzero_si256()],
+                    };
+                }
+            }
             unpaired256::<NV, S>(job, taps, (kw, sw), &offs, &masks, strided, c0, &mut acc);
         }
         for (c, a) in acc.iter().enumerate().take(out.n_ch.saturating_sub(c0)) {
@@ -908,7 +917,7 @@ mod x86 {
         let inside = |s: isize, span: usize| {
             let a = (-s).clamp(0, span as isize) as usize;
             let b = (iw - s).clamp(0, span as isize) as usize;
-            [mask8(a.min(8), b.min(8)), mask8(a.max(8) - 8, b.max(8) - 8)]
+            mask16(a, b)
         };
         // The elements from `s0` any column needs, and per vector those of its 16 inside the
         // row (vector NV: the ones after the last vector's span).
@@ -946,7 +955,7 @@ mod x86 {
                 if kw > 1 {
                     fma4(wk.add(CB), &xo, acc);
                 }
-                for kwi in 2..kw.min(PAIRED_KW) {
+                for kwi in 2..kw {
                     let (src, next, j) = if kwi % 2 == 0 { (&xe, ne, kwi / 2) } else { (&xo, no, kwi / 2) };
                     let x: [__m256; NV] = std::array::from_fn(|v| {
                         let hi = if v + 1 < NV { src[v + 1] } else { next };
