@@ -829,6 +829,42 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
+        // Stride 1 with three adjacent kernel columns (columns unrolled, only the first and last
+        // vector of a block masked): blocks of 48, 32 and 32 with a last block of one column;
+        // blocks wholly inside the row (no padding); a block of 48 ending two columns in,
+        // with asymmetric pads; short rows two at a time.
+        ConvCase {
+            x: vec![1, 5, 5, 97],
+            w: vec![10, 5, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![2, 3, 4, 66],
+            w: vec![8, 3, 3, 3],
+            stride: v(&[]),
+            padding: v(&[]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 4, 6, 33],
+            w: vec![8, 4, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 2, 0, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
+        ConvCase {
+            x: vec![1, 3, 8, 14],
+            w: vec![8, 3, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 1, 1, 1]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // The depthwise path (one input channel per group, stride 1): rows in blocks of 64,
         // 32 and 8 columns with an overlapping last block, a 5-wide kernel with asymmetric
         // pads, rows narrower than one block, two outputs per group, rows wholly in padding.
