@@ -865,6 +865,16 @@ fn conv_matches_interpreter() {
             dilation: v(&[]),
             groups: 1,
         },
+        // Padding wider than a vector: a block of 48 whose middle vector starts in the left
+        // padding (and whose last lies in the right padding).
+        ConvCase {
+            x: vec![1, 2, 3, 10],
+            w: vec![8, 2, 3, 3],
+            stride: v(&[]),
+            padding: v(&[1, 20, 1, 20]),
+            dilation: v(&[]),
+            groups: 1,
+        },
         // The depthwise path (one input channel per group, stride 1): rows in blocks of 64,
         // 32 and 8 columns with an overlapping last block, a 5-wide kernel with asymmetric
         // pads, rows narrower than one block, two outputs per group, rows wholly in padding.

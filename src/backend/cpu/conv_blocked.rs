@@ -16,16 +16,18 @@
 //! On x86 a row runs in blocks of up to 48 columns (AVX-512) or 16 (AVX2) whose loads are
 //! masked to the input row, so border columns cost nothing extra; for the common 3-wide
 //! stride-1 kernel, the kernel columns are unrolled and only a block's first and last
-//! vector are masked, their masks held in registers. The portable path runs the columns
+//! vector are masked, their masks held in registers (a block whose middle vector reaches
+//! into padding wider than a vector masks every load). The portable path runs the columns
 //! where every tap of the kernel row falls inside the input in blocks of 4 (a last short
 //! block overlaps the one before it and recomputes the same values) and the rest (the
 //! border columns of a padded convolution, and rows narrower than 4) one column at a time
-//! with bounds checks. Kernel rows that fall in
-//! the padding are skipped: with finite weights that changes no sum, so [`applies`] refuses
-//! non-finite weights (`0 * inf` is NaN in the op), which take the other algorithms.
+//! with bounds checks. Kernel rows that fall in the padding are skipped: with finite
+//! weights that changes no sum, so [`applies`] refuses non-finite weights (`0 * inf` is NaN
+//! in the op), which take the other algorithms.
 //!
-//! One source, compiled three times: with AVX-512 (up to 24 512-bit accumulators), with AVX2 and FMA, and portable (NEON on aarch64, where LLVM vectorizes the
-//! same loops). The products are fused multiply-adds where the target has them; the sum runs
+//! One source, compiled three times: with AVX-512 (up to 24 512-bit accumulators), with
+//! AVX2 and FMA, and portable (NEON on aarch64, where LLVM vectorizes the same loops). The
+//! products are fused multiply-adds where the target has them; the sum runs
 //! over input channels, then kernel rows, then kernel columns: another order than the
 //! interpreter's, within the op's tolerance as the GEMM-based algorithms are.
 
@@ -482,10 +484,10 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -
 }
 
 /// The x86 rows: AVX-512 blocks of up to 48 columns (three 512-bit accumulators per channel:
-/// 24 registers), or of two rows of up to 16; AVX2 blocks of 16 columns of 4 channels. A block's last vector is
-/// masked to the columns it has, and a block over border columns masks each tap's load to
-/// the lanes inside the input (masked-off lanes are not read), so padding costs nothing.
-/// Stride 2 deinterleaves two loads; other strides gather.
+/// 24 registers), or of two rows of up to 16; AVX2 blocks of 16 columns of 4 channels. A
+/// block's last vector is masked to the columns it has, and a block over border columns
+/// masks each tap's load to the lanes inside the input (masked-off lanes are not read), so
+/// padding costs nothing. Stride 2 deinterleaves two loads; other strides gather.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -493,8 +495,8 @@ mod x86 {
     use super::super::low_bits as mask32;
     use super::{row_taps, Job, RowOut, CB, MAX_KW};
 
-    /// Rows `r..r + out.rows` in blocks of up to 48 columns ([`block_plan`]), or, for two rows of at
-    /// most 16 columns, both rows at once (one vector per channel and row).
+    /// Rows `r..r + out.rows` in blocks of up to 48 columns ([`block_plan`]), or, for two
+    /// rows of at most 16 columns, both rows at once (one vector per channel and row).
     #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
     pub(super) unsafe fn rows_avx512(job: &Job<'_>, r: usize, out: &mut RowOut) {
         match job.pl.sw {
@@ -582,14 +584,16 @@ mod x86 {
         // kernel column (`paired`, which makes its own masks); stride 1 with 3 adjacent
         // columns (the common kernel) unrolls them (`dense`).
         let s0 = (col * sw) as isize - pl.pl as isize;
+        // Whether vector `v` of a stride-1 block is full and every kernel column's load of it
+        // lies inside the row (`dense` masks only the first and last vector: a middle one
+        // must be whole, which padding wider than a vector can prevent).
+        let whole = |v: usize| {
+            let s = s0 + 16 * v as isize;
+            cols(v) == 16 && s >= 0 && s + (16 + kw - 1) as isize <= iw as isize
+        };
         if S == 2 && pl.dw == 1 && kw <= PAIRED_KW {
             paired::<NV, R>(job, taps, s0, kw, w, &mut acc);
-        } else if S == 1 && pl.dw == 1 && kw == DENSE_KW {
-            // A vector needs masks where it is short or some column's load would leave the row.
-            let whole = |v: usize| {
-                let s = s0 + 16 * v as isize;
-                cols(v) == 16 && s >= 0 && s + (16 + kw - 1) as isize <= iw as isize
-            };
+        } else if S == 1 && pl.dw == 1 && kw == DENSE_KW && (1..NV.saturating_sub(1)).all(whole) {
             let edge = u8::from(!whole(0)) | (u8::from(NV > 1 && !whole(NV - 1)) << 1);
             match edge {
                 0 => dense::<NV, R, DENSE_KW, 0>(job, taps, s0, w, &mut acc),
