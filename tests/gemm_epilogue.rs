@@ -1,7 +1,8 @@
 //! GEMM epilogues (`ladder::sched::epilogue`): a kernel that consumes a matmul's output row
 //! by row runs per finished row tile inside the GEMM. Which consumers fuse and which do not
 //! (with the reason), and fused plans against the reference executor on random and
-//! adversarial data, at 1 and 2 threads, with products cut into several row tiles.
+//! adversarial data, at 1 and 2 threads, with products cut into several row tiles. Then the
+//! per-channel post-ops folded into convolutions and poolings, against the interpreter.
 
 use ladder::backend::cpu::CpuOptions;
 use ladder::kernel::{Program, Step};
@@ -455,5 +456,233 @@ fn constant_conv_weights_are_packed_once_with_the_same_bits() {
                 assert!(err <= 1e-4, "output {k}, n={n}, threads={threads}: max rel {err}");
             }
         }
+    }
+}
+
+/// The interpreter's outputs for graph `g`: the oracle for folds the scheduler makes in
+/// every plan (the reference executor runs them folded too).
+fn oracle(g: &Graph, inputs: &[Tensor]) -> ladder::runtime::Outputs {
+    let outcome = ladder::interp::run(g, inputs, &ladder::interp::Options::default()).unwrap();
+    ladder::runtime::Outputs { outputs: outcome.outputs, mutated_inputs: Vec::new() }
+}
+
+/// The convolutions of `p` with a post-op, as `(output buffer, post-op)` text.
+fn conv_posts(p: &Program) -> Vec<String> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Conv(c) => Some(c.post.as_ref()?.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A convolution's consumer kernel that adds a per-channel bias (or a constant) and maybe
+/// clamps at zero, and that kernel's recovered activation, fold into the convolution: one
+/// step, writing the final buffer, with the convolution's own result never stored. Every
+/// convolution algorithm (blocked at stride 1 and 2, pointwise, direct depthwise, im2col),
+/// 1 and 2 threads, a symbolic batch of 0, 1 and 3, against the interpreter on the graph on the
+/// prims, with NaN, ±inf, huge, tiny and -0 values in the input and in the bias.
+#[test]
+fn bias_and_activation_after_a_convolution_run_inside_it() {
+    // (kernel, stride, padding, groups, in channels, out channels)
+    let shapes = [(3, 1, 1, 1, 6, 12), (3, 2, 1, 1, 3, 8), (1, 1, 0, 1, 8, 16), (3, 1, 1, 6, 6, 6), (3, 1, 1, 3, 6, 6)];
+    // (consumer, expected post-op text)
+    let tails = [
+        ("%v = add(%c, %bb)\n  %y = relu(%v)", "v + b2[c], max(v, 0)"),
+        ("%v = add(%c, %bb)\n  %y = silu(%v)", "v + b2[c], silu {nan_at_neg_inf=false}"),
+        (
+            "%z = full() {shape=[n, O, 7, 9], value=0.0}\n  %v = add(%c, %z)\n  %s = sigmoid(%v)\n  %y = mul(%v, %s)",
+            "v + 0.0, silu",
+        ),
+        ("%y = relu(%c)", "max(v, 0)"),
+    ];
+    for (k, stride, pad, groups, cin, cout) in shapes {
+        for (tail, want_post) in tails {
+            let (ih, iw) = (7 * stride + k - 1 - 2 * pad - (stride - 1), 9 * stride + k - 1 - 2 * pad - (stride - 1));
+            let text = format!(
+                "graph cb(%x: f32[n, {cin}, {ih}, {iw}], %w: f32[{cout}, {}, {k}, {k}], %b: f32[{cout}, 1, 1]) {{
+  %c = conv(%x, %w) {{stride=[{stride}, {stride}], padding=[{pad}, {pad}, {pad}, {pad}], groups={groups}}}
+  %bb = broadcast_in_dim(%b) {{shape=[n, {cout}, 7, 9], broadcast_dims=[1, 2, 3]}}
+  {}
+  return %y
+}}",
+                cin / groups,
+                tail.replace("O", &cout.to_string())
+            );
+            let g = parse(&text);
+            for threads in [1, 2] {
+                let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+                let p = plan.program().unwrap();
+                let case = format!("{text}\nthreads={threads}\n{p}\n{}", plan.explanation());
+                assert_eq!(p.steps.len(), 1, "{case}");
+                let posts = conv_posts(p);
+                assert_eq!(posts.len(), 1, "{case}");
+                assert!(posts[0].starts_with(want_post), "{} vs {want_post}: {case}", posts[0]);
+                assert!(plan.explanation().contains("runs inside conv"), "{case}");
+                for n in [0usize, 1, 3] {
+                    let mut rng = Rng::new((n * 13 + threads + k * 5 + cout) as u64);
+                    let x = adversarial_rows(&mut rng, n * cin * ih, iw);
+                    let x = Tensor::from_f32(&[n, cin, ih, iw], x.as_f32().unwrap().to_vec()).unwrap();
+                    let mut bias = random_tensor(&mut rng, DType::F32, &[cout, 1, 1]).unwrap().to_f64_vec();
+                    for (v, s) in bias.iter_mut().zip([f64::NAN, f64::INFINITY, -0.0, 1e-40, -3e38]) {
+                        *v = s;
+                    }
+                    let inputs = vec![
+                        x,
+                        random_tensor(&mut rng, DType::F32, &[cout, cin / groups, k, k]).unwrap(),
+                        Tensor::from_f64_as(DType::F32, &[cout, 1, 1], &bias).unwrap(),
+                    ];
+                    let (want, got) = (oracle(&g, &inputs), plan.run(&inputs).unwrap());
+                    let err = max_rel(&got.outputs[0], &want.outputs[0]);
+                    assert!(err <= 1e-4, "n={n}: max rel {err}\n{case}");
+                    if n == 3 {
+                        // Only the final result is stored: no arena bytes for the convolution's.
+                        let bytes = plan.memory_report(&inputs).unwrap().arena_bytes;
+                        assert_eq!(bytes, 0, "{case}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A convolution whose result is read again (returned, or by a second consumer) keeps it,
+/// and its consumers stay separate steps; `--explain` says why.
+#[test]
+fn a_convolution_result_read_elsewhere_keeps_its_consumer_separate() {
+    for ret in ["%y, %c", "%y, %e"] {
+        let g = parse(&format!(
+            "graph cb(%x: f32[2, 4, 6, 6], %w: f32[8, 4, 3, 3], %b: f32[8, 1, 1]) {{
+  %c = conv(%x, %w) {{padding=[1, 1, 1, 1]}}
+  %bb = broadcast_in_dim(%b) {{shape=[2, 8, 6, 6], broadcast_dims=[1, 2, 3]}}
+  %v = add(%c, %bb)
+  %y = relu(%v)
+  %e = exp(%c)
+  return {ret}
+}}"
+        ));
+        let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+        let p = plan.program().unwrap();
+        assert!(conv_posts(p).is_empty(), "{p}");
+        assert!(plan.explanation().contains("does not run inside conv"), "{}", plan.explanation());
+        let mut rng = Rng::new(3);
+        let inputs: Vec<Tensor> = [vec![2, 4, 6, 6], vec![8, 4, 3, 3], vec![8, 1, 1]]
+            .iter()
+            .map(|s| random_tensor(&mut rng, DType::F32, s).unwrap())
+            .collect();
+        let (want, got) = (oracle(&g, &inputs), plan.run(&inputs).unwrap());
+        for (a, b) in got.outputs.iter().zip(&want.outputs) {
+            assert!(max_rel(a, b) <= 1e-4, "{ret}");
+        }
+    }
+}
+
+/// The library steps of `p` with a post-op, as `(op, post-op)` text.
+fn library_posts(p: &Program) -> Vec<(String, String)> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Library(l) => Some((l.op.to_string(), l.post.as_ref()?.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `conv → bias → ReLU → max_pool2d` with a constant bias: the simplifier puts the bias and
+/// ReLU after the pooling, and they fold into the pooling step; with the bias an input (not
+/// known finite, so it stays before the pooling) it folds into the convolution and the ReLU
+/// into the pooling. Symbolic batch and width, 1 and 2 threads, adversarial inputs (NaN, ±inf,
+/// -0 and huge values in the input and the bias), against the interpreter on the graph.
+#[test]
+fn bias_and_relu_after_a_pooling_run_inside_it() {
+    use ladder::ir::AttrValue;
+    use ladder::{Dim, GraphBuilder, OpKind, Shape};
+    for constant_bias in [true, false] {
+        let mut rng = Rng::new(41);
+        let mut b = GraphBuilder::new("cbrp");
+        let x = b
+            .input(
+                "x",
+                DType::F32,
+                [Dim::sym("n"), Dim::new(5), Dim::new(8), Dim::sym("w")].into_iter().collect::<Shape>(),
+            )
+            .unwrap();
+        let w = b.named_constant("w", random_tensor(&mut rng, DType::F32, &[12, 5, 3, 3]).unwrap()).unwrap();
+        let bias = if constant_bias {
+            b.named_constant("b", random_tensor(&mut rng, DType::F32, &[12]).unwrap()).unwrap()
+        } else {
+            b.input("b", DType::F32, [Dim::new(12)].into_iter().collect::<Shape>()).unwrap()
+        };
+        let conv = b.op(OpKind::Conv2d, &[x, w, bias], &[("padding", AttrValue::Ints(vec![1; 2]))]).unwrap();
+        let r = b.op(OpKind::Relu, &[conv], &[]).unwrap();
+        let pooled = b
+            .op(
+                OpKind::MaxPool2d,
+                &[r],
+                &[("kernel", AttrValue::Ints(vec![2, 2])), ("stride", AttrValue::Ints(vec![2, 2]))],
+            )
+            .unwrap();
+        b.output("y", pooled).unwrap();
+        let g = b.finish().unwrap();
+        for threads in [1, 2] {
+            let plan = compile(&g, &CompileOptions::native_cpu(threads).unwrap()).unwrap();
+            let p = plan.program().unwrap();
+            let case = format!("constant bias {constant_bias}, threads={threads}\n{p}\n{}", plan.explanation());
+            assert!(!p.steps.iter().any(|s| matches!(s, Step::Kernel(_))), "{case}");
+            if constant_bias {
+                let posts = library_posts(p);
+                assert_eq!(posts.len(), 1, "{case}");
+                assert_eq!(posts[0].0, "max_pool2d", "{case}");
+                assert!(posts[0].1.ends_with("[c], max(v, 0)"), "{case}");
+                assert!(plan.explanation().contains("runs inside max_pool2d"), "{case}");
+            } else {
+                // The ReLU still moves after the pooling; the bias stays with the convolution.
+                assert_eq!(conv_posts(p), ["v + b1[c]"], "{case}");
+                assert_eq!(library_posts(p), [("max_pool2d".to_string(), "max(v, 0)".to_string())], "{case}");
+            }
+            for (n, width) in [(0usize, 6usize), (1, 6), (2, 37)] {
+                let xs = adversarial_rows(&mut rng, n * 5 * 8, width);
+                let mut inputs = vec![Tensor::from_f32(&[n, 5, 8, width], xs.as_f32().unwrap().to_vec()).unwrap()];
+                if !constant_bias {
+                    let mut bias = random_tensor(&mut rng, DType::F32, &[12]).unwrap().to_f64_vec();
+                    bias[..4].copy_from_slice(&[f64::NAN, f64::NEG_INFINITY, -0.0, 3e38]);
+                    inputs.push(Tensor::from_f64_as(DType::F32, &[12], &bias).unwrap());
+                }
+                let (want, got) = (oracle(&g, &inputs), plan.run(&inputs).unwrap());
+                let err = max_rel(&got.outputs[0], &want.outputs[0]);
+                assert!(err <= 1e-4, "n={n} width={width}: max rel {err}\n{case}");
+            }
+        }
+    }
+}
+
+/// A consumer that reads the convolution in another order (transposed), or adds a value that
+/// varies within a channel, is not a per-channel post-op: it stays a kernel step.
+#[test]
+fn consumers_that_are_not_per_channel_stay_kernels() {
+    for consumer in [
+        "%t = transpose(%c) {axis0=2, axis1=3}\n  %y = relu(%t)",
+        "%r = broadcast_in_dim(%b) {shape=[2, 8, 6, 6], broadcast_dims=[2, 3]}\n  %y = add(%c, %r)",
+    ] {
+        let g = parse(&format!(
+            "graph cb(%x: f32[2, 4, 6, 6], %w: f32[8, 4, 3, 3], %b: f32[6, 1]) {{
+  %c = conv(%x, %w) {{padding=[1, 1, 1, 1]}}
+  {consumer}
+  return %y
+}}"
+        ));
+        let plan = compile(&g, &CompileOptions::native_cpu(1).unwrap()).unwrap();
+        let p = plan.program().unwrap();
+        assert!(conv_posts(p).is_empty(), "{p}");
+        assert!(p.steps.iter().any(|s| matches!(s, Step::Kernel(_))), "{p}");
+        assert!(plan.explanation().contains("does not run inside conv"), "{}", plan.explanation());
+        let mut rng = Rng::new(9);
+        let inputs: Vec<Tensor> = [vec![2, 4, 6, 6], vec![8, 4, 3, 3], vec![6, 1]]
+            .iter()
+            .map(|s| random_tensor(&mut rng, DType::F32, s).unwrap())
+            .collect();
+        let (want, got) = (oracle(&g, &inputs), plan.run(&inputs).unwrap());
+        assert!(max_rel(&got.outputs[0], &want.outputs[0]) <= 1e-4, "{consumer}");
     }
 }

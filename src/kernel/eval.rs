@@ -936,6 +936,42 @@ pub fn matmul_attrs(m: &super::MatmulCall) -> Attrs {
     Attrs::resolve(OpKind::Matmul.spec().attrs, given).unwrap_or_default()
 }
 
+/// A step's [`super::ChannelPost`] applied to its result `t` (f32 `[N, C, spatial...]`):
+/// the reference meaning every executor matches. `bias` is the tensor of an
+/// [`super::Addend::Channel`] addend (`C` values).
+pub fn channel_post(post: &super::ChannelPost, t: Tensor, bias: Option<&Tensor>) -> Result<Tensor, EvalError> {
+    let shape = t.shape().to_vec();
+    let TensorData::F32(mut v) = t.into_data() else {
+        return Err(EvalError::Invalid("a per-channel post-op on a result that is not f32".into()));
+    };
+    let channels = shape.get(1).copied().unwrap_or(1).max(1);
+    let plane = shape.iter().skip(2).product::<usize>().max(1);
+    match &post.addend {
+        None => {}
+        Some(super::Addend::Scalar(s)) => {
+            let s = *s as f32;
+            v.iter_mut().for_each(|x| *x += s);
+        }
+        Some(super::Addend::Channel(b)) => {
+            let bias = bias.and_then(Tensor::as_f32).filter(|b| b.len() == channels).ok_or_else(|| {
+                EvalError::Invalid(format!("the per-channel addend {b} is not {channels} f32 values"))
+            })?;
+            for (i, x) in v.iter_mut().enumerate() {
+                *x += bias[(i / plane) % channels];
+            }
+        }
+    }
+    if post.relu {
+        // The `max` prim against +0: NaN stays, -0 and negatives become +0.
+        v.iter_mut().filter(|x| !(x.is_nan() || **x > 0.0)).for_each(|x| *x = 0.0);
+    }
+    let t = Tensor::new(shape, TensorData::F32(v)).map_err(|e| EvalError::Invalid(e.to_string()))?;
+    match &post.activation {
+        Some((op, attrs)) => eval_library(*op, attrs, &[&t], DType::F32, t.shape()),
+        None => Ok(t),
+    }
+}
+
 /// The attributes of a conv call.
 pub fn conv_attrs(c: &super::ConvCall) -> Attrs {
     let given = vec![
@@ -1220,6 +1256,16 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
         let out = (p.buffers[l.out].dtype, &shapes[l.out.index()]);
         let t = eval_library_with(l.op, &l.attrs, &refs, out.0, out.1, symbol_values.clone())
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
+        let t = match &l.post {
+            Some(post) => {
+                let bias = match &post.addend {
+                    Some(super::Addend::Channel(b)) => Some(tensor_of(mem, *b)?),
+                    _ => None,
+                };
+                channel_post(post, t, bias.as_ref()).map_err(|error| ExecError::Library { what: l.op.name(), error })?
+            }
+            None => t,
+        };
         mem.bufs[l.out.index()] = Store::Owned(t.into_data());
         Ok(())
     };
@@ -1256,6 +1302,17 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 let out = &p.buffers[c.out];
                 let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shapes[c.out.index()])
                     .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
+                let t = match &c.post {
+                    Some(post) => {
+                        let bias = match &post.addend {
+                            Some(super::Addend::Channel(b)) => Some(tensor_of(&mem, *b).map_err(at)?),
+                            _ => None,
+                        };
+                        channel_post(post, t, bias.as_ref())
+                            .map_err(|error| at(ExecError::Library { what: "conv", error }))?
+                    }
+                    None => t,
+                };
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());
             }
             Step::Library(l) => library(&mut mem, l).map_err(at)?,

@@ -295,6 +295,33 @@ pub struct ConvCall {
     pub padding: Vec<i64>,
     pub dilation: Vec<i64>,
     pub groups: i64,
+    /// What runs on each element of the convolution before it is stored in `out`.
+    pub post: Option<ChannelPost>,
+}
+
+/// Elementwise work a library step (a convolution, a pooling) does on its f32 result
+/// `[N, C, ...]` before leaving it, in this order, each step rounded to f32 as the prims it
+/// stands for: `v + addend` (the `add` prim), `max(v, +0)` when `relu` (the `max` prim: NaN
+/// stays NaN, -0 becomes +0), then the elementwise `activation` op. `crate::sched::epilogue`
+/// folds a bias-and-ReLU kernel after the step (and that kernel's activation) into it;
+/// executors apply it as written (`eval::channel_post`), a native one while the result is
+/// still in cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelPost {
+    pub addend: Option<Addend>,
+    pub relu: bool,
+    /// An elementwise activation op (`crate::recover::is_activation`) and its attributes.
+    pub activation: Option<(OpKind, crate::ir::Attrs)>,
+}
+
+/// What [`ChannelPost`] adds to an element of output channel `c`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Addend {
+    /// `bias[c]`: a buffer of one value per output channel (any shape with that many
+    /// elements, `[C]` or `[C, 1, 1]`).
+    Channel(BufferId),
+    /// One value for every element (exactly an f32).
+    Scalar(f64),
 }
 
 /// An op through a hand-written library kernel: `out = op(args...)` with the op's attributes,
@@ -309,6 +336,19 @@ pub struct LibraryCall {
     pub attrs: crate::ir::Attrs,
     pub args: Vec<BufferId>,
     pub out: BufferId,
+    /// What runs on each element of the result before the step ends (never on an
+    /// activation run inside a matmul or kernel step).
+    pub post: Option<ChannelPost>,
+}
+
+impl LibraryCall {
+    /// Calls `f` with every buffer the call reads or writes (repeats included).
+    pub fn for_each_buffer(&self, f: &mut dyn FnMut(BufferId)) {
+        self.args.iter().chain(std::iter::once(&self.out)).for_each(|&b| f(b));
+        if let Some(Addend::Channel(b)) = self.post.as_ref().and_then(|p| p.addend.as_ref()) {
+            f(*b);
+        }
+    }
 }
 
 /// A graph break: `graph` runs in the reference interpreter, reading `args` (its inputs, in
@@ -363,7 +403,7 @@ impl Kernel {
             }
         }
         if let Some(l) = &self.activation {
-            l.args.iter().chain(std::iter::once(&l.out)).for_each(|&b| f(b));
+            l.for_each_buffer(f);
         }
     }
 }
@@ -372,9 +412,7 @@ impl Step {
     /// Calls `f` with every buffer the step reads or writes, its epilogue kernel's and its
     /// activation's included (repeats included).
     pub fn for_each_buffer(&self, mut f: impl FnMut(BufferId)) {
-        let call = |l: &LibraryCall, f: &mut dyn FnMut(BufferId)| {
-            l.args.iter().chain(std::iter::once(&l.out)).for_each(|&b| f(b))
-        };
+        let call = |l: &LibraryCall, f: &mut dyn FnMut(BufferId)| l.for_each_buffer(f);
         match self {
             Step::Kernel(k) => k.for_each_buffer(&mut f),
             Step::Matmul(m) => {
@@ -386,7 +424,12 @@ impl Step {
                     call(l, &mut f);
                 }
             }
-            Step::Conv(c) => [c.x, c.w, c.out].into_iter().for_each(f),
+            Step::Conv(c) => {
+                [c.x, c.w, c.out].into_iter().for_each(&mut f);
+                if let Some(Addend::Channel(b)) = c.post.as_ref().and_then(|p| p.addend.as_ref()) {
+                    f(*b);
+                }
+            }
             Step::Library(l) => call(l, &mut f),
             Step::Interp(c) => c.args.iter().chain(&c.results).for_each(|&b| f(b)),
         }

@@ -37,15 +37,25 @@ impl fmt::Display for Program {
                         write_activation(f, l, "per row tile")?;
                     }
                 }
-                Step::Conv(c) => writeln!(
-                    f,
-                    "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",
-                    c.out, c.x, c.w, c.stride, c.padding, c.dilation, c.groups
-                )?,
+                Step::Conv(c) => {
+                    write!(
+                        f,
+                        "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",
+                        c.out, c.x, c.w, c.stride, c.padding, c.dilation, c.groups
+                    )?;
+                    if let Some(post) = &c.post {
+                        write!(f, ", then {post}")?;
+                    }
+                    writeln!(f)?
+                }
                 Step::Library(l) => {
                     let args: Vec<String> = l.args.iter().map(|b| b.to_string()).collect();
                     let attrs: Vec<String> = l.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    writeln!(f, "library {} = {}({}) {{{}}}", l.out, l.op, args.join(", "), attrs.join(", "))?
+                    write!(f, "library {} = {}({}) {{{}}}", l.out, l.op, args.join(", "), attrs.join(", "))?;
+                    if let Some(post) = &l.post {
+                        write!(f, ", then {post}")?;
+                    }
+                    writeln!(f)?
                 }
                 Step::Interp(i) => {
                     let args: Vec<String> = i.args.iter().map(|b| b.to_string()).collect();
@@ -118,4 +128,24 @@ fn write_stage(f: &mut fmt::Formatter<'_>, i: usize, stage: &Stage) -> fmt::Resu
         writeln!(f, "    {line}")?;
     }
     Ok(())
+}
+
+impl fmt::Display for super::ChannelPost {
+    /// `v + b3[c], max(v, 0), silu {nan_at_neg_inf=true}`: the steps in order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        match &self.addend {
+            Some(super::Addend::Channel(b)) => parts.push(format!("v + {b}[c]")),
+            Some(super::Addend::Scalar(s)) => parts.push(format!("v + {s:?}")),
+            None => {}
+        }
+        if self.relu {
+            parts.push("max(v, 0)".into());
+        }
+        if let Some((op, attrs)) = &self.activation {
+            let attrs: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            parts.push(format!("{op} {{{}}}", attrs.join(", ")));
+        }
+        write!(f, "{}", parts.join(", "))
+    }
 }

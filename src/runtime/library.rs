@@ -4,6 +4,8 @@
 
 use super::native::{call_native, epilogue_name};
 use super::*;
+use crate::backend::cpu::activation::Activation;
+use crate::kernel::{Addend, ChannelPost};
 
 impl Plan {
     /// `m`'s right operand packed for the GEMM kernel, when it is an f32 constant matrix
@@ -140,6 +142,109 @@ impl Plan {
         inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
+        self.run_library_op(p, st, inputs, l)?;
+        match &l.post {
+            Some(post) => self.run_post(p, st, inputs, post, l.out),
+            None => Ok(()),
+        }
+    }
+
+    /// A library step's per-channel post-op on its finished result `out` (`[N, C, ...]`):
+    /// natively on f32, one call per channel plane (in cache right after the step), else by
+    /// the reference meaning.
+    fn run_post(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[TensorView],
+        post: &ChannelPost,
+        out: BufferId,
+    ) -> Result<(), ExecError> {
+        use crate::backend::cpu::activation::{add_then_apply_f32, apply_f32};
+        let f32_bias = match &post.addend {
+            Some(Addend::Channel(b)) => p.buffers[*b].dtype == crate::ir::DType::F32,
+            _ => true,
+        };
+        if !(self.native_library && p.buffers[out].dtype == crate::ir::DType::F32 && f32_bias) {
+            let t = self.tensor(p, st, inputs, out)?;
+            let bias = match &post.addend {
+                Some(Addend::Channel(b)) => Some(self.tensor(p, st, inputs, *b)?),
+                _ => None,
+            };
+            let t = crate::kernel::eval::channel_post(post, t, bias.as_ref())
+                .map_err(|error| ExecError::Library { what: "post-op", error })?;
+            return self.write(p, st, out, &t);
+        }
+        let mut shape = std::mem::take(&mut st.shape_a);
+        self.shape_into(p, st, out, &mut shape)?;
+        let channels = shape.get(1).copied().unwrap_or(1).max(1);
+        let plane = shape.iter().skip(2).product::<usize>().max(1);
+        st.shape_a = shape;
+        let (activation, after) = post_activations(Some(post))?;
+        let bias = self.post_bias(p, st, inputs, post, channels)?;
+        let len = st.lens[out.index()];
+        let ptr = self.address(st, inputs, out) as *mut f32;
+        // SAFETY: `out` starts a buffer of `len` f32 elements for this run, which this step
+        // alone writes now; the bias is another buffer or the run state's vector (the
+        // scheduler never makes the result its own addend).
+        let (data, bias) = unsafe { (slice_or_empty_mut(ptr, len), bias.map(|(b, n)| slice_or_empty(b, n))) };
+        let one = |(i, run): (usize, &mut [f32])| {
+            match bias {
+                Some(b) => add_then_apply_f32(b[i % channels], &activation, run),
+                None => apply_f32(&activation, run),
+            }
+            if let Some(a) = &after {
+                apply_f32(a, run);
+            }
+        };
+        // Planes split across the threads where the work pays for it (a few instructions per
+        // element; tens for an activation).
+        let per_elem =
+            if after.is_some() || !matches!(activation, Activation::None | Activation::Relu) { 16 } else { 2 };
+        let threads = ((len as u64 * per_elem / PAR_WORK) as usize).min(self.threads);
+        if threads > 1 && len / plane > 1 {
+            use rayon::prelude::*;
+            data.par_chunks_mut(plane).enumerate().with_min_len((len / plane).div_ceil(4 * threads)).for_each(one);
+        } else {
+            data.chunks_mut(plane).enumerate().for_each(one);
+        }
+        Ok(())
+    }
+
+    /// The f32 addend per channel of `post` (`channels` values) for this run, as a pointer and
+    /// length: the channel buffer itself, or the constant repeated in the run state.
+    fn post_bias(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[TensorView],
+        post: &ChannelPost,
+        channels: usize,
+    ) -> Result<Option<(*const f32, usize)>, ExecError> {
+        Ok(match &post.addend {
+            Some(Addend::Channel(b)) => {
+                let len = st.lens[b.index()];
+                if p.buffers[*b].dtype != crate::ir::DType::F32 || len != channels {
+                    return Err(ExecError::Invalid(format!("per-channel addend {b} is not {channels} f32 values")));
+                }
+                Some((self.address(st, inputs, *b) as *const f32, len))
+            }
+            Some(Addend::Scalar(v)) => {
+                st.conv_bias.clear();
+                st.conv_bias.resize(channels, *v as f32);
+                Some((st.conv_bias.as_ptr(), channels))
+            }
+            None => None,
+        })
+    }
+
+    fn run_library_op(
+        &self,
+        p: &Program,
+        st: &mut RunState,
+        inputs: &[TensorView],
+        l: &LibraryCall,
+    ) -> Result<(), ExecError> {
         let copy = crate::backend::cpu::copy::supports(
             l.op,
             l.args.iter().map(|b| p.buffers[*b].dtype),
@@ -269,7 +374,9 @@ impl Plan {
     }
 
     /// An f32 convolution through the CPU backend's kernel (`backend::cpu::conv`), in place in
-    /// the plan's memory; its im2col scratch is kept in the run state between calls.
+    /// the plan's memory, with its post-op as the kernel's epilogue (bias and activation per
+    /// finished tile or row, while it is in cache); its im2col scratch is kept in the run state
+    /// between calls.
     pub(super) fn run_conv(
         &self,
         p: &Program,
@@ -278,7 +385,9 @@ impl Plan {
         c: &crate::kernel::ConvCall,
         packed: Option<&PackedWeights>,
     ) -> Result<(), ExecError> {
+        use crate::backend::cpu::activation::apply_f32;
         use crate::backend::cpu::conv::{conv, ConvGeom};
+        use crate::backend::cpu::gemm::Epilogue;
         let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
             kernel: "conv".into(),
             message: e.to_string(),
@@ -292,29 +401,47 @@ impl Plan {
         let (x_len, w_len, out_len) = (st.lens[c.x.index()], st.lens[c.w.index()], st.lens[c.out.index()]);
         let (x, w, out) =
             (self.address(st, inputs, c.x), self.address(st, inputs, c.w), self.address(st, inputs, c.out));
+        // The post-op as the kernel's epilogue: a bias (the channel buffer, or the constant
+        // repeated per channel), then one activation; a ReLU with an activation after it runs
+        // the second over the finished output.
+        let post = c.post.as_ref();
+        let bias_ptr = match post {
+            Some(post) => self.post_bias(p, st, inputs, post, geom.out_ch)?,
+            None => None,
+        };
+        let (activation, after) = post_activations(post)?;
         // SAFETY: as in `gemm_with`: each address starts its buffer for this run with `len` f32
         // elements, and `out` (a temporary or an output live while the operands are) is
-        // disjoint from them. The scratch is the run state's own vector.
-        let (x, w, out) = unsafe {
+        // disjoint from them (the scheduler folds a post-op only into a buffer the convolution
+        // does not read). The bias is a buffer of this run (length checked above) or the run
+        // state's own vector, which nothing touches until the step ends. The scratch is the
+        // run state's own vector.
+        let (x, w, out, bias) = unsafe {
             (
                 slice_or_empty(x as *const f32, x_len),
                 slice_or_empty(w as *const f32, w_len),
                 slice_or_empty_mut(out as *mut f32, out_len),
+                bias_ptr.map(|(ptr, len)| slice_or_empty(ptr, len)),
             )
         };
+        let epilogue = Epilogue { bias, activation, ..Epilogue::none() };
         // The weight packed when the plan was built: no scratch, no packing.
+        let mut done = false;
         if let Some(pw) = packed {
-            if pw.conv(&geom, x, out, self.threads).map_err(native)? {
-                return Ok(());
+            done = pw.conv(&geom, x, out, self.threads, &epilogue).map_err(native)?;
+        }
+        if !done {
+            let need = geom.scratch_len(self.threads);
+            if st.conv_scratch.len() < need {
+                st.conv_scratch.resize(need, 0.0);
             }
+            let scratch = &mut st.conv_scratch[..need];
+            conv(&geom, x, w, out, Some(scratch), self.threads, &epilogue).map_err(native)?;
         }
-        let need = geom.scratch_len(self.threads);
-        if st.conv_scratch.len() < need {
-            st.conv_scratch.resize(need, 0.0);
+        if let Some(a) = after {
+            apply_f32(&a, out);
         }
-        let scratch = &mut st.conv_scratch[..need];
-        conv(&geom, x, w, out, Some(scratch), self.threads, &crate::backend::cpu::gemm::Epilogue::none())
-            .map_err(native)
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -358,6 +485,23 @@ impl Plan {
         )
         .map_err(|e| ExecError::Native { kernel: "matmul".into(), message: e.to_string() })
     }
+}
+
+/// A post-op's ReLU or activation as the one activation of a CPU epilogue, and the
+/// activation to run after it when the post-op has both.
+fn post_activations(post: Option<&ChannelPost>) -> Result<(Activation, Option<Activation>), ExecError> {
+    let after = match post.and_then(|p| p.activation.as_ref()) {
+        Some((op, attrs)) => Some(
+            Activation::from_op(*op, attrs)
+                .ok_or_else(|| ExecError::Invalid(format!("post-op activation {op} has no CPU kernel")))?,
+        ),
+        None => None,
+    };
+    Ok(match (post.is_some_and(|p| p.relu), after) {
+        (true, after) => (Activation::Relu, after),
+        (false, Some(a)) => (a, None),
+        (false, None) => (Activation::None, None),
+    })
 }
 
 /// `len` elements at `ptr` (empty when `len` is 0, whatever the pointer).

@@ -20,7 +20,8 @@ pub struct Lifetime {
     pub last: usize,
 }
 
-/// Lifetimes of the program's temporaries, by buffer index (`None` for inputs and constants).
+/// Lifetimes of the program's temporaries, by buffer index (`None` for inputs, constants and
+/// temporaries no step or output touches).
 pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
     let n = p.buffers.len();
     let mut first: Vec<Option<usize>> = vec![None; n];
@@ -42,7 +43,8 @@ pub fn lifetimes(p: &Program) -> Vec<Option<Lifetime>> {
         .iter()
         .map(|(id, b)| match (&b.kind, first[id.index()], last[id.index()]) {
             (BufferKind::Temp, Some(f), Some(l)) => Some(Lifetime { first: f, last: l }),
-            (BufferKind::Temp, _, _) => Some(Lifetime { first: end, last: end }),
+            // A temporary no step touches (a convolution's result that its folded epilogue
+            // writes elsewhere) needs no bytes.
             _ => None,
         })
         .collect()

@@ -26,11 +26,21 @@
 //! the consumer). A backend that does not fuse runs the kernel after the whole product, which
 //! means the same. The fused kernel keeps its name, so `ladder dump --stage kernels` shows it
 //! under its matmul.
+//!
+//! Last, per-channel post-ops (`kernel::ChannelPost`): a kernel right after a convolution or
+//! another library step (a pooling) that computes `max?(v + bias[c] or a constant, +0)` at
+//! every element `v` of the step's result (an f32 temporary nothing else reads), with the
+//! kernel's activation if it has one, folds into that step, which then writes the kernel's
+//! (or the activation's) result itself: `conv → bias → ReLU` or `conv → bias → SiLU` is one
+//! step, `max_pool2d → bias → ReLU` another (the simplifier puts a convolution's bias and
+//! ReLU after its max pooling). A native backend applies the post-op while the result is in
+//! cache: per finished block of rows of the blocked convolution, per GEMM tile, per plane.
 
 use std::fmt::Write;
 
 use crate::ir::{DType, Dim};
-use crate::kernel::{BufferId, BufferKind, Instr, Kernel, Program, Step, Var};
+use crate::kernel::{Addend, BufferId, BufferKind, ChannelPost, ConvCall, Instr, Kernel, Program, Scalar, Step, Var};
+use crate::ops::OpKind;
 
 /// Fuses every eligible (matmul, consumer kernel) pair of `p`, then a recovered `gelu` right
 /// after; returns one line per fusion, and per refusal of an adjacent pair, for `--explain`.
@@ -86,7 +96,294 @@ pub fn fuse(p: &mut Program) -> String {
         let _ = writeln!(notes, "; {refused}: {why}");
         i += 1;
     }
+    notes.push_str(&fold_posts(p));
     notes
+}
+
+/// Folds every kernel right after a convolution or another library step (a pooling) that
+/// adds a per-channel bias (or one constant) to the step's result and maybe clamps it at
+/// zero, with that kernel's activation, into the step's [`ChannelPost`]: the step then writes
+/// the final buffer itself, and its own result buffer is left untouched. A convolution takes
+/// an activation step right after it the same way. Runs after the kernel activations are
+/// fused, so `conv → bias → silu` folds whole. One line per fold or refusal.
+fn fold_posts(p: &mut Program) -> String {
+    let mut notes = String::new();
+    let mut i = 0;
+    while i + 1 < p.steps.len() {
+        // An activation step right after (its kernel's loops did not let it fuse there).
+        if let (Step::Conv(c), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) {
+            if c.post.as_ref().is_none_or(|post| post.activation.is_none()) && crate::recover::is_activation(l.op) {
+                match conv_activation_of(p, i, c, l) {
+                    Ok(()) => {
+                        let _ = writeln!(notes, "; {} {} runs inside conv {}", l.op, l.out, c.out);
+                        let Step::Library(l) = p.steps.remove(i + 1) else { unreachable!("matched above") };
+                        if let Step::Conv(c) = &mut p.steps[i] {
+                            let post =
+                                c.post.get_or_insert(ChannelPost { addend: None, relu: false, activation: None });
+                            post.activation = Some((l.op, l.attrs));
+                            c.out = l.out;
+                        }
+                    }
+                    Err(why) => {
+                        let _ = writeln!(notes, "; {} {} does not run inside conv {}: {why}", l.op, l.out, c.out);
+                    }
+                }
+                i += 1;
+                continue;
+            }
+        }
+        let Step::Kernel(k) = &p.steps[i + 1] else {
+            i += 1;
+            continue;
+        };
+        // The step the kernel may fold into: what it reads and writes, and how it is named.
+        let (reads, x, what) = match &p.steps[i] {
+            Step::Conv(c) if c.post.is_none() => (vec![c.x, c.w], c.out, "conv"),
+            Step::Library(l) if l.post.is_none() => (l.args.clone(), l.out, l.op.name()),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        match post_of(p, i, &reads, x, k) {
+            Ok((post, out)) => {
+                let _ = writeln!(notes, "; {} runs inside {what} {x}, which writes {out}", k.name);
+                p.steps.remove(i + 1);
+                match &mut p.steps[i] {
+                    Step::Conv(c) => (c.post, c.out) = (Some(post), out),
+                    Step::Library(l) => (l.post, l.out) = (Some(post), out),
+                    _ => unreachable!("matched above"),
+                }
+                // The same step may take an activation step after it too.
+                continue;
+            }
+            Err(why) => {
+                let _ = writeln!(notes, "; {} does not run inside {what} {x}: {why}", k.name);
+            }
+        }
+        i += 1;
+    }
+    notes
+}
+
+/// Whether the elementwise activation `l` (step `i + 1`) can run inside convolution `c`
+/// (step `i`): its one argument is `c`'s f32 result, a temporary nothing else reads, and its
+/// result is an f32 buffer of that shape the convolution does not read.
+fn conv_activation_of(p: &Program, i: usize, c: &ConvCall, l: &crate::kernel::LibraryCall) -> Result<(), String> {
+    if l.args[..] != [c.out] {
+        return Err(format!("its argument is not {}", c.out));
+    }
+    let (bx, bo) = (&p.buffers[c.out], &p.buffers[l.out]);
+    if bx.kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == c.out) {
+        return Err(format!("{} is not a temporary", c.out));
+    }
+    if let Some((j, _)) = p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, c.out)) {
+        return Err(format!("step {j} uses {} too", c.out));
+    }
+    if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
+        return Err(format!("{} and {} are not f32 buffers of one shape", c.out, l.out));
+    }
+    let bias = match c.post.as_ref().and_then(|post| post.addend.as_ref()) {
+        Some(Addend::Channel(b)) => Some(*b),
+        _ => None,
+    };
+    if [c.x, c.w].into_iter().chain(bias).any(|b| b == l.out) {
+        return Err(format!("the convolution reads {}", l.out));
+    }
+    Ok(())
+}
+
+/// The post-op and final buffer of library step `i` (a convolution, a pooling: it reads
+/// `reads` and writes `x`) with kernel `k` (step `i + 1`) folded in, or why not: `k` computes
+/// `y = max?(v + addend?, +0)` at every element `v` of `x` (an f32 temporary nothing else
+/// reads), the addend one value per channel (`bias[c]`, dim 1) or a constant, and stores `y`
+/// at the same index; `y`, or the result of `k`'s activation on `y`, is what the step writes
+/// instead.
+fn post_of(
+    p: &Program,
+    i: usize,
+    reads: &[BufferId],
+    x: BufferId,
+    k: &Kernel,
+) -> Result<(ChannelPost, BufferId), String> {
+    let only_here = |b: BufferId, what: &str| -> Result<(), String> {
+        if p.buffers[b].kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == b) {
+            return Err(format!("{what} {b} is not a temporary"));
+        }
+        match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, b)) {
+            Some((j, _)) => Err(format!("step {j} uses {what} {b} too")),
+            None => Ok(()),
+        }
+    };
+    only_here(x, "its result")?;
+    let (mut post, y) = channel_map(p, x, k)?;
+    let out = match &k.activation {
+        Some(l) => {
+            only_here(y, "the kernel's result")?;
+            post.activation = Some((l.op, l.attrs.clone()));
+            l.out
+        }
+        None => y,
+    };
+    let (bx, bo) = (&p.buffers[x], &p.buffers[out]);
+    if bo.dtype != DType::F32 || bo.shape != bx.shape {
+        return Err(format!("{out} is not an f32 buffer of {x}'s shape"));
+    }
+    let bias = match &post.addend {
+        Some(Addend::Channel(b)) => Some(*b),
+        _ => None,
+    };
+    if reads.iter().copied().chain(bias).any(|b| b == out) {
+        return Err(format!("the step reads {out}"));
+    }
+    Ok((post, out))
+}
+
+/// What a kernel reading `x` (a library step's f32 result, `[N, C, spatial...]`) computes, when
+/// it is `y[e] = max?(x[e] + addend?, +0)` for every element `e` of `x`, in one stage without
+/// accumulators: the post-op (no activation yet) and `y`. The index of `x`'s load and `y`'s
+/// store must enumerate `x` exactly once (see [`enumerates`]); a per-channel addend is a load
+/// of an f32 buffer of `C` values at `1·v`, `v` the loop whose stride in that index is the
+/// spatial plane's size and whose extent is `C`.
+fn channel_map(p: &Program, x: BufferId, k: &Kernel) -> Result<(ChannelPost, BufferId), String> {
+    #[derive(Clone)]
+    enum Sym {
+        X,
+        Bias(BufferId),
+        Const(f64),
+        Sum(Addend),
+        Relu(Option<Addend>),
+    }
+    let [stage] = &k.stages[..] else { return Err("it has more than one stage".into()) };
+    if !stage.accumulators.is_empty() {
+        return Err("it reduces".into());
+    }
+    let bx = &p.buffers[x];
+    let dims = bx.shape.dims();
+    if bx.dtype != DType::F32 || dims.len() < 3 {
+        return Err(format!("{x} is not an f32 result with channels"));
+    }
+    let channels = dims[1].clone();
+    let mut plane = Dim::from(1u64);
+    for d in &dims[2..] {
+        plane = plane.mul(d).map_err(|e| format!("{x}'s plane: {e}"))?;
+    }
+    let numel = bx.shape.numel().map_err(|e| format!("{x}'s size: {e}"))?;
+    let extent = |v: Var| match v {
+        Var::Outer(j) => k.outer.get(j as usize).cloned(),
+        Var::Inner(j) => stage.inner.get(j as usize).cloned(),
+    };
+    let mut regs: std::collections::HashMap<crate::kernel::Reg, Sym> = Default::default();
+    let (mut x_index, mut bias_var, mut stored) = (None, None, None);
+    let unexpected = |what: &str| Err(format!("it {what}"));
+    for instr in &stage.body {
+        match instr {
+            Instr::Load { dst, buf, index } if *buf == x => {
+                if x_index.is_some() {
+                    return unexpected(&format!("loads {x} twice"));
+                }
+                enumerates(index, &extent, &numel)
+                    .map_err(|e| format!("loads {x} at an index that does not visit each element once: {e}"))?;
+                x_index = Some(index.clone());
+                regs.insert(*dst, Sym::X);
+            }
+            Instr::Load { dst, buf, index } => {
+                let b = &p.buffers[*buf];
+                let n = b.shape.numel().ok();
+                match (&index.terms[..], index.offset.as_const()) {
+                    ([(v, s)], Some(0))
+                        if s.as_const() == Some(1) && b.dtype == DType::F32 && n.as_ref() == Some(&channels) =>
+                    {
+                        if bias_var.replace(*v).is_some_and(|w| w != *v) {
+                            return unexpected("loads per-channel values along two loops");
+                        }
+                        regs.insert(*dst, Sym::Bias(*buf));
+                    }
+                    _ => return unexpected(&format!("loads {buf}, which is not one value per channel")),
+                }
+            }
+            Instr::Const { dst, value: Scalar::Float(v), dtype: DType::F32 } => {
+                regs.insert(*dst, Sym::Const(*v));
+            }
+            Instr::Binary { dst, op, a, b, dtype: DType::F32 } => {
+                let (a, b) = (regs.get(a).cloned(), regs.get(b).cloned());
+                let sym = match (op, a, b) {
+                    (OpKind::Add, Some(Sym::X), Some(c)) | (OpKind::Add, Some(c), Some(Sym::X)) => match c {
+                        Sym::Bias(buf) => Sym::Sum(Addend::Channel(buf)),
+                        Sym::Const(v) => Sym::Sum(Addend::Scalar(v)),
+                        _ => return unexpected(&format!("adds something other than a bias to {x}")),
+                    },
+                    (OpKind::Max, Some(v), Some(Sym::Const(z))) | (OpKind::Max, Some(Sym::Const(z)), Some(v))
+                        if z == 0.0 && z.is_sign_positive() =>
+                    {
+                        match v {
+                            Sym::X => Sym::Relu(None),
+                            Sym::Sum(a) => Sym::Relu(Some(a)),
+                            _ => return unexpected(&format!("clamps something other than the biased {x}")),
+                        }
+                    }
+                    _ => return unexpected(&format!("computes a {op} that is not a bias or a clamp at +0")),
+                };
+                regs.insert(*dst, sym);
+            }
+            Instr::Store { buf, index, value } => {
+                if stored.is_some() {
+                    return unexpected("stores twice");
+                }
+                let post = match regs.get(value) {
+                    Some(Sym::Sum(a)) => ChannelPost { addend: Some(a.clone()), relu: false, activation: None },
+                    Some(Sym::Relu(a)) => ChannelPost { addend: a.clone(), relu: true, activation: None },
+                    _ => return unexpected(&format!("stores into {buf} something other than the biased {x}")),
+                };
+                if Some(index) != x_index.as_ref() || *buf == x {
+                    return unexpected(&format!("stores {buf} at another index than it loads {x}"));
+                }
+                stored = Some((post, *buf));
+            }
+            _ => return unexpected("computes more than a bias and a clamp"),
+        }
+    }
+    let (post, y) = stored.ok_or("it stores nothing")?;
+    if let Some(v) = bias_var {
+        let stride = x_index.iter().flat_map(|ix| &ix.terms).find(|(w, _)| *w == v).map(|(_, s)| s.clone());
+        if stride != Some(plane) || extent(v) != Some(channels) {
+            return Err(format!("its per-channel values are not indexed by {x}'s channel"));
+        }
+    }
+    Ok((post, y))
+}
+
+/// Whether `index` visits each of `numel` elements exactly once as its loops run: offset 0,
+/// and strides that (symbolic ones too) chain up from 1, each the one before times that
+/// loop's extent, the last times its extent being `numel`; a loop appears once (loops of one
+/// iteration aside).
+fn enumerates(index: &crate::kernel::Index, extent: &dyn Fn(Var) -> Option<Dim>, numel: &Dim) -> Result<(), String> {
+    if index.offset.as_const() != Some(0) {
+        return Err("at an offset".into());
+    }
+    let mut left: Vec<(Dim, Dim, Var)> = Vec::with_capacity(index.terms.len());
+    for (v, s) in &index.terms {
+        if left.iter().any(|t| t.2 == *v) {
+            return Err("a loop appears twice".into());
+        }
+        let e = extent(*v).ok_or("over an unknown loop")?;
+        // A loop of one iteration adds nothing, whatever its stride.
+        if e.as_const() != Some(1) {
+            left.push((s.clone(), e, *v));
+        }
+    }
+    let mut expected = Dim::from(1u64);
+    while !left.is_empty() {
+        let Some(j) = left.iter().position(|t| t.0 == expected) else {
+            return Err(format!("no loop has stride {expected}"));
+        };
+        let (_, e, _) = left.swap_remove(j);
+        expected = expected.mul(&e).map_err(|e| e.to_string())?;
+    }
+    if &expected != numel {
+        return Err(format!("it covers {expected} elements"));
+    }
+    Ok(())
 }
 
 /// The rows and static row length (> 0) of buffer `b` viewed as `[rows, n]`.

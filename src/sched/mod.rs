@@ -821,7 +821,13 @@ impl<'g> Sched<'g> {
                         .collect::<Result<Vec<_>, _>>()?;
                     let out = get(&mut buffers, v)?;
                     names.insert(u, format!("{} {}", node.op, self.name(v)));
-                    steps.push(Step::Library(LibraryCall { op: node.op, attrs: node.attrs.clone(), args, out }));
+                    steps.push(Step::Library(LibraryCall {
+                        op: node.op,
+                        attrs: node.attrs.clone(),
+                        args,
+                        out,
+                        post: None,
+                    }));
                 }
                 Unit::Library(v) => {
                     let node = g.node(v);
@@ -853,6 +859,7 @@ impl<'g> Sched<'g> {
                             padding: node.attrs.ints("padding").to_vec(),
                             dilation: node.attrs.ints("dilation").to_vec(),
                             groups: node.attrs.int("groups"),
+                            post: None,
                         })
                     });
                 }

@@ -236,14 +236,20 @@ pub fn program_to_dot_with(p: &Program, options: &DotOptions) -> String {
                 }
             }
             Step::Conv(c) => {
-                let lines = vec![
+                let mut lines = vec![
                     "conv".to_string(),
                     format!("stride={:?} padding={:?}", c.stride, c.padding),
                     format!("dilation={:?} groups={}", c.dilation, c.groups),
                 ];
+                if let Some(post) = &c.post {
+                    lines.push(format!("then {post}"));
+                }
                 let _ = writeln!(w.out, "  s{s} [label={}, {}];", label(&lines), library_style());
                 w.edges.push(format!("b{} -> s{s}", c.x.as_u32()));
                 w.edges.push(format!("b{} -> s{s}", c.w.as_u32()));
+                if let Some(crate::kernel::Addend::Channel(b)) = c.post.as_ref().and_then(|p| p.addend.as_ref()) {
+                    w.edges.push(format!("b{} -> s{s}", b.as_u32()));
+                }
                 w.edges.push(format!("s{s} -> b{}", c.out.as_u32()));
             }
             Step::Library(l) => w.call(&format!("s{s}"), l, "library", "  "),
@@ -321,9 +327,16 @@ impl ProgramWriter {
     fn call(&mut self, id: &str, l: &LibraryCall, note: &str, indent: &str) {
         let mut lines = vec![l.op.name().to_string()];
         lines.extend(l.attrs.iter().map(|(k, v)| format!("{k}={v}")));
+        if let Some(post) = &l.post {
+            lines.push(format!("then {post}"));
+        }
         lines.push(format!("({note})"));
         let _ = writeln!(self.out, "{indent}{id} [label={}, {}];", label(&lines), call_style(l.op));
-        for b in dedup(l.args.iter().copied()) {
+        let bias = match l.post.as_ref().and_then(|p| p.addend.as_ref()) {
+            Some(crate::kernel::Addend::Channel(b)) => Some(*b),
+            _ => None,
+        };
+        for b in dedup(l.args.iter().copied().chain(bias)) {
             self.edges.push(format!("b{} -> {id}", b.as_u32()));
         }
         self.edges.push(format!("{id} -> b{}", l.out.as_u32()));

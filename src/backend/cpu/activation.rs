@@ -126,7 +126,29 @@ pub fn apply_f32(act: &Activation, xs: &mut [f32]) {
                 *x = op.apply(*x as f64) as f32;
             }
         }
-        _ => dispatch(act, xs),
+        _ => dispatch(None, act, xs),
+    }
+}
+
+/// `xs[i] = act(xs[i] + addend)`, the sum rounded to f32 (the `add` prim), vectorized where
+/// the CPU allows: a convolution's bias and activation on a finished run of one channel.
+pub fn add_then_apply_f32(addend: f32, act: &Activation, xs: &mut [f32]) {
+    match act {
+        Activation::Op(_) => {
+            xs.iter_mut().for_each(|x| *x += addend);
+            apply_f32(act, xs);
+        }
+        _ => dispatch(Some(addend), act, xs),
+    }
+}
+
+/// `xs[i] += addend`, inlined into each target-feature copy.
+#[inline(always)]
+fn add_in_place(addend: Option<f32>, xs: &mut [f32]) {
+    if let Some(b) = addend {
+        for x in xs.iter_mut() {
+            *x += b;
+        }
     }
 }
 
@@ -134,28 +156,31 @@ pub fn apply_f32(act: &Activation, xs: &mut [f32]) {
 mod x86;
 
 #[cfg(target_arch = "x86_64")]
-fn dispatch(act: &Activation, xs: &mut [f32]) {
+fn dispatch(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
     if super::has_avx512() {
         // SAFETY: the CPU has every feature `apply_avx512` is compiled for (checked just
         // above; AVX2 comes with AVX-512F). Without `popcnt` the per-vector counts of the
         // gelu gathering are emulated with byte shuffles, which made the body 4x slower.
-        unsafe { apply_avx512(act, xs) }
+        unsafe { apply_avx512(addend, act, xs) }
     } else if super::has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
-        unsafe { apply_avx2(act, xs) }
+        unsafe { apply_avx2(addend, act, xs) }
     } else {
+        add_in_place(addend, xs);
         apply_generic(act, xs)
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn dispatch(act: &Activation, xs: &mut [f32]) {
+fn dispatch(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
+    add_in_place(addend, xs);
     apply_generic(act, xs)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma,popcnt")]
-unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
+unsafe fn apply_avx512(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
+    add_in_place(addend, xs);
     match act {
         Activation::Gelu => x86::gelu_erf_avx512(xs),
         _ => apply_generic(act, xs),
@@ -164,7 +189,8 @@ unsafe fn apply_avx512(act: &Activation, xs: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn apply_avx2(act: &Activation, xs: &mut [f32]) {
+unsafe fn apply_avx2(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
+    add_in_place(addend, xs);
     match act {
         Activation::Gelu => x86::gelu_erf_avx2(xs),
         _ => apply_generic(act, xs),
@@ -184,28 +210,41 @@ macro_rules! map {
 
 /// `x[i] = f(x[i])` for `f` in [`silu`] and [`gelu_tanh`] by chunks of 16: a chunk whose
 /// sigmoid arguments are all above -80 (the common case) skips the second exp and division
-/// the far tail needs.
+/// the far tail needs. A last partial chunk runs as a whole one, padded with zeros on the
+/// stack: one vector pass rather than a scalar call per element (short rows, such as a
+/// convolution's epilogue on 28 columns, are mostly remainder).
 macro_rules! chunked_times_sigmoid {
     ($xs:expr, $arg:expr, $full:ident) => {{
-        let mut chunks = $xs.chunks_exact_mut(16);
-        for ch in &mut chunks {
-            let mut above = true;
-            for &x in ch.iter() {
-                let y: f32 = $arg(x);
-                above &= y > -80.0 || y.is_nan();
-            }
-            if above {
-                for x in ch.iter_mut() {
-                    *x = select_nan(*x, times_sigmoid_above_80(*x, $arg(*x)));
+        // A macro rather than a closure: a closure is not compiled with the target features
+        // of the function around it, and its body would not vectorize.
+        macro_rules! chunk {
+            ($ch:expr) => {{
+                let ch: &mut [f32; 16] = $ch;
+                let mut above = true;
+                for &x in ch.iter() {
+                    let y: f32 = $arg(x);
+                    above &= y > -80.0 || y.is_nan();
                 }
-            } else {
-                for x in ch.iter_mut() {
-                    *x = $full(*x);
+                if above {
+                    for x in ch.iter_mut() {
+                        *x = select_nan(*x, times_sigmoid_above_80(*x, $arg(*x)));
+                    }
+                } else {
+                    for x in ch.iter_mut() {
+                        *x = $full(*x);
+                    }
                 }
-            }
+            }};
         }
-        for x in chunks.into_remainder() {
-            *x = $full(*x);
+        let (whole, rest) = $xs.as_chunks_mut::<16>();
+        for ch in whole {
+            chunk!(ch);
+        }
+        if !rest.is_empty() {
+            let mut padded = [0.0f32; 16];
+            padded[..rest.len()].copy_from_slice(rest);
+            chunk!(&mut padded);
+            rest.copy_from_slice(&padded[..rest.len()]);
         }
     }};
 }

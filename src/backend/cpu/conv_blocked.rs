@@ -34,7 +34,6 @@
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use super::activation::Activation;
 use super::conv::ConvGeom;
 use super::gemm::{Epilogue, SendPtr};
 
@@ -198,15 +197,17 @@ impl PackedWeights {
         4 * self.data.len()
     }
 
-    /// `out = conv(x, w)` by the blocked kernel with these weights, when `g` is the geometry
-    /// they were packed for and the blocked kernel is its algorithm; `Ok(false)`, having
-    /// done nothing, otherwise. Lengths are checked as `conv::conv` checks them.
+    /// `out = epi(conv(x, w))` by the blocked kernel with these weights, when `g` is the
+    /// geometry they were packed for and the blocked kernel is its algorithm; `Ok(false)`,
+    /// having done nothing, otherwise (and for a hook, which the blocked kernel does not
+    /// call). Lengths are checked as `conv::conv` checks them.
     pub fn conv(
         &self,
         g: &ConvGeom,
         x: &[f32],
         out: &mut [f32],
         threads: usize,
+        epi: &Epilogue<'_, f32>,
     ) -> Result<bool, super::gemm::KernelError> {
         let fits = g.algorithm() == super::conv::ConvAlgo::Blocked
             && g.groups == self.groups
@@ -218,8 +219,16 @@ impl PackedWeights {
             return Ok(false);
         }
         g.check_lens(x.len(), out.len())?;
+        if let Some(b) = epi.bias {
+            if b.len() != g.out_ch {
+                return Err(super::gemm::KernelError::Len { name: "bias", got: b.len(), want: g.out_ch });
+            }
+        }
+        if epi.residual.is_some_and(|r| r.len() != out.len()) || epi.hook.is_some() {
+            return Ok(false);
+        }
         if !out.is_empty() {
-            conv_blocked(g, x, &self.data, out, threads, &Epilogue::none());
+            conv_blocked(g, x, &self.data, out, threads, epi);
         }
         Ok(true)
     }
@@ -259,15 +268,20 @@ pub fn conv_blocked(g: &ConvGeom, x: &[f32], wp: &[f32], out: &mut [f32], thread
             let plane = pl.oh * pl.ow;
             let mut rows_out = RowOut { out: op, out_len, base, plane, ow: pl.ow, rows: n, n_ch };
             run_rows(&job, r, &mut rows_out);
-            for c in 0..n_ch {
-                let start = base + c * plane;
-                assert!(start + n * pl.ow <= out_len);
-                // SAFETY: in bounds (just checked); rows of distinct tasks are disjoint (each
-                // task owns its rows of its channel block).
-                let rows = unsafe { std::slice::from_raw_parts_mut(op.get().add(start), n * pl.ow) };
-                row_epilogue(rows, co0 + c, start, epi);
-            }
             r += n;
+        }
+        // The epilogue on each channel's rows of this task, one contiguous run each: still
+        // in cache, and long enough for whole vectors (a row alone may be a few columns).
+        if !epi.is_empty() {
+            let (plane, len) = (pl.oh * pl.ow, rows.len() * pl.ow);
+            for c in 0..n_ch {
+                let start = (b * g.out_ch + co0 + c) * plane + rows.start * pl.ow;
+                assert!(start + len <= out_len);
+                // SAFETY: in bounds (just checked); rows of distinct tasks are disjoint (each
+                // task owns its rows of its channel block), and this task's are written.
+                let dst = unsafe { std::slice::from_raw_parts_mut(op.get().add(start), len) };
+                row_epilogue(dst, co0 + c, start, epi);
+            }
         }
     };
     let tasks = units * chunks;
@@ -279,12 +293,9 @@ pub fn conv_blocked(g: &ConvGeom, x: &[f32], wp: &[f32], out: &mut [f32], thread
 }
 
 fn row_epilogue(rows: &mut [f32], co: usize, start: usize, epi: &Epilogue<'_, f32>) {
-    if let Some(bias) = epi.bias {
-        let b = bias[co];
-        rows.iter_mut().for_each(|v| *v += b);
-    }
-    if !matches!(epi.activation, Activation::None) {
-        super::activation::apply_f32(&epi.activation, rows);
+    match epi.bias {
+        Some(bias) => super::activation::add_then_apply_f32(bias[co], &epi.activation, rows),
+        None => super::activation::apply_f32(&epi.activation, rows),
     }
     if let Some(res) = epi.residual {
         let n = rows.len();
