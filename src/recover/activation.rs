@@ -59,12 +59,17 @@ pub(super) fn rules() -> Vec<Rule> {
 }
 
 /// Sigmoid and SiLU pay as library kernels on whole buffers (a convolution's or a GEMM's
-/// output, in place while it is in cache). On a slice (an LSTM's gates) the library call
-/// would need the slice copied out first, while the prims fuse into the loop that reads it.
+/// output, in place while it is in cache). On a slice (an LSTM's gates) or a broadcast the
+/// library call would need the view copied out first, while the prims fuse into the loop that
+/// reads it. A permutation (a detection head's `[N, A, C, H, W] → [N, A, H, W, C]`) is
+/// recovered all the same: the transposing loop the prims would fuse into stores with a
+/// stride, so it runs on 4-lane generated code with scattered stores, and the permuted copy
+/// plus the library call took 7 µs where the fused loop took 21 (8960 elements, Xeon,
+/// AVX-512).
 fn not_a_view(g: &Graph, x: Value) -> Result<(), String> {
     let n = g.node(x);
     match n.op {
-        OpKind::Slice | OpKind::Permute | OpKind::BroadcastInDim => {
+        OpKind::Slice | OpKind::BroadcastInDim => {
             Err(format!("the argument {x} is a {} (its consumer's loop reads it in place; the prims fuse there)", n.op))
         }
         _ => Ok(()),
