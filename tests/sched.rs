@@ -300,3 +300,30 @@ fn an_expensive_value_broadcast_many_times_is_computed_once() {
     let y: Vec<f32> = (0..2048).map(|i| (i as f32 - 1000.0) / 9.0).collect();
     agrees(&g, &s.program, &[m, f32t(&[2, 4, 16, 16], &y)]);
 }
+
+/// A long chain of elementwise ops is scheduled without recursion as deep as the chain: on a
+/// thread with a 256 KiB stack (1 MiB in a debug build, whose frames are several times larger:
+/// the emitter's own recursion is bounded by `MAX_DEPTH` values), where the search for inline
+/// reductions once recursed per link (it overflowed a 2 MiB worker's stack at about 10k
+/// links); the program agrees with the interpreter.
+#[test]
+fn a_long_elementwise_chain_does_not_recurse_per_link() {
+    let n = 3000;
+    let mut src = String::from("graph chain(%x: f32[5]) {\n");
+    let mut prev = "%x".to_string();
+    for i in 0..n {
+        let op = if i % 2 == 0 { "neg" } else { "abs" };
+        src.push_str(&format!("  %v{i} = {op}({prev})\n"));
+        prev = format!("%v{i}");
+    }
+    src.push_str(&format!("  return {prev}\n}}"));
+    let g = parse(&src);
+    let p = std::thread::Builder::new()
+        .stack_size(if cfg!(debug_assertions) { 1 << 20 } else { 256 << 10 })
+        .spawn(move || schedule(&g).map(|p| (g, p)))
+        .unwrap()
+        .join()
+        .expect("the scheduler overflowed its stack");
+    let (g, p) = p.unwrap();
+    agrees(&g, &p, &[f32t(&[5], &[-2.0, -0.0, 0.0, 3.5, f32::NAN])]);
+}

@@ -169,7 +169,8 @@ pub(crate) fn domain(ctx: &Ctx, roots: &[Value], r: Value) -> Vec<usize> {
 }
 
 /// Depth-first search from `v` at `ix` for the first reduction computed inline; returns the
-/// index it is needed at.
+/// index it is needed at. Arguments are searched in order, each fully before the next; the
+/// search keeps its own stack, so a long chain of elementwise ops cannot overflow the thread's.
 fn walk(
     ctx: &Ctx,
     roots: &[Value],
@@ -179,28 +180,31 @@ fn walk(
     budget: &mut usize,
     is_start: bool,
 ) -> Option<Ix> {
-    if *budget == 0 {
-        return None;
-    }
-    *budget -= 1;
-    if !is_start && (ctx.storage)(v).is_some_and(|s| !roots.contains(&s)) {
-        return None;
-    }
-    if !seen.insert((v, ix.clone())) {
-        return None;
-    }
-    let node = ctx.g.node(v);
-    match node.op {
-        op if op.is_reduction() => Some(ix),
-        op if op.is_elementwise() => {
-            node.args.iter().find_map(|&a| walk(ctx, roots, a, ix.clone(), seen, budget, false))
+    let mut stack = vec![(v, ix, is_start)];
+    while let Some((v, ix, is_start)) = stack.pop() {
+        if *budget == 0 {
+            return None;
         }
-        OpKind::BroadcastInDim | OpKind::Permute | OpKind::Slice | OpKind::Reshape => {
-            let aix = arg_index(ctx.g, node, &ix).ok()?;
-            walk(ctx, roots, node.args[0], aix, seen, budget, false)
+        *budget -= 1;
+        if !is_start && (ctx.storage)(v).is_some_and(|s| !roots.contains(&s)) {
+            continue;
         }
-        _ => None,
+        if !seen.insert((v, ix.clone())) {
+            continue;
+        }
+        let node = ctx.g.node(v);
+        match node.op {
+            op if op.is_reduction() => return Some(ix),
+            op if op.is_elementwise() => stack.extend(node.args.iter().rev().map(|&a| (a, ix.clone(), false))),
+            OpKind::BroadcastInDim | OpKind::Permute | OpKind::Slice | OpKind::Reshape => {
+                if let Ok(aix) = arg_index(ctx.g, node, &ix) {
+                    stack.push((node.args[0], aix, false));
+                }
+            }
+            _ => {}
+        }
     }
+    None
 }
 
 struct StageB {
