@@ -309,6 +309,9 @@ fn const_stride(index: &Index, var: Var) -> Option<u64> {
     Some(total)
 }
 
+/// Instructions of a stage body above which its vector loop is not unrolled.
+pub const LONG_BODY: usize = 96;
+
 /// The unroll factor if the stage's innermost loop can run on F32X4 vectors.
 fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option<u32> {
     let inner = Var::Inner(stage.inner.len().checked_sub(1)? as u32);
@@ -380,9 +383,11 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
             return None;
         }
     }
-    // A `sumexp` runs one vector per iteration (see `codegen`).
+    // A `sumexp` runs one vector per iteration (see `codegen`), and so does a long body: it
+    // has parallel work of its own, and each unrolled copy is more code for the register
+    // allocator (a chain of 128 exponentials per kernel compiled in half the time).
     let sum_exp = stage.accumulators.iter().any(|a| a.op.is_sum_exp());
-    Some(if sum_exp {
+    Some(if sum_exp || stage.body.len() > LONG_BODY {
         1
     } else if heavy || stage.body.len() > 24 {
         2
