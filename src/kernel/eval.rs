@@ -1247,6 +1247,15 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
         Tensor::new(shapes[b.index()].clone(), mem.bufs[b.index()].data().clone())
             .map_err(|e| ExecError::Invalid(e.to_string()))
     };
+    // A library step's result `t` after its post-op, if it has one.
+    let with_post = |mem: &HostMemory, post: Option<&super::ChannelPost>, t: Tensor, what: &'static str| {
+        let Some(post) = post else { return Ok(t) };
+        let bias = match &post.addend {
+            Some(super::Addend::Channel(b)) => Some(tensor_of(mem, *b)?),
+            _ => None,
+        };
+        channel_post(post, t, bias.as_ref()).map_err(|error| ExecError::Library { what, error })
+    };
     let symbol_values: std::collections::HashMap<String, u64> =
         p.symbols.iter().zip(&values).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
     // A library call (a step, or a matmul's or kernel's activation) on the buffers so far.
@@ -1256,16 +1265,7 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
         let out = (p.buffers[l.out].dtype, &shapes[l.out.index()]);
         let t = eval_library_with(l.op, &l.attrs, &refs, out.0, out.1, symbol_values.clone())
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
-        let t = match &l.post {
-            Some(post) => {
-                let bias = match &post.addend {
-                    Some(super::Addend::Channel(b)) => Some(tensor_of(mem, *b)?),
-                    _ => None,
-                };
-                channel_post(post, t, bias.as_ref()).map_err(|error| ExecError::Library { what: l.op.name(), error })?
-            }
-            None => t,
-        };
+        let t = with_post(mem, l.post.as_ref(), t, l.op.name())?;
         mem.bufs[l.out.index()] = Store::Owned(t.into_data());
         Ok(())
     };
@@ -1302,17 +1302,7 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
                 let out = &p.buffers[c.out];
                 let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shapes[c.out.index()])
                     .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
-                let t = match &c.post {
-                    Some(post) => {
-                        let bias = match &post.addend {
-                            Some(super::Addend::Channel(b)) => Some(tensor_of(&mem, *b).map_err(at)?),
-                            _ => None,
-                        };
-                        channel_post(post, t, bias.as_ref())
-                            .map_err(|error| at(ExecError::Library { what: "conv", error }))?
-                    }
-                    None => t,
-                };
+                let t = with_post(&mem, c.post.as_ref(), t, "conv").map_err(at)?;
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());
             }
             Step::Library(l) => library(&mut mem, l).map_err(at)?,

@@ -152,7 +152,7 @@ impl Plan {
     /// A library step's per-channel post-op on its finished result `out` (`[N, C, ...]`):
     /// natively on f32, one call per channel plane (in cache right after the step), else by
     /// the reference meaning.
-    fn run_post(
+    pub(super) fn run_post(
         &self,
         p: &Program,
         st: &mut RunState,
@@ -230,9 +230,9 @@ impl Plan {
                 Some((self.address(st, inputs, *b) as *const f32, len))
             }
             Some(Addend::Scalar(v)) => {
-                st.conv_bias.clear();
-                st.conv_bias.resize(channels, *v as f32);
-                Some((st.conv_bias.as_ptr(), channels))
+                st.post_addend.clear();
+                st.post_addend.resize(channels, *v as f32);
+                Some((st.post_addend.as_ptr(), channels))
             }
             None => None,
         })

@@ -358,8 +358,8 @@ struct RunState {
     arg_shapes: Vec<Vec<usize>>,
     /// A convolution's im2col matrix (reused, grown to the largest).
     conv_scratch: Vec<f32>,
-    /// A convolution's constant addend, repeated per output channel.
-    conv_bias: Vec<f32>,
+    /// A post-op's constant addend, repeated per channel (`Plan::post_bias`).
+    post_addend: Vec<f32>,
     /// With [`Plan::profile`]: nanoseconds per step of the last run.
     step_ns: Option<Vec<u64>>,
 }
@@ -1059,20 +1059,10 @@ impl Plan {
                     let shape = self.shape(p, st, c.out).map_err(at)?;
                     let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shape)
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
-                    let t = match &c.post {
-                        Some(post) => {
-                            let bias = match &post.addend {
-                                Some(crate::kernel::Addend::Channel(b)) => {
-                                    Some(self.tensor(p, st, inputs, *b).map_err(at)?)
-                                }
-                                _ => None,
-                            };
-                            crate::kernel::eval::channel_post(post, t, bias.as_ref())
-                                .map_err(|error| at(ExecError::Library { what: "conv", error }))?
-                        }
-                        None => t,
-                    };
                     self.write(p, st, c.out, &t).map_err(at)?;
+                    if let Some(post) = &c.post {
+                        self.run_post(p, st, inputs, post, c.out).map_err(at)?;
+                    }
                 }
                 Step::Library(l) => self.run_library(p, st, inputs, l).map_err(at)?,
                 Step::Interp(call) => {

@@ -173,13 +173,8 @@ fn conv_activation_of(p: &Program, i: usize, c: &ConvCall, l: &crate::kernel::Li
     if l.args[..] != [c.out] {
         return Err(format!("its argument is not {}", c.out));
     }
+    private_to(p, i, c.out)?;
     let (bx, bo) = (&p.buffers[c.out], &p.buffers[l.out]);
-    if bx.kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == c.out) {
-        return Err(format!("{} is not a temporary", c.out));
-    }
-    if let Some((j, _)) = p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, c.out)) {
-        return Err(format!("step {j} uses {} too", c.out));
-    }
     if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
         return Err(format!("{} and {} are not f32 buffers of one shape", c.out, l.out));
     }
@@ -206,20 +201,11 @@ fn post_of(
     x: BufferId,
     k: &Kernel,
 ) -> Result<(ChannelPost, BufferId), String> {
-    let only_here = |b: BufferId, what: &str| -> Result<(), String> {
-        if p.buffers[b].kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == b) {
-            return Err(format!("{what} {b} is not a temporary"));
-        }
-        match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, b)) {
-            Some((j, _)) => Err(format!("step {j} uses {what} {b} too")),
-            None => Ok(()),
-        }
-    };
-    only_here(x, "its result")?;
+    private_to(p, i, x)?;
     let (mut post, y) = channel_map(p, x, k)?;
     let out = match &k.activation {
         Some(l) => {
-            only_here(y, "the kernel's result")?;
+            private_to(p, i, y)?;
             post.activation = Some((l.op, l.attrs.clone()));
             l.out
         }
@@ -513,8 +499,17 @@ fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kern
     if !stored {
         return Err(format!("the kernel does not store {x}"));
     }
-    match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, x)) {
-        Some((j, _)) => Err(format!("step {j} uses {x} too")),
+    private_to(p, i, x)
+}
+
+/// Whether `b` is a temporary (not an output) that no step but `i` and `i + 1` touches: what a
+/// fusion of those two steps may stop writing.
+fn private_to(p: &Program, i: usize, b: BufferId) -> Result<(), String> {
+    if p.buffers[b].kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == b) {
+        return Err(format!("{b} is not a temporary only these steps use"));
+    }
+    match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, b)) {
+        Some((j, _)) => Err(format!("step {j} uses {b} too")),
         None => Ok(()),
     }
 }
