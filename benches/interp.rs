@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant};
 
 use ladder::interp::{self, Options};
-use ladder::models::{example_encoder, random_tensor, Rng, D_MODEL, EXAMPLE_ENCODER_OPS};
-use ladder::ops::coverage;
+use ladder::models::{example_encoder, random_tensor, Rng, D_MODEL};
 use ladder::DType;
 
 const SEQ: usize = 16;
@@ -27,10 +26,6 @@ fn main() {
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(20)
         .max(1);
-    if let Some(k) = EXAMPLE_ENCODER_OPS.iter().find(|&&k| !coverage(k).interp) {
-        println!("interp bench skipped: this build has no {k:?} op");
-        return;
-    }
     let g = match example_encoder() {
         Ok(g) => g,
         Err(e) => {

@@ -73,18 +73,6 @@ pub const FFN: usize = 64;
 /// The example encoder's layer-norm epsilon.
 pub const LN_EPS: f64 = 1e-5;
 
-/// Every op the example encoder uses (a build must have all of them to build it).
-pub const EXAMPLE_ENCODER_OPS: &[OpKind] = &[
-    OpKind::LayerNorm,
-    OpKind::Linear,
-    OpKind::View,
-    OpKind::Transpose,
-    OpKind::ScaledDotProductAttention,
-    OpKind::Reshape,
-    OpKind::Add,
-    OpKind::Gelu,
-];
-
 /// A pre-norm transformer encoder block on `x: f32[1, seq, 32]`, with 4 heads of width 8 and
 /// a feed-forward width of 64:
 ///

@@ -469,14 +469,26 @@ fn dump_clif_and_asm_show_each_kernel() {
 
 #[test]
 fn dump_kernels_recovered_shows_what_the_cpu_backend_runs() {
-    // The built-in encoder recovers layer norms, attention and gelu into library calls; the
-    // plain `kernels` stage keeps them as prims.
-    let plain = ok(&["dump", "--stage", "kernels"]);
-    let recovered = ok(&["dump", "--stage", "kernels", "--recover", "--explain"]);
-    assert!(!plain.contains("library"), "{plain}");
-    assert!(recovered.contains("library") && recovered.contains("layer_norm"), "{recovered}");
-    assert!(recovered.contains("; schedule:"), "{recovered}");
-    fails(&["dump", "--stage", "prims", "--recover"], &["--recover goes with --stage kernels"]);
+    // The built-in encoder recovers layer norms, attention and gelu into library calls in the
+    // native plan, which `dump` shows by default; the reference plan keeps them as prims.
+    let native = ok(&["dump", "--stage", "kernels", "--explain"]);
+    let reference = ok(&["dump", "--stage", "kernels", "--no-recover"]);
+    assert!(!reference.contains("library"), "{reference}");
+    assert!(native.contains("library") && native.contains("layer_norm"), "{native}");
+    assert!(native.contains("; schedule:") && native.contains("; recovery:"), "{native}");
+    // The native prims keep max_pool2d whole (a library kernel runs it); the reference
+    // prims decompose it.
+    let dir = std::env::temp_dir().join(format!("ladder-cli-dump-mode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = dir.join("pool.lad");
+    let graph =
+        "graph pool(%x: f32[1, 1, 4, 4]) {\n  %y = max_pool2d(%x) {kernel=[2, 2], stride=[2, 2]}\n  return %y\n}\n";
+    std::fs::write(&m, graph).unwrap();
+    let m = m.to_str().unwrap();
+    assert!(ok(&["dump", m, "--stage", "prims"]).contains("max_pool2d("));
+    assert!(!ok(&["dump", m, "--stage", "prims", "--no-recover"]).contains("max_pool2d("));
+    fails(&["dump", "--stage", "recovered", "--no-recover"], &["--no-recover has no `recovered` stage"]);
+    fails(&["dump", "--stage", "kernels", "--recover"], &["--recover"]);
 }
 
 /// External tensor data: refused by default with a message naming the flag that allows it,

@@ -26,15 +26,21 @@ fn fails(args: &[&str], needle: &str) -> String {
 
 #[test]
 fn dump_prints_the_kernel_program_and_its_explanation() {
-    let (out, _) = ok(&["dump", "--stage", "kernels"]);
+    // Without recovery: the program the reference plan (and `run --no-recover`) runs.
+    let (out, _) = ok(&["dump", "--stage", "kernels", "--no-recover"]);
     assert!(out.contains("kernel k0 outer [seq] {"), "{out}");
     assert!(out.contains("matmul b5 = b3 @ b4^T"), "{out}");
     assert!(out.contains("outputs y="), "{out}");
-    assert!(!out.contains("; schedule:"), "{out}");
-    let (out, _) = ok(&["dump", "--stage", "kernels", "--explain"]);
+    assert!(!out.contains("; schedule:") && !out.contains("library"), "{out}");
+    let (out, _) = ok(&["dump", "--stage", "kernels", "--no-recover", "--explain"]);
     assert!(out.contains("; schedule: 9 kernels, 8 library calls, 0 graph breaks"), "{out}");
     assert!(out.contains("reads %59 2 times"), "{out}");
     assert!(out.contains("; not fused:"), "{out}");
+    // By default: the native plan's program, with what recovery put back first.
+    let (out, _) = ok(&["dump", "--stage", "kernels", "--explain"]);
+    assert!(out.contains("; recovery: 4 match(es)"), "{out}");
+    assert!(out.contains("; schedule: 7 kernels, 10 library calls, 0 graph breaks"), "{out}");
+    assert!(out.contains("epilogue k4 per row tile"), "{out}");
     fails(&["dump", "--explain"], "--explain goes with --stage kernels");
 }
 

@@ -1,4 +1,4 @@
-//! `ladder dump --format dot|svg` and `ladder::text::dot`: the DOT text is read back by a
+//! `ladder dump --format dot|svg` and `ladder::dot`: the DOT text is read back by a
 //! small checker (the subset of the DOT grammar the generator writes: balanced braces,
 //! well-formed statements, quoted strings with valid escapes, every edge endpoint a declared
 //! node) at every stage of the built-in model and of a graph whose names need escaping; one
@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use ladder::dot::{graph_to_dot, graph_to_dot_with, program_to_dot, DotOptions, RECOVERED_FILL};
 use ladder::ir::verify::{verify, Stage};
 use ladder::kernel::{Program, Step};
-use ladder::passes::{lower, STAGES};
-use ladder::text::dot::{graph_to_dot, graph_to_dot_with, program_to_dot, DotOptions, RECOVERED_FILL};
+use ladder::passes::lower;
+use ladder::pipeline::{Mode, Rung};
 use ladder::{DType, Graph, GraphBuilder, Shape, Tensor};
 
 // ---------------------------------------------------------------------------------------
@@ -442,18 +443,17 @@ fn graphviz_installed() -> bool {
         .any(|dir| std::fs::metadata(dir.join("dot")).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
-/// The built-in encoder's graph at `stage` (not `kernels`).
+/// The built-in encoder's graph at `stage` (not `kernels`), lowered as the native plan is.
 fn example_at(stage: &str) -> Graph {
     let g = ladder::models::example_encoder().unwrap();
-    let lowered = lower(&g).unwrap();
-    match stage {
-        "parsed" => g,
-        "functional" => lowered.functional.graph,
-        "prims" => lowered.prims,
-        "simplified" => lowered.simplified,
-        "recovered" => ladder::recover::recover(&lowered.simplified).unwrap().graph,
-        _ => unreachable!("{stage}"),
-    }
+    let rung = Rung::from_name(stage).unwrap();
+    ladder::pipeline::lower(&g, Mode::Native, rung).unwrap().graph_at(rung).unwrap().clone()
+}
+
+/// The built-in encoder's kernel program in `mode`.
+fn example_program(mode: Mode) -> ladder::kernel::Program {
+    let g = ladder::models::example_encoder().unwrap();
+    ladder::pipeline::lower(&g, mode, Rung::Kernels).unwrap().scheduled.unwrap().program
 }
 
 // ---------------------------------------------------------------------------------------
@@ -461,14 +461,12 @@ fn example_at(stage: &str) -> Graph {
 
 #[test]
 fn built_in_model_draws_valid_dot_at_every_stage() {
-    for &stage in STAGES {
+    for stage in ladder::pipeline::rung_names() {
         let text = ok(&["dump", "--stage", stage, "--format", "dot"]);
         let dot = check_dot(&text);
         assert!(dot.graph_attrs["label"].starts_with(&format!("encoder: {stage}")), "{:?}", dot.graph_attrs);
         if stage == "kernels" {
-            let lowered = lower(&ladder::models::example_encoder().unwrap()).unwrap();
-            let p = ladder::sched::schedule(&lowered.simplified).unwrap();
-            check_program_drawing(&dot, &p);
+            check_program_drawing(&dot, &example_program(Mode::Native));
         } else {
             let g = example_at(stage);
             check_graph_drawing(&dot, &g, stage == "recovered");
@@ -502,11 +500,14 @@ fn recovered_ops_are_coloured_in_the_graph_and_the_program() {
     let prims = check_dot(&ok(&["dump", "--stage", "prims", "--format", "dot"]));
     assert!(prims.nodes.keys().all(|n| prims.fill(n) != Some(RECOVERED_FILL)), "nothing is recovered in prims");
 
-    let text = ok(&["dump", "--stage", "kernels", "--recover", "--format", "dot"]);
+    let reference = check_dot(&ok(&["dump", "--stage", "kernels", "--no-recover", "--format", "dot"]));
+    check_program_drawing(&reference, &example_program(Mode::Reference));
+    assert!(reference.nodes.keys().all(|n| reference.fill(n) != Some(RECOVERED_FILL)), "nothing is recovered");
+    assert!(reference.graph_attrs["label"].contains("(no recovery)"), "{:?}", reference.graph_attrs);
+
+    let text = ok(&["dump", "--stage", "kernels", "--format", "dot"]);
     let dot = check_dot(&text);
-    let g = ladder::models::example_encoder().unwrap();
-    let recovered = ladder::recover::recover(&lower(&g).unwrap().simplified).unwrap().graph;
-    let p = ladder::sched::schedule(&recovered).unwrap();
+    let p = example_program(Mode::Native);
     check_program_drawing(&dot, &p);
     for op in ["layer_norm", "scaled_dot_product_attention", "gelu"] {
         let nodes = dot.nodes_headed(op);
@@ -522,7 +523,7 @@ fn recovered_ops_are_coloured_in_the_graph_and_the_program() {
 
 #[test]
 fn drawings_are_deterministic_and_text_stays_the_default() {
-    for &stage in STAGES {
+    for stage in ladder::pipeline::rung_names() {
         let a = ok(&["dump", "--stage", stage, "--format", "dot"]);
         assert_eq!(a, ok(&["dump", "--stage", stage, "--format", "dot"]), "stage {stage}");
         assert_eq!(ok(&["dump", "--stage", stage]), ok(&["dump", "--stage", stage, "--format", "text"]));
@@ -599,11 +600,11 @@ fn names_with_quotes_and_backslashes_make_valid_dot() {
     let dir = scratch("awkward");
     let model = dir.join("awkward.lad");
     std::fs::write(&model, text).unwrap();
-    for &stage in STAGES {
+    for stage in ladder::pipeline::rung_names() {
         let dot = check_dot(&ok(&["dump", model.to_str().unwrap(), "--stage", stage, "--format", "dot"]));
         assert_labels_contain(&dot, &[output]);
     }
-    let dot = check_dot(&ok(&["dump", model.to_str().unwrap(), "--stage", "kernels", "--recover", "--format", "dot"]));
+    let dot = check_dot(&ok(&["dump", model.to_str().unwrap(), "--stage", "kernels", "--format", "dot"]));
     assert_labels_contain(&dot, &[blob, output, "softmax"]);
 }
 
@@ -620,11 +621,11 @@ fn svg_renders_with_graphviz_or_fails_saying_it_is_needed() {
 
     if graphviz_installed() {
         println!("branch: Graphviz's `dot` is on PATH: rendering SVG at every stage");
-        for &stage in STAGES {
+        for stage in ladder::pipeline::rung_names() {
             let svg = ok(&["dump", "--stage", stage, "--format", "svg"]);
             assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"), "stage {stage}: not an SVG:\n{svg}");
         }
-        let svg = ok(&["dump", "--stage", "kernels", "--recover", "--format", "svg"]);
+        let svg = ok(&["dump", "--stage", "kernels", "--format", "svg"]);
         assert!(svg.contains("class=\"cluster\""), "the kernels are clusters in the SVG");
     } else {
         println!("branch: no Graphviz `dot` on PATH: checking the error with the machine's PATH");
@@ -647,6 +648,6 @@ fn drawing_flags_that_do_not_go_together_are_usage_errors() {
     }
     let o = ladder_with(&["dump", "--format", "png"], None);
     assert_eq!(o.status.code(), Some(2));
-    let o = ladder_with(&["dump", "--stage", "prims", "--recover", "--format", "dot"], None);
+    let o = ladder_with(&["dump", "--stage", "recovered", "--no-recover", "--format", "dot"], None);
     assert_eq!(o.status.code(), Some(2));
 }

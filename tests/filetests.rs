@@ -25,14 +25,20 @@
 //! - `; tolerance: 1e-6`: compare floats with |got - want| <= tol + tol * |want|. Without
 //!   it the comparison is exact: bit-equal in the output dtype (so -0.0 != 0.0), except that
 //!   any NaN equals any NaN. Infinities must match exactly either way.
-//! - `; executors: interp`: run only on these executors (default: all of `EXECUTORS`: `interp`,
-//!   the reference interpreter, and `cpu`, the plan `ladder::compile` makes for the CPU backend).
+//! - `; executors: interp, cpu`: run only on these executors (default: all of `EXECUTORS`:
+//!   `interp`, the reference interpreter; `reference`, the reference plan (prims scheduled into
+//!   kernels, run by the kernel IR's reference executor); `cpu`, the native plan `ladder run`
+//!   makes (Cranelift kernels, GEMM, library kernels, two threads)). So a file found by a fuzz
+//!   target reproduces a native failure as it is.
 //! - `; check: <text>`: FileCheck-style. The output of the stage (below) must contain each
 //!   check's text as a substring of a line, the checks matching in order on successive lines
 //!   (each check on a line after the previous check's line).
 //! - `; stage: parsed`: which output `check` lines look at; `parsed` (the default) is the
-//!   canonical text `ladder::text::print(&parse(file))`. Later stages (a pass's output) are
-//!   added to `STAGES`.
+//!   canonical text `ladder::text::print(&parse(file))`; the others are the rungs of
+//!   `ladder::pipeline::RUNGS` (`functional`, `prims`, `simplified`, `recovered`, `kernels`),
+//!   as `ladder dump --stage` prints them.
+//! - `; mode: reference`: lower as the reference plan does (every op to prims, nothing
+//!   recovered) for the `stage` output; `native` (the default) lowers as the native plan.
 //! - `; error: <substring>`: the file must fail to parse with that in the message;
 //!   `; error-at: LINE:COL` also pins the position.
 //! - `; requires: view, sum`: the file uses ops another family provides; while any of them
@@ -47,33 +53,49 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use ladder::ir::verify::{verify, Stage};
+use ladder::pipeline::Mode;
 use ladder::{DType, Graph, OpKind, Tensor, TensorData};
 
-/// Something that can run a graph: the interpreter now, compiled backends later.
+/// Something that can run a graph.
 struct Executor {
     name: &'static str,
     run: fn(&Graph, &[Tensor]) -> Result<Vec<Tensor>, String>,
 }
 
-const EXECUTORS: &[Executor] = &[Executor { name: "interp", run: run_interp }, Executor { name: "cpu", run: run_cpu }];
+const EXECUTORS: &[Executor] = &[
+    Executor { name: "interp", run: run_interp },
+    Executor { name: "reference", run: run_reference },
+    Executor { name: "cpu", run: run_cpu },
+];
 
 fn run_interp(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     ladder::interp::run(g, inputs, &ladder::interp::Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
-/// The CPU backend: lowered, scheduled into kernels, run by the runtime.
-fn run_cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+/// The reference plan: lowered to prims, scheduled into kernels, every kernel run by the
+/// kernel IR's reference executor.
+fn run_reference(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let plan = ladder::compile(g, &ladder::CompileOptions::reference()).map_err(|e| e.to_string())?;
     plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
-/// The outputs `; check:` lines can look at, by `; stage:` name: every rung the pipeline
-/// can print (`ladder::passes::STAGES`), the first being the parsed graph itself.
-fn stage_text(stage: &str, g: &Graph) -> Result<String, String> {
-    ladder::passes::dump(g, stage, &ladder::text::PrintOptions::default()).map_err(|e| e.to_string())
+/// The native plan `ladder run` makes: Cranelift kernels, the GEMM and the library kernels,
+/// on two threads (so the parallel splits run too).
+fn run_cpu(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let options = ladder::CompileOptions::native_cpu(2).map_err(|e| e.to_string())?;
+    let plan = ladder::compile(g, &options).map_err(|e| e.to_string())?;
+    plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string())
 }
 
-const DIRECTIVES: &[&str] = &["run", "tolerance", "executors", "stage", "check", "error", "error-at", "requires"];
+/// The outputs `; check:` lines can look at, by `; stage:` name: every rung the pipeline
+/// can print (`ladder::pipeline::RUNGS`), the first being the parsed graph itself, lowered
+/// in `mode`.
+fn stage_text(stage: &str, mode: Mode, g: &Graph) -> Result<String, String> {
+    ladder::pipeline::dump(g, mode, stage, &ladder::text::PrintOptions::default()).map_err(|e| e.to_string())
+}
+
+const DIRECTIVES: &[&str] =
+    &["run", "tolerance", "executors", "stage", "mode", "check", "error", "error-at", "requires"];
 
 // ---------------------------------------------------------------------------------------
 // Directives
@@ -733,14 +755,25 @@ fn run_file(text: &str, bless: bool) -> Report {
         }
     };
     let stage = single(&mut report, "stage");
+    let names: Vec<&'static str> = ladder::pipeline::rung_names().collect();
     let stage_name: Option<&'static str> = match &stage {
-        None => Some(ladder::passes::STAGES[0]),
-        Some(d) => match ladder::passes::STAGES.iter().find(|n| **n == d.value) {
+        None => Some(names[0]),
+        Some(d) => match names.iter().find(|n| **n == d.value) {
             Some(n) => Some(*n),
             None => {
-                let known = ladder::passes::STAGES.join(", ");
-                fail(&mut report, d.line, format!("unknown stage `{}` (known: {known})", d.value));
+                fail(&mut report, d.line, format!("unknown stage `{}` (known: {})", d.value, names.join(", ")));
                 None
+            }
+        },
+    };
+    let mode = match single(&mut report, "mode") {
+        None => Mode::Native,
+        Some(d) => match d.value.as_str() {
+            "native" => Mode::Native,
+            "reference" => Mode::Reference,
+            other => {
+                fail(&mut report, d.line, format!("unknown mode `{other}` (known: native, reference)"));
+                Mode::Native
             }
         },
     };
@@ -806,7 +839,7 @@ fn run_file(text: &str, bless: bool) -> Report {
     if let Some(g) = &graph {
         // Checks.
         if let (Some(stage), false) = (stage_name, checks.is_empty()) {
-            match stage_text(stage, g) {
+            match stage_text(stage, mode, g) {
                 Err(e) => fail(&mut report, checks[0].line, format!("stage failed: {e}")),
                 Ok(out) => {
                     let problems = match_checks(&out, &checks);

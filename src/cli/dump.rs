@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use ladder::passes::STAGES;
+use ladder::pipeline::{Lowering, Mode, Rung};
 use ladder::text::PrintOptions;
 
 use super::{model, Error};
@@ -22,7 +22,7 @@ pub enum Format {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example: ladder dump --stage kernels --recover --format dot > encoder.dot")]
+#[command(after_help = "Example: ladder dump --stage kernels --format dot > encoder.dot")]
 pub struct DumpArgs {
     /// Model: the text form (.lad) or ONNX (.onnx); the built-in example encoder when omitted.
     pub model: Option<PathBuf>,
@@ -38,9 +38,10 @@ pub struct DumpArgs {
     /// Print node counts per op (rows) and per rung (columns) instead of the graph.
     #[arg(long)]
     pub stats: bool,
-    /// With `--stage kernels`: also print why the scheduler formed the kernels it did (what
-    /// each covers and reads, what is materialised and why, why neighbours are not fused).
     /// With `--stage recovered`: every op recovery put back and every near-miss, with why.
+    /// With `--stage kernels`: that too, then why the scheduler formed the kernels it did
+    /// (what each covers and reads, what is materialised and why, why neighbours are not
+    /// fused).
     #[arg(long)]
     pub explain: bool,
     /// With `--stage kernels`: print each kernel's Cranelift IR as the CPU backend builds it
@@ -55,12 +56,12 @@ pub struct DumpArgs {
     /// models that compile only for concrete shapes, and to see a rung for given sizes.
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = super::run::parse_dim)]
     pub dims: Vec<(String, u64)>,
-    /// With `--stage kernels`: schedule the graph native mode lowers (`lstm` and `max_pool2d`
-    /// kept whole) and recovery completes (library kernels for softmax, norms, gelu, silu,
-    /// sigmoid and attention), which is what `--backend cpu` runs, instead of the plain prims
-    /// the reference mode runs.
+    /// Lower without recovery, as the reference plan and `run --no-recover` do (every op
+    /// decomposed to prims) instead of as the native plan does (the default: `lstm` and
+    /// `max_pool2d` kept whole, library kernels for softmax, norms, gelu, silu, sigmoid and
+    /// attention recovered). There is no `recovered` stage then.
     #[arg(long)]
-    pub recover: bool,
+    pub no_recover: bool,
     /// `text` (the text form), `dot` (a Graphviz digraph of the stage: values and their
     /// uses; at `--stage kernels` buffers and steps, each kernel a cluster, recovered library
     /// ops coloured) or `svg` (the digraph rendered by Graphviz's `dot`, which must be on PATH).
@@ -68,26 +69,15 @@ pub struct DumpArgs {
     pub format: Format,
 }
 
-/// The model lowered and scheduled (from its recovered graph with `recover`), for the
-/// `kernels` stage.
-fn scheduled(g: &ladder::Graph, recover: bool) -> Result<(ladder::sched::Scheduled, ladder::passes::Lowered), Error> {
-    let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `kernels`: {e}"));
-    let lowered = if recover { ladder::passes::lower_native(g) } else { ladder::passes::lower(g) }
-        .map_err(|e| fail(e.to_string()))?;
-    let s = if recover {
-        let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
-        ladder::sched::schedule_explained(&r.graph)
-    } else {
-        ladder::sched::schedule_explained(&lowered.simplified)
-    }
-    .map_err(|e| fail(e.to_string()))?;
-    Ok((s, lowered))
+/// `g` lowered down to `rung` in the mode the arguments choose.
+fn lowered(args: &DumpArgs, g: &ladder::Graph, rung: Rung) -> Result<Lowering, Error> {
+    let mode = if args.no_recover { Mode::Reference } else { Mode::Native };
+    ladder::pipeline::lower(g, mode, rung)
+        .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", rung.name())))
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
-    if !STAGES.contains(&args.stage.as_str()) {
-        return Err(Error::Arguments(format!("unknown stage `{}` (stages: {})", args.stage, STAGES.join(", "))));
-    }
+    let rung = Rung::from_name(&args.stage).map_err(|e| Error::Arguments(e.to_string()))?;
     if args.format != Format::Text {
         let flag = [("--stats", args.stats), ("--explain", args.explain), ("--clif", args.clif), ("--asm", args.asm)]
             .into_iter()
@@ -96,112 +86,78 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
             return Err(Error::Arguments(format!("{flag} goes with --format text")));
         }
     }
+    if args.no_recover && rung == Rung::Recovered {
+        return Err(Error::Arguments("--no-recover has no `recovered` stage".into()));
+    }
+    if (args.clif || args.asm) && rung != Rung::Kernels {
+        return Err(Error::Arguments("--clif and --asm go with --stage kernels".into()));
+    }
+    if args.explain && !matches!(rung, Rung::Kernels | Rung::Recovered) {
+        return Err(Error::Arguments("--explain goes with --stage kernels or --stage recovered".into()));
+    }
     let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
         return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
     }
-    if args.recover && args.stage != "kernels" {
-        return Err(Error::Arguments("--recover goes with --stage kernels".into()));
-    }
+    let l = lowered(args, &g, rung)?;
     if args.format != Format::Text {
-        return draw(args, &g, out);
+        return draw(args, &l, rung, out);
     }
-    if args.clif || args.asm {
-        if args.stage != "kernels" {
-            return Err(Error::Arguments("--clif and --asm go with --stage kernels".into()));
-        }
-        let (s, _) = scheduled(&g, args.recover)?;
-        let mut text = String::new();
-        for k in s.program.kernels() {
-            let options = ladder::backend::cpu::CpuOptions::default();
-            let code = if args.asm {
-                ladder::backend::cpu::asm_text(k, &s.program, options)
-            } else {
-                ladder::backend::cpu::clif_text(k, &s.program, options)
-            };
-            match code {
-                Ok(clif) => text.push_str(&format!("; kernel {}\n{clif}\n", k.name)),
-                Err(e) => text.push_str(&format!("; kernel {}: runs on the reference executor: {e}\n\n", k.name)),
+    let scheduled = l.scheduled.as_ref();
+    let text = match scheduled {
+        Some(s) if args.clif || args.asm => {
+            let mut text = String::new();
+            for k in s.program.kernels() {
+                let options = ladder::backend::cpu::CpuOptions::default();
+                let code = if args.asm {
+                    ladder::backend::cpu::asm_text(k, &s.program, options)
+                } else {
+                    ladder::backend::cpu::clif_text(k, &s.program, options)
+                };
+                match code {
+                    Ok(clif) => text.push_str(&format!("; kernel {}\n{clif}\n", k.name)),
+                    Err(e) => text.push_str(&format!("; kernel {}: runs on the reference executor: {e}\n\n", k.name)),
+                }
             }
+            text
         }
-        return out.write_all(text.as_bytes()).map_err(Error::Stdout);
-    }
-    if args.explain && args.stage == "recovered" {
-        let fail = |e: String| Error::Usage(format!("cannot lower the model to stage `recovered`: {e}"));
-        let lowered = ladder::passes::lower_native(&g).map_err(|e| fail(e.to_string()))?;
-        let r = ladder::recover::recover(&lowered.simplified).map_err(|e| fail(e.to_string()))?;
-        let options = PrintOptions { elide_blobs_over: Some(args.elide) };
-        let text = format!("{}{}", ladder::text::print_with(&r.graph, &options), r.explain(&lowered.simplified));
-        return out.write_all(text.as_bytes()).map_err(Error::Stdout);
-    }
-    if args.explain || args.recover {
-        if args.stage != "kernels" {
-            return Err(Error::Arguments("--explain goes with --stage kernels or --stage recovered".into()));
+        _ => {
+            let options = PrintOptions { elide_blobs_over: Some(args.elide) };
+            let mut text = l.text(rung, &options).unwrap_or_default();
+            if args.explain {
+                // What recovery put back, then (at `kernels`) how the schedule was formed:
+                // the explanation a plan keeps.
+                if let (Some(r), Some(simplified)) = (&l.recovered, &l.simplified) {
+                    text.push_str(&r.explain(simplified));
+                }
+                if let Some(s) = scheduled {
+                    text.push_str(&s.explanation);
+                }
+            }
+            text
         }
-        let (s, lowered) = scheduled(&g, args.recover)?;
-        let text = ladder::passes::pipeline::program_text(&s.program, &lowered.functional);
-        let explanation = if args.explain { s.explanation.as_str() } else { "" };
-        return out.write_all(format!("{text}{explanation}").as_bytes()).map_err(Error::Stdout);
-    }
-    let options = PrintOptions { elide_blobs_over: Some(args.elide) };
-    let text = ladder::passes::dump(&g, &args.stage, &options)
-        .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", args.stage)))?;
+    };
     out.write_all(text.as_bytes()).map_err(Error::Stdout)
 }
 
 /// `--format dot|svg`: the stage's graph (or program) as DOT, rendered to SVG for `svg`.
-fn draw(args: &DumpArgs, g: &ladder::Graph, out: &mut dyn Write) -> Result<(), Error> {
-    use ladder::text::dot::{graph_to_dot_with, program_to_dot_with, DotOptions};
-    let title = format!("{}: {}", g.name, args.stage);
-    let dot = if args.stage == "kernels" {
-        let (s, _) = scheduled(g, args.recover)?;
-        let title = if args.recover { format!("{title} (recovered)") } else { title };
-        program_to_dot_with(&s.program, &DotOptions { title: Some(title), mark_recovered: true })
-    } else {
-        let graph = stage_graph(g, &args.stage)?;
-        let options = DotOptions { title: Some(title), mark_recovered: args.stage == "recovered" };
-        graph_to_dot_with(&graph, &options)
+fn draw(args: &DumpArgs, l: &Lowering, rung: Rung, out: &mut dyn Write) -> Result<(), Error> {
+    use ladder::dot::{graph_to_dot_with, program_to_dot_with, DotOptions};
+    let title = format!("{}: {}", l.parsed.name, args.stage);
+    let title = if args.no_recover { format!("{title} (no recovery)") } else { title };
+    let dot = match (&l.scheduled, l.graph_at(rung)) {
+        (Some(s), _) => program_to_dot_with(&s.program, &DotOptions { title: Some(title), mark_recovered: true }),
+        (None, Some(graph)) => {
+            let options = DotOptions { title: Some(title), mark_recovered: rung == Rung::Recovered };
+            graph_to_dot_with(graph, &options)
+        }
+        (None, None) => return Err(Error::Usage(format!("nothing to draw at stage `{}`", args.stage))),
     };
     let bytes = match args.format {
         Format::Svg => render_svg(&dot)?,
         Format::Dot | Format::Text => dot.into_bytes(),
     };
     out.write_all(&bytes).map_err(Error::Stdout)
-}
-
-/// The graph of rung `stage` (not `kernels`), each pass verified as `ladder::passes::dump`
-/// does; runs the passes only as far as that rung.
-fn stage_graph(g: &ladder::Graph, stage: &str) -> Result<ladder::Graph, Error> {
-    use ladder::ir::verify::{verify, Stage};
-    use ladder::passes::PipelineError;
-    let check = |pass: &'static str, g: &ladder::Graph, s: Stage| {
-        verify(g, s).map_err(|errors| PipelineError::Invalid { pass, errors })
-    };
-    let lowered = (|| -> Result<ladder::Graph, PipelineError> {
-        check("input", g, Stage::HighLevel)?;
-        if stage == "parsed" {
-            return Ok(g.clone());
-        }
-        let functional = ladder::passes::functionalize(g)?;
-        check("functionalize", &functional.graph, Stage::Functional)?;
-        if stage == "functional" {
-            return Ok(functional.graph);
-        }
-        let prims = ladder::passes::decompose(&functional.graph)?;
-        check("decompose", &prims, Stage::Prims)?;
-        if stage == "prims" {
-            return Ok(prims);
-        }
-        let simplified = ladder::passes::simplify(&prims, &ladder::passes::SimplifyOptions::default())?.graph;
-        check("simplify", &simplified, Stage::Prims)?;
-        if stage == "simplified" {
-            return Ok(simplified);
-        }
-        // Native mode's rung: recovery on the lowering that keeps `recover::KEPT` whole.
-        let native = ladder::passes::lower_native(g)?;
-        Ok(ladder::recover::recover(&native.simplified)?.graph)
-    })();
-    lowered.map_err(|e| Error::Usage(format!("cannot lower the model to stage `{stage}`: {e}")))
 }
 
 /// `dot` rendered by Graphviz (`dot -Tsvg`); a usage error (exit status 2) when Graphviz's

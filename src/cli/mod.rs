@@ -4,6 +4,7 @@
 mod bench;
 mod check;
 mod conformance;
+mod coverage;
 mod dump;
 mod info;
 mod model;

@@ -6,8 +6,7 @@ use std::sync::OnceLock;
 
 use ladder::frontend::onnx::ImportOptions;
 
-use ladder::models::{example_encoder, EXAMPLE_ENCODER_OPS};
-use ladder::ops::coverage;
+use ladder::models::example_encoder;
 use ladder::{Graph, Model};
 
 use super::Error;
@@ -71,13 +70,5 @@ pub fn load_graph_for(path: Option<&Path>, dims: &[(String, u64)]) -> Result<Gra
 }
 
 fn built_in() -> Result<Graph, Error> {
-    let missing: Vec<String> =
-        EXAMPLE_ENCODER_OPS.iter().filter(|&&k| !coverage(k).interp).map(|k| format!("{k:?}")).collect();
-    if !missing.is_empty() {
-        return Err(Error::Usage(format!(
-            "the built-in model needs operators this build does not have ({}); pass a model file instead",
-            missing.join(", ")
-        )));
-    }
     example_encoder().map_err(|e| Error::Usage(format!("cannot build the built-in model: {e}")))
 }

@@ -4,8 +4,9 @@ use std::io::Write;
 
 use serde_json::{json, Value as Json};
 
+use super::coverage::coverage;
 use ladder::ir::{write_float, AttrDefault, AttrSpec, AttrValue};
-use ladder::ops::{all_specs, coverage, Arity, OpSpec, Rung};
+use ladder::ops::{all_specs, Arity, OpSpec, Rung};
 
 use super::Error;
 

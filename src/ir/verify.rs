@@ -32,7 +32,7 @@ pub enum Stage {
     Prims,
     /// The prims rung after recovery: prims and opaque ops in explicit form, plus the
     /// high-level ops recovery puts back where a library kernel runs them
-    /// (`crate::recover::RECOVERABLE`).
+    /// (`crate::ops::library::RECOVERABLE`).
     Recovered,
 }
 
@@ -161,7 +161,7 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), VerifyErrors> {
                     err(Some(v), format!("{} mutates its argument, which a functional graph may not", spec.name));
                 }
             }
-            Stage::Recovered if crate::recover::is_library_op(node.op) => {}
+            Stage::Recovered if crate::ops::library::is_library_op(node.op) => {}
             Stage::Prims | Stage::Recovered => {
                 if !matches!(spec.rung, Rung::Prim | Rung::Opaque) {
                     err(

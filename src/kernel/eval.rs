@@ -1188,7 +1188,8 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
     let names = |n: usize| if n < graph_blobs.inputs().len() { graph_blobs.input_name(n) } else { n.to_string() };
     let guards = input_guards(p, &names);
     let mut values = Vec::new();
-    bind_inputs(&guards, &p.symbols, &crate::runtime::views(inputs), &mut values)?;
+    let views: Vec<TensorView<'_>> = inputs.iter().map(TensorView::from).collect();
+    bind_inputs(&guards, &p.symbols, &views, &mut values)?;
     let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| values[i]);
 
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(p.buffers.len());

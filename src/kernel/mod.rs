@@ -310,7 +310,7 @@ pub struct ConvCall {
 pub struct ChannelPost {
     pub addend: Option<Addend>,
     pub relu: bool,
-    /// An elementwise activation op (`crate::recover::is_activation`) and its attributes.
+    /// An elementwise activation op (`crate::ops::library::is_activation`) and its attributes.
     pub activation: Option<(OpKind, crate::ir::Attrs)>,
 }
 
@@ -325,7 +325,7 @@ pub enum Addend {
 }
 
 /// An op through a hand-written library kernel: `out = op(args...)` with the op's attributes,
-/// for a recovered high-level op (`crate::recover::RECOVERABLE`) or a data-movement prim
+/// for a recovered high-level op (`crate::ops::library::RECOVERABLE`) or a data-movement prim
 /// (`pad`, `cat`, `rev`, `gather`, `scatter_add`). The arguments are buffers of the op's
 /// operands in order, `out` a buffer of its result, disjoint from them. Its meaning is the
 /// op's own (the interpreter's), which the reference executor runs; a backend runs its kernel

@@ -22,10 +22,10 @@ use std::sync::OnceLock;
 use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrError, AttrSpec, Attrs, DType, DimError, Shape, TensorType};
 
-pub mod coverage;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
+pub mod library;
 pub mod linalg;
 pub mod nn;
 pub mod norm;
@@ -33,8 +33,6 @@ pub mod recur;
 pub mod reduce;
 pub mod shape;
 pub mod util;
-
-pub use coverage::{coverage, Coverage};
 
 /// Every operator. Grouped by family; the family file holds each one's spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -19,6 +19,6 @@ pub use functionalize::{functionalize, Epilogue, Functional, FunctionalizeError}
 pub use identities::apply_identities;
 pub use simplify::{simplify, Simplified, SimplifyError, SimplifyOptions, Stopped};
 
-pub mod pipeline;
+pub mod lower;
 
-pub use pipeline::{dump, lower, lower_keeping, lower_native, Lowered, PipelineError, STAGES};
+pub use lower::{functional, lower, lower_keeping, LowerError, Lowered};

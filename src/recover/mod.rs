@@ -56,38 +56,9 @@ use cranelift_entity::EntityRef;
 use crate::ir::{AttrValue, Attrs, DType, Graph, TensorType, Value};
 use crate::ops::OpKind;
 use crate::passes::rewrite::Rewriter;
-use crate::passes::PipelineError;
+use crate::passes::LowerError;
 
-/// The high-level ops recovery puts back (each has a CPU library kernel for f32 rows).
-pub const RECOVERABLE: &[OpKind] = &[
-    OpKind::Softmax,
-    OpKind::LogSoftmax,
-    OpKind::LayerNorm,
-    OpKind::RmsNorm,
-    OpKind::Gelu,
-    OpKind::Silu,
-    OpKind::Sigmoid,
-    OpKind::ScaledDotProductAttention,
-];
-
-/// High-level ops that native mode never decomposes: a library kernel runs each one whole.
-/// `lstm` decomposes into its recurrence unrolled step by step (twenty-odd prims a step), which
-/// recovery would have to match one step after another; the importer knows it is an LSTM, so
-/// native mode keeps the op instead (`crate::passes::lower_keeping`). `max_pool2d` decomposes
-/// into strided slices and `max`es, which a fused kernel runs four lanes at a time; its
-/// library kernel runs the whole pooling at the machine's vector width.
-pub const KEPT: &[OpKind] = &[OpKind::Lstm, OpKind::MaxPool2d];
-
-/// Whether `op` is a high-level op the `Recovered` rung allows: recovered, or kept whole.
-pub fn is_library_op(op: OpKind) -> bool {
-    RECOVERABLE.contains(&op) || KEPT.contains(&op)
-}
-
-/// Whether `op` is one of the recovered elementwise activations: a library call that may run
-/// fused after the kernel or matmul that produces its argument (`Kernel::activation`).
-pub fn is_activation(op: OpKind) -> bool {
-    matches!(op, OpKind::Gelu | OpKind::Silu | OpKind::Sigmoid)
-}
+pub use crate::ops::library::{is_activation, is_library_op, KEPT, RECOVERABLE};
 
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;
@@ -218,7 +189,7 @@ impl Recovered {
 }
 
 /// Recovers every rule's op in `g` (a simplified prims graph).
-pub fn recover(g: &Graph) -> Result<Recovered, PipelineError> {
+pub fn recover(g: &Graph) -> Result<Recovered, LowerError> {
     let rules = rules();
     let users = users(g);
     let mut forms: HashMap<String, Option<Graph>> = HashMap::new();
@@ -254,7 +225,7 @@ pub fn recover(g: &Graph) -> Result<Recovered, PipelineError> {
     matches.reverse();
     near_misses.reverse();
     let graph = rewrite(g, &matches)?;
-    verify(&graph, Stage::Recovered).map_err(|errors| PipelineError::Invalid { pass: "recover", errors })?;
+    verify(&graph, Stage::Recovered).map_err(|errors| LowerError::Invalid { pass: "recover", errors })?;
     Ok(Recovered { graph, matches, near_misses })
 }
 
@@ -751,8 +722,8 @@ fn permutation(perm: Option<&AttrValue>, rank: usize) -> Option<Vec<usize>> {
 
 /// `g` with each match's root computed by its op; the cluster's other nodes become dead and
 /// are removed.
-fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, PipelineError> {
-    let invalid = |e: crate::ir::GraphError| PipelineError::Recover(e.to_string());
+fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, LowerError> {
+    let invalid = |e: crate::ir::GraphError| LowerError::Recover(e.to_string());
     let mut rw = Rewriter::new(g);
     let by_root: HashMap<Value, &Match> = matches.iter().map(|m| (m.root, m)).collect();
     for (v, _) in g.nodes() {
@@ -780,7 +751,7 @@ fn rewrite(g: &Graph, matches: &[Match]) -> Result<Graph, PipelineError> {
         }
     }
     let out = rw.finish().map_err(invalid)?;
-    crate::passes::dce::eliminate_dead_code(&out).map_err(PipelineError::from)
+    crate::passes::dce::eliminate_dead_code(&out).map_err(LowerError::from)
 }
 
 /// f32 only: the library kernels' element type.

@@ -253,7 +253,7 @@ impl Plan {
         if self.native_library && copy {
             return self.run_copy(p, st, inputs, l);
         }
-        if self.native_library && crate::recover::is_library_op(l.op) && self.native_operands(p, l) {
+        if self.native_library && crate::ops::library::is_library_op(l.op) && self.native_operands(p, l) {
             return self.run_rows(p, st, inputs, l);
         }
         if l.op == OpKind::DimValues {
@@ -309,7 +309,7 @@ impl Plan {
         // The activation runs inside only after a kernel that does, or on the product itself.
         let activation = m.activation.as_ref().filter(|l| {
             (native.is_some() || epilogue.is_none())
-                && crate::recover::is_activation(l.op)
+                && crate::ops::library::is_activation(l.op)
                 && self.native_operands(p, l)
         });
         let activation = match activation {

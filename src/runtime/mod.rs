@@ -67,7 +67,8 @@ use crate::kernel::eval::{
 use crate::kernel::{BufferId, BufferKind, Kernel, KernelFn, LibraryCall, MatmulCall, Program, Step};
 use crate::ops::OpKind;
 use crate::passes::functionalize::Epilogue;
-use crate::passes::PipelineError;
+use crate::passes::LowerError;
+use crate::pipeline::{Mode, PipelineError, Rung};
 use crate::sched::ScheduleError;
 use crate::tensor::{Tensor, TensorView};
 use memory::{Lifetime, ALIGN};
@@ -170,7 +171,7 @@ pub struct CompileOptions {
     /// [`RunError::TooLarge`]; memory the system cannot provide under it is
     /// [`RunError::OutOfMemory`], never an abort). 4 GiB by default.
     pub max_run_bytes: u64,
-    /// Recover the ops of `crate::recover::RECOVERABLE` (softmax, log_softmax, layer_norm,
+    /// Recover the ops of `crate::ops::library::RECOVERABLE` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
     /// native mode; `--no-recover` turns it off there.
@@ -472,7 +473,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
     };
     if options.backend == Backend::Interp {
         // Only the epilogue is needed: which inputs the graph mutates.
-        let functional = crate::passes::functionalize(g).map_err(PipelineError::from)?;
+        let functional = crate::passes::functionalize(g).map_err(|e| PipelineError::from(LowerError::from(e)))?;
         plan.epilogue = functional.epilogue;
         plan.guards = g
             .inputs()
@@ -482,12 +483,14 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             .collect();
         return Ok(plan);
     }
-    // Native mode keeps the ops a library kernel runs whole (`recover::KEPT`).
-    let lowered = if options.recover { crate::passes::lower_native(g)? } else { crate::passes::lower(g)? };
-    plan.epilogue = lowered.functional.epilogue.clone();
-    let recovered = if options.recover { Some(crate::recover::recover(&lowered.simplified)?) } else { None };
-    let simplified = recovered.as_ref().map_or(&lowered.simplified, |r| &r.graph);
-    let scheduled = crate::sched::schedule_explained(simplified)?;
+    let mode = if options.recover { Mode::Native } else { Mode::Reference };
+    let mut lowering = crate::pipeline::lower(g, mode, Rung::Kernels).map_err(|e| match e {
+        PipelineError::Schedule(e) => CompileError::Schedule(e),
+        e => CompileError::Pipeline(e),
+    })?;
+    let Some(scheduled) = lowering.scheduled.take() else { unreachable!("lowered to the kernels rung") };
+    plan.epilogue = lowering.functional().map(|f| f.epilogue.clone()).unwrap_or_default();
+    let simplified = lowering.graph();
     plan.assumptions = slice_assumptions(simplified);
     let p = scheduled.program;
     plan.guards = input_guards(&p, &names);
@@ -583,8 +586,10 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             }
         }
     }
-    plan.explanation = match &recovered {
-        Some(r) if !r.matches.is_empty() => format!("{}{}", r.explain(&lowered.simplified), scheduled.explanation),
+    plan.explanation = match (&lowering.recovered, &lowering.simplified) {
+        (Some(r), Some(simplified)) if !r.matches.is_empty() => {
+            format!("{}{}", r.explain(simplified), scheduled.explanation)
+        }
         _ => scheduled.explanation,
     };
     plan.explanation.push_str(&packed_lines);

@@ -73,7 +73,7 @@ impl Plan {
     pub(super) fn fuses_activation(&self, p: &Program, k: &KernelStep, l: &LibraryCall) -> bool {
         matches!(k.exec, KernelExec::Native(_))
             && self.native_library
-            && crate::recover::is_activation(l.op)
+            && crate::ops::library::is_activation(l.op)
             && crate::backend::cpu::activation::Activation::from_op(l.op, &l.attrs).is_some()
             && matches!(l.args[..], [x] if self.all_f32(p, &[x, l.out]) && row_len(p, x) > 0)
     }

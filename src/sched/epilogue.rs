@@ -50,10 +50,14 @@ pub fn fuse(p: &mut Program) -> String {
     while i + 1 < p.steps.len() {
         let verdict = match (&p.steps[i], &p.steps[i + 1]) {
             (Step::Matmul(m), Step::Kernel(k)) if m.epilogue.is_none() => eligible(p, m.out, k),
-            (Step::Matmul(m), Step::Library(l)) if m.activation.is_none() && crate::recover::is_activation(l.op) => {
+            (Step::Matmul(m), Step::Library(l))
+                if m.activation.is_none() && crate::ops::library::is_activation(l.op) =>
+            {
                 activation_eligible(p, m, l)
             }
-            (Step::Kernel(k), Step::Library(l)) if k.activation.is_none() && crate::recover::is_activation(l.op) => {
+            (Step::Kernel(k), Step::Library(l))
+                if k.activation.is_none() && crate::ops::library::is_activation(l.op) =>
+            {
                 kernel_activation_eligible(p, i, k, l)
             }
             _ => {
@@ -112,7 +116,8 @@ fn fold_posts(p: &mut Program) -> String {
     while i + 1 < p.steps.len() {
         // An activation step right after (its kernel's loops did not let it fuse there).
         if let (Step::Conv(c), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) {
-            if c.post.as_ref().is_none_or(|post| post.activation.is_none()) && crate::recover::is_activation(l.op) {
+            if c.post.as_ref().is_none_or(|post| post.activation.is_none()) && crate::ops::library::is_activation(l.op)
+            {
                 match conv_activation_of(p, i, c, l) {
                     Ok(()) => {
                         let _ = writeln!(notes, "; {} {} runs inside conv {}", l.op, l.out, c.out);

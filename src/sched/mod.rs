@@ -152,7 +152,7 @@ fn class(op: OpKind) -> Class {
         Input | Const => Class::Source,
         Matmul | Conv => Class::Library,
         Pad | Cat | Rev | Gather | ScatterAdd | DimValues => Class::Library,
-        op if crate::recover::is_library_op(op) => Class::Library,
+        op if crate::ops::library::is_library_op(op) => Class::Library,
         BroadcastInDim | Permute | Slice | Reshape | Full | Iota => Class::Kernel,
         op if op.is_elementwise() || op.is_reduction() => Class::Kernel,
         _ => Class::Break,

@@ -19,7 +19,6 @@
 //! declared before the graph; the printer can elide large blob data for display, and text
 //! with elided data does not parse.
 
-pub mod dot;
 mod lexer;
 mod parse;
 mod print;

@@ -4,21 +4,21 @@
 //! - `interp`: the reference interpreter can evaluate it. Every op with a spec row has an
 //!   `eval`, so this is true for every op the registry lists.
 //! - `decomp`: the op reaches the prims rung: a high-level op has a decomposition rule
-//!   (`crate::decomp::rule`), or is an in-place op that functionalization turns into ops
+//!   (`ladder::decomp::rule`), or is an in-place op that functionalization turns into ops
 //!   that do; prims and opaque ops are there already.
 //! - `vjp`: a reverse-mode derivative rule exists.
 //! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
 //!   kernel executor inside the plan), and every high-level op that lowers to prims.
 //! - `cpu_native`: the CPU scheduler puts the op (a prim, an opaque op, or a high-level op
-//!   native mode keeps whole: `crate::recover::KEPT`) in native code: a Cranelift kernel or a
+//!   native mode keeps whole: `ladder::ops::library::KEPT`) in native code: a Cranelift kernel or a
 //!   library call (GEMM, conv, the data-movement copies, `lstm`). The rest are
-//!   graph breaks that the plan runs on the reference executor (`crate::sched::compiles`).
+//!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
 //! - `vulkan`: the Vulkan backend can execute it.
 //!
 //! Autodiff and the Vulkan backend are not built yet, so their columns are false. Each stage,
 //! when it lands, answers here for the ops it covers.
 
-use super::{all_specs, OpKind, Rung};
+use ladder::ops::{all_specs, OpKind, Rung};
 
 /// What exists for one op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,13 +36,13 @@ pub fn coverage(kind: OpKind) -> Coverage {
     // `OpKind::spec` treats a missing row as a bug; asking about coverage must not panic.
     let Some(spec) = all_specs().find(|s| s.kind == kind) else { return Coverage::default() };
     let decomp = match spec.rung {
-        Rung::High if spec.mutates => crate::passes::functionalize::functional_forms(kind)
+        Rung::High if spec.mutates => ladder::passes::functionalize::functional_forms(kind)
             .iter()
-            .all(|&f| f.rung() != Rung::High || crate::decomp::rule(f).is_some()),
-        Rung::High => crate::decomp::rule(kind).is_some(),
+            .all(|&f| f.rung() != Rung::High || ladder::decomp::rule(f).is_some()),
+        Rung::High => ladder::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };
-    let kept = crate::recover::KEPT.contains(&kind);
-    let cpu_native = (spec.rung != Rung::High || kept) && crate::sched::compiles(kind);
+    let kept = ladder::ops::library::KEPT.contains(&kind);
+    let cpu_native = (spec.rung != Rung::High || kept) && ladder::sched::compiles(kind);
     Coverage { interp: true, decomp, vjp: false, cpu: decomp, cpu_native, vulkan: false }
 }

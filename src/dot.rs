@@ -5,7 +5,7 @@
 //! `note`s naming their blob, every other node as a box labelled with its op, its type and
 //! its name (if it has one); an edge runs from each argument to its user, and each output is a
 //! `house` node fed by its value. With [`DotOptions::mark_recovered`], the ops recovery puts
-//! back ([`crate::recover::RECOVERABLE`]) are filled with [`RECOVERED_FILL`].
+//! back ([`crate::ops::library::RECOVERABLE`]) are filled with [`RECOVERED_FILL`].
 //!
 //! A program is drawn as buffers (inputs, constants, temporaries) and steps, with edges
 //! buffer → step → buffer. Each kernel is a `subgraph cluster_kK` (`K` its position in
@@ -24,8 +24,8 @@ use std::fmt::Write;
 
 use crate::ir::{DType, Graph, Shape, Value};
 use crate::kernel::{Buffer, BufferKind, Instr, Kernel, LibraryCall, Program, Stage, Step};
+use crate::ops::library::RECOVERABLE;
 use crate::ops::{OpKind, Rung};
-use crate::recover::RECOVERABLE;
 
 /// The fill colour of recovered library ops (graph nodes and program steps).
 pub const RECOVERED_FILL: &str = "#f9cb9c";
@@ -50,7 +50,7 @@ const GEMM_CLUSTER_STYLE: &str = "fontsize=11; style=\"rounded,filled\"; fillcol
 pub struct DotOptions {
     /// The drawing's title (the graph's name when `None`).
     pub title: Option<String>,
-    /// Fill the ops in [`crate::recover::RECOVERABLE`] with [`RECOVERED_FILL`] and note
+    /// Fill the ops in [`crate::ops::library::RECOVERABLE`] with [`RECOVERED_FILL`] and note
     /// `(recovered)` in their labels: for the `recovered` rung, where each such op is one
     /// recovery put back.
     pub mark_recovered: bool,

@@ -1,0 +1,266 @@
+//! The one compile path: a graph climbs down the rungs of [`RUNGS`] in order, each rung's
+//! result kept, with the verifier after every step. The runtime compiles plans from it,
+//! `ladder dump` prints its rungs, and the file tests check them: what `dump` shows is what
+//! a plan runs.
+//!
+//! ```text
+//! parsed ─ functional ─ prims ─ simplified ─ recovered ─ kernels
+//!          (passes::lower: functionalize, decompose, simplify)   (sched)
+//! ```
+//!
+//! Two modes choose the lowering ([`Mode`]): the native plan's (the default: the ops a
+//! library kernel runs whole are kept by decomposition, and recovery puts back the ones it
+//! recognizes in prims) and the reference plan's (every op down to prims, nothing recovered:
+//! the oracle's lowering). A new rung (autodiff's joint graph, the partitioner's split) is
+//! one entry in [`RUNGS`], one field of [`Lowering`] and one arm of [`Lowering::step`].
+
+use std::fmt::Write;
+
+use crate::ir::verify::Stage;
+use crate::ir::Graph;
+use crate::passes::functionalize::{Functional, OutputAlias};
+use crate::passes::LowerError;
+use crate::recover::Recovered;
+use crate::sched::{ScheduleError, Scheduled};
+use crate::text::PrintOptions;
+
+/// Which lowering a graph takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The native plan's: decomposition keeps the ops a library kernel runs whole
+    /// ([`crate::ops::library::KEPT`]), recovery puts back the library ops it recognizes.
+    #[default]
+    Native,
+    /// The reference plan's: every high-level op decomposed to prims, nothing recovered.
+    Reference,
+}
+
+/// A rung of the ladder, top to bottom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rung {
+    Parsed,
+    Functional,
+    Prims,
+    Simplified,
+    Recovered,
+    Kernels,
+}
+
+/// A rung's name (what `ladder dump --stage` and the file tests' `; stage:` take) and what
+/// it holds.
+#[derive(Clone, Copy, Debug)]
+pub struct RungInfo {
+    pub rung: Rung,
+    pub name: &'static str,
+    pub about: &'static str,
+}
+
+/// Every rung, in the order a graph climbs down them.
+pub const RUNGS: &[RungInfo] = &[
+    RungInfo { rung: Rung::Parsed, name: "parsed", about: "the graph as written" },
+    RungInfo {
+        rung: Rung::Functional,
+        name: "functional",
+        about: "no mutation or aliasing; the input writes an epilogue (printed as comments)",
+    },
+    RungInfo {
+        rung: Rung::Prims,
+        name: "prims",
+        about: "decomposed (native mode keeps the ops a library kernel runs whole)",
+    },
+    RungInfo { rung: Rung::Simplified, name: "simplified", about: "identities, constant folding, CSE, DCE" },
+    RungInfo {
+        rung: Rung::Recovered,
+        name: "recovered",
+        about: "library-kernel ops put back by pattern (native mode; the reference mode has none)",
+    },
+    RungInfo { rung: Rung::Kernels, name: "kernels", about: "the scheduled kernel program a plan runs" },
+];
+
+/// The rung names, top to bottom.
+pub fn rung_names() -> impl Iterator<Item = &'static str> {
+    RUNGS.iter().map(|r| r.name)
+}
+
+impl Rung {
+    pub fn name(self) -> &'static str {
+        RUNGS.iter().find(|r| r.rung == self).map_or("?", |r| r.name)
+    }
+
+    /// The rung called `name`, or an error listing the names.
+    pub fn from_name(name: &str) -> Result<Rung, PipelineError> {
+        RUNGS
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.rung)
+            .ok_or_else(|| PipelineError::UnknownRung(name.to_string()))
+    }
+}
+
+/// Why a graph could not be lowered.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("unknown stage `{0}` (stages: {stages})", stages = rung_names().collect::<Vec<_>>().join(", "))]
+    UnknownRung(String),
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error("schedule: {0}")]
+    Schedule(#[from] ScheduleError),
+}
+
+/// One graph's rungs, as far as it was lowered: `None` past the last rung reached (and
+/// `recovered` in the reference mode, which has none).
+#[derive(Clone, Debug)]
+pub struct Lowering {
+    pub mode: Mode,
+    pub parsed: Graph,
+    pub functional: Option<Functional>,
+    pub prims: Option<Graph>,
+    pub simplified: Option<Graph>,
+    pub recovered: Option<Recovered>,
+    pub scheduled: Option<Scheduled>,
+    /// The last rung reached.
+    pub reached: Rung,
+}
+
+/// `g` lowered in `mode` down to rung `until` (every rung above it too), verified after
+/// every step.
+pub fn lower(g: &Graph, mode: Mode, until: Rung) -> Result<Lowering, PipelineError> {
+    crate::passes::lower::check("input", g, Stage::HighLevel)?;
+    let mut l = Lowering {
+        mode,
+        parsed: g.clone(),
+        functional: None,
+        prims: None,
+        simplified: None,
+        recovered: None,
+        scheduled: None,
+        reached: Rung::Parsed,
+    };
+    for r in RUNGS.iter().skip(1).take_while(|r| r.rung <= until) {
+        l.step(r.rung)?;
+        l.reached = r.rung;
+    }
+    Ok(l)
+}
+
+impl Lowering {
+    /// Computes rung `r` from the rungs above it (all reached).
+    fn step(&mut self, r: Rung) -> Result<(), PipelineError> {
+        match r {
+            Rung::Parsed => {}
+            Rung::Functional => self.functional = Some(crate::passes::functional(&self.parsed)?),
+            Rung::Prims => {
+                // Decompose and simplify run together (`passes::lower_keeping`), as one
+                // chain of graph passes recovery's templates share.
+                let keep = match self.mode {
+                    Mode::Native => crate::ops::library::KEPT,
+                    Mode::Reference => &[],
+                };
+                let lowered = crate::passes::lower_keeping(&self.parsed, keep)?;
+                self.functional = Some(lowered.functional);
+                self.prims = Some(lowered.prims);
+                self.simplified = Some(lowered.simplified);
+            }
+            Rung::Simplified => {}
+            Rung::Recovered => {
+                if self.mode == Mode::Native {
+                    let simplified = self.simplified.as_ref().expect("the simplified rung is reached first");
+                    self.recovered = Some(crate::recover::recover(simplified)?);
+                }
+            }
+            Rung::Kernels => self.scheduled = Some(crate::sched::schedule_explained(self.graph())?),
+        }
+        Ok(())
+    }
+
+    /// The last graph rung reached: the one a schedule is made from once `simplified` is
+    /// reached (the recovered graph in native mode).
+    pub fn graph(&self) -> &Graph {
+        let reached = match self.reached {
+            Rung::Kernels | Rung::Recovered => self.recovered.as_ref().map(|r| &r.graph).or(self.simplified.as_ref()),
+            Rung::Simplified => self.simplified.as_ref(),
+            Rung::Prims => self.prims.as_ref(),
+            Rung::Functional => self.functional.as_ref().map(|f| &f.graph),
+            Rung::Parsed => None,
+        };
+        reached.unwrap_or(&self.parsed)
+    }
+
+    /// The graph of rung `r` (not `kernels`), when reached; the reference mode's `recovered`
+    /// rung is its simplified graph.
+    pub fn graph_at(&self, r: Rung) -> Option<&Graph> {
+        match r {
+            Rung::Parsed => Some(&self.parsed),
+            Rung::Functional => self.functional.as_ref().map(|f| &f.graph),
+            Rung::Prims => self.prims.as_ref(),
+            Rung::Simplified => self.simplified.as_ref(),
+            Rung::Recovered if self.reached >= Rung::Recovered => Some(self.graph()),
+            Rung::Recovered | Rung::Kernels => None,
+        }
+    }
+
+    /// The functional rung (reached by every rung below `parsed`).
+    pub fn functional(&self) -> Option<&Functional> {
+        self.functional.as_ref()
+    }
+
+    /// The text of rung `r` (reached): a graph's text form, the functional graph with its
+    /// epilogue as comments, or the kernel program with the epilogue as comments.
+    pub fn text(&self, r: Rung, options: &PrintOptions) -> Option<String> {
+        match r {
+            Rung::Functional => self.functional.as_ref().map(|f| functional_text(f, options)),
+            Rung::Kernels => {
+                let (s, f) = (self.scheduled.as_ref()?, self.functional.as_ref()?);
+                Some(program_text(&s.program, f))
+            }
+            _ => self.graph_at(r).map(|g| crate::text::print_with(g, options)),
+        }
+    }
+}
+
+/// The text of rung `stage` of `g` lowered in `mode`; runs the passes only as far as that
+/// rung.
+pub fn dump(g: &Graph, mode: Mode, stage: &str, options: &PrintOptions) -> Result<String, PipelineError> {
+    let rung = Rung::from_name(stage)?;
+    let l = lower(g, mode, rung)?;
+    Ok(l.text(rung, options).expect("the rung was reached"))
+}
+
+/// A kernel program's text, with the functional graph's epilogue as `;` comment lines after it
+/// (the program's outputs are the functional graph's, so mutated inputs are extra outputs).
+pub fn program_text(p: &crate::kernel::Program, f: &Functional) -> String {
+    let mut out = p.to_string();
+    epilogue_comments(f, &mut out);
+    out
+}
+
+/// A functional graph's text, with its epilogue as `;` comment lines after it.
+pub fn functional_text(f: &Functional, options: &PrintOptions) -> String {
+    let mut out = crate::text::print_with(&f.graph, options);
+    epilogue_comments(f, &mut out);
+    for (i, a) in f.epilogue.output_aliases.iter().enumerate() {
+        let name = &f.graph.outputs()[i].name;
+        match a {
+            OutputAlias::None => {}
+            OutputAlias::Input(k) => {
+                let _ = writeln!(out, "; alias: output `{name}` aliases input `{}`", f.graph.input_name(*k));
+            }
+            OutputAlias::Intermediate => {
+                let _ = writeln!(out, "; alias: output `{name}` aliases an intermediate");
+            }
+        }
+    }
+    out
+}
+
+fn epilogue_comments(f: &Functional, out: &mut String) {
+    for m in &f.epilogue.mutations {
+        let _ = writeln!(
+            out,
+            "; epilogue: copy output `{}` into input `{}`",
+            f.graph.outputs()[m.output].name,
+            f.graph.input_name(m.input)
+        );
+    }
+}
