@@ -170,7 +170,7 @@ fn option_sets() -> Vec<CpuOptions> {
 }
 
 fn compile(opts: CpuOptions, k: &Kernel, p: &Program) -> (CpuCompiler, CompiledKernel) {
-    let mut c = CpuCompiler::with_options(opts).unwrap();
+    let c = CpuCompiler::with_options(opts).unwrap();
     let ck = c.compile(k, p).unwrap_or_else(|e| panic!("compile failed: {e}\n{k}"));
     (c, ck)
 }
@@ -900,7 +900,7 @@ fn supports_reports_why_a_kernel_cannot_compile() {
     assert!(c.supports(&k, &p).unwrap_err().contains("read-only"));
     let (mut k, p) = unary_kernel(OpKind::Exp, DType::F32);
     k.stages[0].body[1] = un(1, OpKind::Exp, 0, DType::I32);
-    let mut c2 = CpuCompiler::new().unwrap();
+    let c2 = CpuCompiler::new().unwrap();
     assert!(matches!(c2.compile(&k, &p), Err(CodegenError::Invalid(_))));
 }
 
@@ -940,7 +940,7 @@ fn compiled_kernels_are_send_and_sync_and_outlive_the_compiler() {
     assert_send::<CpuCompiler>();
     let (k, p) = pointwise_kernel(true);
     let ck = {
-        let mut c = CpuCompiler::new().unwrap();
+        let c = CpuCompiler::new().unwrap();
         c.compile(&k, &p).unwrap()
     };
     let handle = std::thread::spawn(move || {
@@ -964,7 +964,7 @@ fn compile_times_are_printed() {
         ("erf", unary_kernel(OpKind::Erf, DType::F32)),
         ("tanh", unary_kernel(OpKind::Tanh, DType::F32)),
     ];
-    let mut c = CpuCompiler::new().unwrap();
+    let c = CpuCompiler::new().unwrap();
     let mut lines = Vec::new();
     for (name, (k, p)) in &cases {
         let mut times: Vec<f64> = (0..9)

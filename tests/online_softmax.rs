@@ -282,7 +282,7 @@ fn sum_exp_program(op: ReduceOp, dtype: DType, with_max: bool) -> Program {
 /// Runs the program's one kernel natively on `x` (`rows × n`), returning the row results.
 fn run_native(p: &Program, opts: CpuOptions, dtype: DType, x: &[f64], rows: usize, n: usize) -> Vec<f64> {
     let Step::Kernel(k) = &p.steps[0] else { unreachable!() };
-    let mut c = CpuCompiler::with_options(opts).unwrap();
+    let c = CpuCompiler::with_options(opts).unwrap();
     let ck = c.compile(k, p).unwrap_or_else(|e| panic!("compile failed: {e}\n{k}"));
     let dims: Vec<i64> = ck
         .dim_table()

@@ -327,3 +327,31 @@ fn a_long_elementwise_chain_does_not_recurse_per_link() {
     let (g, p) = p.unwrap();
     agrees(&g, &p, &[f32t(&[5], &[-2.0, -0.0, 0.0, 3.5, f32::NAN])]);
 }
+
+/// A long chain is cut into kernels of bounded length: merging the pieces stops at
+/// `MAX_MERGED_INSTRS` (each merge emits the merged kernel again, so unbounded merging of a
+/// long chain's pieces costs the square of its length), and the chain still agrees with the
+/// interpreter.
+#[test]
+fn a_long_chain_becomes_kernels_of_bounded_length() {
+    let n = 5000;
+    let mut src = String::from("graph chain(%x: f32[3]) {\n");
+    let mut prev = "%x".to_string();
+    for i in 0..n {
+        let op = if i % 2 == 0 { "neg" } else { "exp" };
+        src.push_str(&format!("  %v{i} = {op}({prev})\n"));
+        prev = format!("%v{i}");
+    }
+    src.push_str(&format!("  return {prev}\n}}"));
+    let g = parse(&src);
+    let p = schedule(&g).unwrap();
+    let sizes: Vec<usize> = p.kernels().map(|k| k.stages.iter().map(|s| s.body.len()).sum()).collect();
+    assert!(sizes.len() >= n / ladder::sched::MAX_MERGED_INSTRS, "{sizes:?}");
+    // A merged kernel holds at most MAX_MERGED_INSTRS from its parts (renumbering can only
+    // shrink it).
+    assert!(sizes.iter().all(|&s| s <= ladder::sched::MAX_MERGED_INSTRS), "{sizes:?}");
+    // Every link is computed once.
+    let covered: usize = p.kernels().map(|k| k.covers.len()).sum();
+    assert_eq!(covered, n, "{sizes:?}");
+    agrees(&g, &p, &[f32t(&[3], &[-1.0, 0.0, 0.5])]);
+}

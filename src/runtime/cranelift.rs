@@ -1,21 +1,21 @@
 //! The CPU backend's code generator ([`crate::backend::cpu`]) as a [`KernelCompiler`]: kernels
 //! it supports run natively, the others on the reference executor.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::{Declined, KernelCompiler, NativeKernel};
 use crate::backend::cpu::{take_kernel_error, CodegenError, CpuCompiler, CpuOptions};
 use crate::kernel::{Kernel, Program};
 
 /// Compiles kernels with Cranelift into one JIT module (shared by every kernel it compiles,
-/// freed when the last plan using them goes).
+/// freed when the last plan using them goes); several threads may compile at once.
 pub struct CraneliftCompiler {
-    inner: Mutex<CpuCompiler>,
+    inner: CpuCompiler,
 }
 
 impl CraneliftCompiler {
     pub fn new(options: CpuOptions) -> Result<CraneliftCompiler, CodegenError> {
-        Ok(CraneliftCompiler { inner: Mutex::new(CpuCompiler::with_options(options)?) })
+        Ok(CraneliftCompiler { inner: CpuCompiler::with_options(options)? })
     }
 
     /// A compiler for [`super::CompileOptions::kernel_compiler`].
@@ -30,8 +30,7 @@ fn take_error() -> Option<String> {
 
 impl KernelCompiler for CraneliftCompiler {
     fn compile(&self, kernel: &Kernel, program: &Program) -> Result<NativeKernel, Declined> {
-        let mut c =
-            self.inner.lock().map_err(|_| Declined::Defect("the Cranelift compiler's lock is poisoned".to_string()))?;
+        let c = &self.inner;
         // A panic in code generation is a backend bug; the kernel then runs on the reference
         // executor instead of taking the whole compilation down.
         let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.compile(kernel, program)))

@@ -507,23 +507,39 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
             BufferKind::Temp => Loc::Temp,
         });
     }
-    for s in &p.steps {
-        let kernel = match s {
+    let step_kernels: Vec<Option<&Kernel>> = p
+        .steps
+        .iter()
+        .map(|s| match s {
             Step::Kernel(k) => Some(k),
             Step::Matmul(m) => m.epilogue.as_deref(),
             _ => None,
-        };
+        })
+        .collect();
+    // Native code for every kernel, compiled on the plan's threads at once (code generation
+    // is most of a long graph's compile time).
+    let compiled: Vec<Option<Result<NativeKernel, Declined>>> = match &options.kernel_compiler {
+        Some(c) => {
+            let one = |k: &Option<&Kernel>| k.map(|k| c.compile(k, &p));
+            if plan.threads > 1 {
+                use rayon::prelude::*;
+                step_kernels.par_iter().with_max_len(1).map(one).collect()
+            } else {
+                step_kernels.iter().map(one).collect()
+            }
+        }
+        None => vec![None; step_kernels.len()],
+    };
+    for (kernel, native) in step_kernels.iter().zip(compiled) {
         plan.kernels.push(match kernel {
             Some(k) => {
                 let prepared = PreparedKernel::new(k, &p).map_err(CompileError::Malformed)?;
-                let exec = match &options.kernel_compiler {
-                    Some(c) => match c.compile(k, &p) {
-                        Ok(native) => KernelExec::Native(native),
-                        Err(why) => {
-                            plan.fallbacks.push(Fallback { kernel: k.name.clone(), why });
-                            KernelExec::Reference
-                        }
-                    },
+                let exec = match native {
+                    Some(Ok(native)) => KernelExec::Native(native),
+                    Some(Err(why)) => {
+                        plan.fallbacks.push(Fallback { kernel: k.name.clone(), why });
+                        KernelExec::Reference
+                    }
                     None => KernelExec::Reference,
                 };
                 Some(KernelStep { id: plan.kernels.len(), prepared, exec })

@@ -63,6 +63,13 @@ pub(crate) const HOIST_COST: usize = 3;
 /// The most instructions one kernel may have before the value being emitted is materialised.
 pub(crate) const MAX_INSTRS: usize = 20_000;
 
+/// The most instructions two kernels may have together for the scheduler to merge them. A
+/// kernel that long is compute-bound already (its loads and stores are a few of its
+/// instructions), while each merge emits the merged kernel again: without a bound, merging the
+/// pieces of a long chain one by one costs the square of its length. Real models' kernels
+/// have well under a hundred.
+pub const MAX_MERGED_INSTRS: usize = 1024;
+
 /// Deepest nesting of computed values in one kernel (a chain of pointwise ops is this deep):
 /// emission recurses once per level, so a deeper chain is split by materialising the value at
 /// this depth, which bounds the stack however long the chain.
@@ -110,6 +117,9 @@ pub(crate) struct Emitted {
     /// Values the kernel needs materialised first, and why; when not empty, the kernel was
     /// built as if they were, and is not final.
     pub needs: Vec<(Value, String)>,
+    /// Those of `needs` materialised only because they sit [`MAX_DEPTH`] computations deep:
+    /// where a long chain is cut, whatever else is materialised.
+    pub deep: Vec<Value>,
 }
 
 fn buf(v: Value) -> BufferId {
@@ -171,6 +181,8 @@ pub(crate) fn domain(ctx: &Ctx, roots: &[Value], r: Value) -> Vec<usize> {
 /// Depth-first search from `v` at `ix` for the first reduction computed inline; returns the
 /// index it is needed at. Arguments are searched in order, each fully before the next; the
 /// search keeps its own stack, so a long chain of elementwise ops cannot overflow the thread's.
+/// It goes no deeper than emission computes inline ([`MAX_DEPTH`]: a value nested deeper is
+/// materialised), so a root's search costs at most that much of a long chain, not the chain.
 fn walk(
     ctx: &Ctx,
     roots: &[Value],
@@ -180,13 +192,16 @@ fn walk(
     budget: &mut usize,
     is_start: bool,
 ) -> Option<Ix> {
-    let mut stack = vec![(v, ix, is_start)];
-    while let Some((v, ix, is_start)) = stack.pop() {
+    let mut stack = vec![(v, ix, is_start, 0usize)];
+    while let Some((v, ix, is_start, depth)) = stack.pop() {
         if *budget == 0 {
             return None;
         }
         *budget -= 1;
         if !is_start && (ctx.storage)(v).is_some_and(|s| !roots.contains(&s)) {
+            continue;
+        }
+        if depth >= MAX_DEPTH && !roots.contains(&v) {
             continue;
         }
         if !seen.insert((v, ix.clone())) {
@@ -195,10 +210,12 @@ fn walk(
         let node = ctx.g.node(v);
         match node.op {
             op if op.is_reduction() => return Some(ix),
-            op if op.is_elementwise() => stack.extend(node.args.iter().rev().map(|&a| (a, ix.clone(), false))),
+            op if op.is_elementwise() => {
+                stack.extend(node.args.iter().rev().map(|&a| (a, ix.clone(), false, depth + 1)))
+            }
             OpKind::BroadcastInDim | OpKind::Permute | OpKind::Slice | OpKind::Reshape => {
                 if let Ok(aix) = arg_index(ctx.g, node, &ix) {
-                    stack.push((node.args[0], aix, false));
+                    stack.push((node.args[0], aix, false, depth + 1));
                 }
             }
             _ => {}
@@ -234,6 +251,8 @@ struct Em<'a, 'c> {
     /// Values found to need a buffer during this emission, treated as buffered from then on.
     assumed: HashSet<Value>,
     failures: Vec<(Value, String)>,
+    /// Values refused for their depth ([`MAX_DEPTH`]).
+    deep: HashSet<Value>,
 }
 
 fn operands(i: &Instr) -> Vec<Reg> {
@@ -364,6 +383,7 @@ impl Em<'_, '_> {
                     return Err(need(v, format!("the kernel computing it would exceed {MAX_INSTRS} instructions")));
                 }
                 if self.depth >= MAX_DEPTH && !self.roots.contains(&v) {
+                    self.deep.insert(v);
                     return Err(need(v, format!("it is nested {MAX_DEPTH} computations deep in one kernel")));
                 }
                 if !self.roots.contains(&v) {
@@ -667,6 +687,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         depth: 0,
         assumed: HashSet::new(),
         failures: Vec::new(),
+        deep: HashSet::new(),
     };
     // The outer loops: every root must agree.
     let mut outer: Option<(Value, Vec<Dim>)> = None;
@@ -703,7 +724,7 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
             covers: roots.to_vec(),
             activation: None,
         };
-        return Ok(Emitted { kernel, reads: BTreeMap::new(), needs: Vec::new() });
+        return Ok(Emitted { kernel, reads: BTreeMap::new(), needs: Vec::new(), deep: Vec::new() });
     }
     let mut store_stages = Vec::new();
     for (r, axes) in plans {
@@ -782,7 +803,8 @@ pub(crate) fn emit(ctx: &Ctx, roots: &[Value], name: &str) -> Result<Emitted, Fa
         covers: em.covers.iter().copied().collect(),
         activation: None,
     };
-    Ok(Emitted { kernel, reads, needs: em.failures })
+    let deep = em.failures.iter().map(|f| f.0).filter(|u| em.deep.contains(u)).collect();
+    Ok(Emitted { kernel, reads, needs: em.failures, deep })
 }
 
 /// The instruction defining `r` in `body`, if `r` is local to it.

@@ -65,6 +65,8 @@
 
 mod affine;
 mod emit;
+
+pub use emit::MAX_MERGED_INSTRS;
 pub mod epilogue;
 mod interchange;
 
@@ -421,6 +423,8 @@ impl<'g> Sched<'g> {
             // expensive one stops there (instead of walking its whole computation again).
             let owner: RefCell<HashMap<Value, Value>> = RefCell::new(HashMap::new());
             let memo = RefCell::new(HashMap::new());
+            // Where long chains are cut (values materialised for their depth alone).
+            let mut cut: Vec<Value> = Vec::new();
             for &r in &roots {
                 let shared = |v: Value| {
                     let a = owner.borrow().get(&v).copied()?;
@@ -444,6 +448,7 @@ impl<'g> Sched<'g> {
                             }
                             new.entry(*value).or_insert_with(|| reason.clone());
                         }
+                        cut.extend(em.deep.iter().copied());
                         groups.push(KGroup { roots: vec![r], em });
                     }
                     Err(Fail::Materialise(list)) => {
@@ -461,6 +466,26 @@ impl<'g> Sched<'g> {
                     Err(Fail::Domains(m) | Fail::Error(m)) => {
                         return Err(ScheduleError::Failed(format!("the kernel of {}: {m}", self.name(r))))
                     }
+                }
+            }
+            // A chain is cut once per emission, MAX_DEPTH computations below its root, so
+            // rounds that found one cut each would settle a long chain in a number of rounds
+            // proportional to its length, each emitting every root (quadratic). Instead, each
+            // cut is emitted at once as a root of its own (nothing else taken from it) to find
+            // the next cut below it; the next round, with all of them materialised, is the one
+            // that decides everything else.
+            let mut next = 0;
+            let mut seen = BTreeSet::new();
+            while let Some(&u) = cut.get(next) {
+                next += 1;
+                if !seen.insert(u) || self.mat.contains_key(&u) {
+                    continue;
+                }
+                let why = format!("it is nested {} computations deep in one kernel", emit::MAX_DEPTH);
+                new.entry(u).or_insert_with(|| why.clone());
+                self.mat.insert(u, why);
+                if let Ok(em) = self.emit(&[u]) {
+                    cut.extend(em.deep.iter().copied());
                 }
             }
             if new.is_empty() {
@@ -599,6 +624,12 @@ impl<'g> Sched<'g> {
                     let key = (self.groups[i].roots[0], self.groups[j].roots[0]);
                     if self.merge_notes.contains_key(&key) {
                         // Tried before and refused; merges elsewhere rarely change that.
+                        continue;
+                    }
+                    let size = |g: &KGroup| g.em.kernel.stages.iter().map(|s| s.body.len()).sum::<usize>();
+                    if size(&self.groups[i]) + size(&self.groups[j]) > emit::MAX_MERGED_INSTRS {
+                        let why = format!("merged, the kernel would exceed {} instructions", emit::MAX_MERGED_INSTRS);
+                        self.merge_notes.insert(key, why);
                         continue;
                     }
                     let (ui, uj) = (Unit::Kernel(i), Unit::Kernel(j));

@@ -291,10 +291,11 @@ impl CompiledKernel {
 /// Compiles kernels into one JIT module.
 pub struct CpuCompiler {
     shared: Arc<JitShared>,
+    /// The module's target: kernels are compiled for it outside the module's lock (so
+    /// several threads compile at once) and only their bytes are put in the module under it.
+    isa: cranelift_codegen::isa::OwnedTargetIsa,
     options: CpuOptions,
     has_fma: bool,
-    ctx: Context,
-    fctx: FunctionBuilderContext,
 }
 
 impl CpuCompiler {
@@ -305,15 +306,9 @@ impl CpuCompiler {
     pub fn with_options(options: CpuOptions) -> Result<CpuCompiler, CodegenError> {
         let isa = native_isa()?;
         let has_fma = has_fma(&*isa);
-        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
         let module = JITModule::new(builder);
-        Ok(CpuCompiler {
-            shared: Arc::new(JitShared { module: Mutex::new(Some(module)) }),
-            options,
-            has_fma,
-            ctx: Context::new(),
-            fctx: FunctionBuilderContext::new(),
-        })
+        Ok(CpuCompiler { shared: Arc::new(JitShared { module: Mutex::new(Some(module)) }), isa, options, has_fma })
     }
 
     pub fn options(&self) -> CpuOptions {
@@ -330,46 +325,49 @@ impl CpuCompiler {
         analyze::analyze(kernel, program, &self.options).map(|_| ()).map_err(|e| e.to_string())
     }
 
-    /// Compiles `kernel` (whose buffers are `program`'s) to native code.
-    pub fn compile(&mut self, kernel: &Kernel, program: &Program) -> Result<CompiledKernel, CodegenError> {
+    /// Compiles `kernel` (whose buffers are `program`'s) to native code. Threads may compile
+    /// kernels at once: code generation runs unlocked, and only placing the finished code in
+    /// the shared module takes its lock.
+    pub fn compile(&self, kernel: &Kernel, program: &Program) -> Result<CompiledKernel, CodegenError> {
         let analysis = analyze::analyze(kernel, program, &self.options)?;
-        let mut guard =
-            self.shared.module.lock().map_err(|_| CodegenError::Cranelift("JIT module lock poisoned".into()))?;
-        let module = guard.as_mut().ok_or_else(|| CodegenError::Cranelift("JIT module is gone".into()))?;
-        let mut sig = module.make_signature();
+        let cl = |e: &dyn std::fmt::Display| CodegenError::Cranelift(e.to_string());
+        let call_conv = self.isa.default_call_conv();
+        let mut sig = cranelift_codegen::ir::Signature::new(call_conv);
         for _ in 0..4 {
             sig.params.push(AbiParam::new(types::I64));
         }
-        let id = module.declare_anonymous_function(&sig).map_err(|e| CodegenError::Cranelift(e.to_string()))?;
-        self.ctx.clear();
-        self.ctx.func.signature = sig;
-        let call_conv = module.isa().default_call_conv();
-        let frontend = module.isa().frontend_config();
+        let mut ctx = Context::new();
+        ctx.func.signature = sig.clone();
         let fma = self.has_fma && !self.options.strict_fp;
         codegen::build(
-            &mut self.ctx.func,
-            &mut self.fctx,
+            &mut ctx.func,
+            &mut FunctionBuilderContext::new(),
             kernel,
             program,
             &analysis,
-            codegen::Target { fma, call_conv, frontend },
+            codegen::Target { fma, call_conv, frontend: self.isa.frontend_config() },
         )?;
-        let defined = module.define_function(id, &mut self.ctx);
-        if let Err(e) = defined {
-            let msg = match &e {
-                cranelift_module::ModuleError::Compilation(cranelift_codegen::CodegenError::Verifier(v)) => {
-                    format!(
-                        "{e}: {}",
-                        cranelift_codegen::print_errors::pretty_verifier_error(&self.ctx.func, None, v.clone())
-                    )
-                }
-                _ => e.to_string(),
+        let compiled = ctx.compile(&*self.isa, &mut Default::default()).map_err(|e| {
+            let msg = match &e.inner {
+                cranelift_codegen::CodegenError::Verifier(v) => format!(
+                    "{}: {}",
+                    e.inner,
+                    cranelift_codegen::print_errors::pretty_verifier_error(e.func, None, v.clone())
+                ),
+                other => other.to_string(),
             };
-            self.ctx.clear();
-            return Err(CodegenError::Cranelift(msg));
-        }
-        module.clear_context(&mut self.ctx);
-        module.finalize_definitions().map_err(|e| CodegenError::Cranelift(e.to_string()))?;
+            CodegenError::Cranelift(msg)
+        })?;
+        let alignment = u64::from(compiled.buffer.alignment);
+        let bytes = compiled.code_buffer().to_vec();
+        let mach_relocs: Vec<_> = compiled.buffer.relocs().to_vec();
+        let mut guard = self.shared.module.lock().map_err(|_| cl(&"JIT module lock poisoned"))?;
+        let module = guard.as_mut().ok_or_else(|| cl(&"JIT module is gone"))?;
+        let id = module.declare_anonymous_function(&sig).map_err(|e| cl(&e))?;
+        let relocs: Vec<_> =
+            mach_relocs.iter().map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id)).collect();
+        module.define_function_bytes(id, alignment, &bytes, &relocs).map_err(|e| cl(&e))?;
+        module.finalize_definitions().map_err(|e| cl(&e))?;
         let ptr = module.get_finalized_function(id);
         // SAFETY: the function was built with the `KernelFn` signature (four i64 parameters,
         // no results, the platform's default C calling convention) and is now finalized
