@@ -665,6 +665,14 @@ graph g(%x: f32[2], %y: f32[2]) {
 }";
     let text = print(&eliminate_dead_code(&parse(src)).unwrap());
     assert_eq!(text, "graph g(%x: f32[2], %y: f32[2]) {\n  %r = neg(%x) : f32[2]\n  return %r\n}\n");
+    // Blobs are found by name after some are dropped (the name index is rebuilt with them).
+    let src = "blob @a: f32[1] = [1.0]\nblob @b: f32[1] = [2.0]\nblob @c: f32[1] = [3.0]
+graph g(%x: f32[1]) {\n  %c = const @c\n  %r = add(%x, %c)\n  return %r\n}";
+    let g = eliminate_dead_code(&parse(src)).unwrap();
+    assert!(g.blob_by_name("a").is_none() && g.blob_by_name("b").is_none());
+    let c = g.blob_by_name("c").expect("the used blob stays");
+    assert_eq!(g.blob(c).name, "c");
+    assert_eq!(g.blobs().count(), 1);
 }
 
 #[test]

@@ -97,7 +97,11 @@ pub struct Graph {
     by_name: HashMap<Box<str>, Value>,
     pub(crate) inputs: Vec<Value>,
     pub(crate) outputs: Vec<Output>,
-    pub(crate) blobs: PrimaryMap<BlobId, Blob>,
+    blobs: PrimaryMap<BlobId, Blob>,
+    /// Blob ids by name (a model has thousands of weights; looking each up by scanning made
+    /// building a plan quadratic in their number). Kept by [`Graph::add_blob`] and
+    /// [`Graph::retain_blobs`].
+    blob_index: HashMap<Box<str>, BlobId>,
 }
 
 /// A node that could not be added, and why.
@@ -129,6 +133,7 @@ impl Graph {
             inputs: Vec::new(),
             outputs: Vec::new(),
             blobs: PrimaryMap::new(),
+            blob_index: HashMap::new(),
         }
     }
 
@@ -178,7 +183,19 @@ impl Graph {
     }
 
     pub fn blob_by_name(&self, name: &str) -> Option<BlobId> {
-        self.blobs.iter().find(|(_, b)| b.name == name).map(|(id, _)| id)
+        self.blob_index.get(name).copied()
+    }
+
+    /// Keeps only the blobs `keep` accepts (renumbering them: callers find blobs by name).
+    pub(crate) fn retain_blobs(&mut self, keep: impl Fn(&Blob) -> bool) {
+        let old = std::mem::take(&mut self.blobs);
+        self.blob_index.clear();
+        for (_, b) in old.into_iter() {
+            if keep(&b) {
+                let id = self.blobs.push(b);
+                self.blob_index.insert(self.blobs[id].name.as_str().into(), id);
+            }
+        }
     }
 
     pub fn name_of(&self, v: Value) -> Option<&str> {
@@ -246,7 +263,9 @@ impl Graph {
         if self.blob_by_name(name).is_some() {
             return Err(GraphError::DuplicateBlob(name.to_string()));
         }
-        Ok(self.blobs.push(Blob { name: name.to_string(), tensor }))
+        let id = self.blobs.push(Blob { name: name.to_string(), tensor });
+        self.blob_index.insert(name.into(), id);
+        Ok(id)
     }
 
     /// Adds a `const` node reading a stored blob.

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use cranelift_entity::{EntityRef, PrimaryMap};
+use cranelift_entity::EntityRef;
 
 use super::rewrite::Rewriter;
 use super::simplify::{require_pure, SimplifyError};
@@ -39,12 +39,6 @@ pub fn eliminate_dead_code(g: &Graph) -> Result<Graph, SimplifyError> {
     // `const` nodes name their blob, so the blob store can be rebuilt without the unused ones.
     let used: HashSet<String> =
         out.nodes().filter(|(_, n)| n.op == OpKind::Const).map(|(_, n)| n.attrs.str("blob").to_string()).collect();
-    let mut blobs = PrimaryMap::new();
-    for (_, b) in out.blobs() {
-        if used.contains(&b.name) {
-            blobs.push(b.clone());
-        }
-    }
-    out.blobs = blobs;
+    out.retain_blobs(|b| used.contains(&b.name));
     Ok(out)
 }

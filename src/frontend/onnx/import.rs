@@ -10,7 +10,7 @@ use super::proto::{self, AttributeProto, GraphProto, ModelProto, NodeProto, Tens
 use super::tensor::{check_dims, dtype_name, dtype_of, tensor_from_proto, Budget};
 use super::{ImportError, ImportOptions, NodeError, NodeRef, UnsupportedOp};
 use crate::interp::{EvalCtx, View};
-use crate::ir::{AttrValue, Attrs, Blob, DType, Dim, Graph, Shape, TensorType, Value};
+use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
 
@@ -453,17 +453,20 @@ impl<'m> Importer<'m> {
 
     /// A `const` node for `tensor`, its blob named after `hint` (made unique).
     pub fn constant(&mut self, hint: &str, tensor: Tensor) -> Value {
-        let mut name = if hint.is_empty() { "c".to_string() } else { hint.to_string() };
-        if self.blob_names.contains(&name) {
-            let mut k = 1;
-            while self.blob_names.contains(&format!("{name}_{k}")) {
-                k += 1;
-            }
-            name = format!("{name}_{k}");
-        }
-        self.blob_names.insert(name.clone());
         let tensor = Arc::new(tensor);
-        let id = self.g.blobs.push(Blob { name, tensor: tensor.clone() });
+        let base = if hint.is_empty() { "c" } else { hint };
+        let (mut name, mut k) = (base.to_string(), 0);
+        // A name neither this importer nor the graph has used (the graph refuses a duplicate).
+        let id = loop {
+            if !self.blob_names.contains(&name) {
+                if let Ok(id) = self.g.add_blob(&name, tensor.clone()) {
+                    break id;
+                }
+            }
+            k += 1;
+            name = format!("{base}_{k}");
+        };
+        self.blob_names.insert(name);
         let v = self.g.add_const(id);
         self.consts.insert(v, tensor);
         v
