@@ -97,7 +97,8 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
-        return out.write_all(ladder::passes::stats::stats_table(&g).as_bytes()).map_err(Error::Stdout);
+        let mode = if args.no_recover { Mode::Reference } else { Mode::Native };
+        return out.write_all(ladder::pipeline::stats::stats_table(&g, mode).as_bytes()).map_err(Error::Stdout);
     }
     let l = lowered(args, &g, rung)?;
     if args.format != Format::Text {

@@ -58,10 +58,31 @@ pub fn lower(g: &Graph) -> Result<Lowered, LowerError> {
 /// rung.
 pub fn lower_keeping(g: &Graph, keep: &[crate::ops::OpKind]) -> Result<Lowered, LowerError> {
     let functional = functional(g)?;
-    let prims = decompose_keeping(&functional.graph, keep)?;
-    let stage = if keep.is_empty() { Stage::Prims } else { Stage::Recovered };
-    check("decompose", &prims, stage)?;
-    let simplified = simplify(&prims, &SimplifyOptions::default())?.graph;
-    check("simplify", &simplified, stage)?;
+    let prims = prims(&functional, keep)?;
+    let simplified = simplified(&prims, keep)?;
     Ok(Lowered { parsed: g.clone(), functional, prims, simplified })
+}
+
+/// The functional graph decomposed (keeping the ops in `keep`), the result verified.
+pub fn prims(functional: &Functional, keep: &[crate::ops::OpKind]) -> Result<Graph, LowerError> {
+    let prims = decompose_keeping(&functional.graph, keep)?;
+    check("decompose", &prims, rung_of(keep))?;
+    Ok(prims)
+}
+
+/// The prims graph simplified, the result verified (`keep` as given to [`prims`]).
+pub fn simplified(prims: &Graph, keep: &[crate::ops::OpKind]) -> Result<Graph, LowerError> {
+    let simplified = simplify(prims, &SimplifyOptions::default())?.graph;
+    check("simplify", &simplified, rung_of(keep))?;
+    Ok(simplified)
+}
+
+/// The rung a graph is verified at after decomposition: prims, or the `Recovered` rung when
+/// some high-level ops are kept whole.
+fn rung_of(keep: &[crate::ops::OpKind]) -> Stage {
+    if keep.is_empty() {
+        Stage::Prims
+    } else {
+        Stage::Recovered
+    }
 }

@@ -9,7 +9,6 @@ pub mod functionalize;
 pub mod identities;
 pub mod rewrite;
 pub mod simplify;
-pub mod stats;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;

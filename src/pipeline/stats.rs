@@ -3,35 +3,25 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::decompose::decompose;
-use super::functionalize::functionalize;
-use super::simplify::{simplify, SimplifyOptions};
+use super::{lower_partial, Mode, Rung, RUNGS};
 use crate::ir::Graph;
 
-/// Each rung that could be reached, with its graph, and why the next one could not.
-pub fn rungs(g: &Graph) -> (Vec<(&'static str, Graph)>, Option<String>) {
-    let mut out = vec![("parsed", g.clone())];
-    let functional = match functionalize(g) {
-        Ok(f) => f.graph,
-        Err(e) => return (out, Some(format!("functionalize: {e}"))),
-    };
-    out.push(("functional", functional.clone()));
-    let prims = match decompose(&functional) {
-        Ok(p) => p,
-        Err(e) => return (out, Some(format!("decompose: {e}"))),
-    };
-    out.push(("prims", prims.clone()));
-    match simplify(&prims, &SimplifyOptions::default()) {
-        Ok(s) => out.push(("simplified", s.graph)),
-        Err(e) => return (out, Some(format!("simplify: {e}"))),
-    }
-    (out, None)
+/// Each graph rung `g` reaches in `mode` (down to `recovered`), with its graph, and why the
+/// next one could not be reached.
+pub fn rungs(g: &Graph, mode: Mode) -> (Vec<(&'static str, Graph)>, Option<String>) {
+    let (l, stopped) = lower_partial(g, mode, Rung::Recovered);
+    let out = RUNGS
+        .iter()
+        .filter(|r| r.rung <= l.reached && !(r.rung == Rung::Recovered && mode == Mode::Reference))
+        .filter_map(|r| l.graph_at(r.rung).map(|g| (r.name, g.clone())))
+        .collect();
+    (out, stopped.map(|e| e.to_string()))
 }
 
 /// A table of node counts: one row per op, one column per rung, and a total row. Source
 /// nodes (inputs and constants) are counted too.
-pub fn stats_table(g: &Graph) -> String {
-    let (rungs, stopped) = rungs(g);
+pub fn stats_table(g: &Graph, mode: Mode) -> String {
+    let (rungs, stopped) = rungs(g, mode);
     let mut counts: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
     for (i, (_, graph)) in rungs.iter().enumerate() {
         for (_, node) in graph.nodes() {

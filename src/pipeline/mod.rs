@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! parsed ─ functional ─ prims ─ simplified ─ recovered ─ kernels
-//!          (passes::lower: functionalize, decompose, simplify)   (sched)
+//!          (passes::lower's steps: functionalize, decompose, simplify, each verified)
 //! ```
 //!
 //! Two modes choose the lowering ([`Mode`]): the native plan's (the default: the ops a
@@ -24,6 +24,8 @@ use crate::recover::Recovered;
 use crate::sched::{ScheduleError, Scheduled};
 use crate::text::PrintOptions;
 
+pub mod stats;
+
 /// Which lowering a graph takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -33,6 +35,16 @@ pub enum Mode {
     Native,
     /// The reference plan's: every high-level op decomposed to prims, nothing recovered.
     Reference,
+}
+
+impl Mode {
+    /// The high-level ops decomposition keeps whole in this mode.
+    pub fn keep(self) -> &'static [crate::ops::OpKind] {
+        match self {
+            Mode::Native => crate::ops::library::KEPT,
+            Mode::Reference => &[],
+        }
+    }
 }
 
 /// A rung of the ladder, top to bottom.
@@ -126,7 +138,15 @@ pub struct Lowering {
 /// `g` lowered in `mode` down to rung `until` (every rung above it too), verified after
 /// every step.
 pub fn lower(g: &Graph, mode: Mode, until: Rung) -> Result<Lowering, PipelineError> {
-    crate::passes::lower::check("input", g, Stage::HighLevel)?;
+    match lower_partial(g, mode, until) {
+        (l, None) => Ok(l),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// [`lower`] as far as it goes: the rungs reached (`reached` the last), and what stopped it
+/// before `until`, if anything did.
+pub fn lower_partial(g: &Graph, mode: Mode, until: Rung) -> (Lowering, Option<PipelineError>) {
     let mut l = Lowering {
         mode,
         parsed: g.clone(),
@@ -137,11 +157,16 @@ pub fn lower(g: &Graph, mode: Mode, until: Rung) -> Result<Lowering, PipelineErr
         scheduled: None,
         reached: Rung::Parsed,
     };
+    if let Err(e) = crate::passes::lower::check("input", g, Stage::HighLevel) {
+        return (l, Some(e.into()));
+    }
     for r in RUNGS.iter().skip(1).take_while(|r| r.rung <= until) {
-        l.step(r.rung)?;
+        if let Err(e) = l.step(r.rung) {
+            return (l, Some(e));
+        }
         l.reached = r.rung;
     }
-    Ok(l)
+    (l, None)
 }
 
 impl Lowering {
@@ -151,18 +176,13 @@ impl Lowering {
             Rung::Parsed => {}
             Rung::Functional => self.functional = Some(crate::passes::functional(&self.parsed)?),
             Rung::Prims => {
-                // Decompose and simplify run together (`passes::lower_keeping`), as one
-                // chain of graph passes recovery's templates share.
-                let keep = match self.mode {
-                    Mode::Native => crate::ops::library::KEPT,
-                    Mode::Reference => &[],
-                };
-                let lowered = crate::passes::lower_keeping(&self.parsed, keep)?;
-                self.functional = Some(lowered.functional);
-                self.prims = Some(lowered.prims);
-                self.simplified = Some(lowered.simplified);
+                let functional = self.functional.as_ref().expect("the functional rung is reached first");
+                self.prims = Some(crate::passes::lower::prims(functional, self.mode.keep())?);
             }
-            Rung::Simplified => {}
+            Rung::Simplified => {
+                let prims = self.prims.as_ref().expect("the prims rung is reached first");
+                self.simplified = Some(crate::passes::lower::simplified(prims, self.mode.keep())?);
+            }
             Rung::Recovered => {
                 if self.mode == Mode::Native {
                     let simplified = self.simplified.as_ref().expect("the simplified rung is reached first");
