@@ -301,6 +301,18 @@ fn an_expensive_value_broadcast_many_times_is_computed_once() {
     agrees(&g, &s.program, &[m, f32t(&[2, 4, 16, 16], &y)]);
 }
 
+/// `graph chain(%x: f32[len])` of `n` unary ops, alternately `ops[0]` and `ops[1]`.
+fn chain(n: usize, len: usize, ops: [&str; 2]) -> String {
+    let mut src = format!("graph chain(%x: f32[{len}]) {{\n");
+    let mut prev = "%x".to_string();
+    for i in 0..n {
+        src.push_str(&format!("  %v{i} = {}({prev})\n", ops[i % 2]));
+        prev = format!("%v{i}");
+    }
+    src.push_str(&format!("  return {prev}\n}}"));
+    src
+}
+
 /// A long chain of elementwise ops is scheduled without recursion as deep as the chain: on a
 /// thread with a 256 KiB stack (1 MiB in a debug build, whose frames are several times larger:
 /// the emitter's own recursion is bounded by `MAX_DEPTH` values), where the search for inline
@@ -309,15 +321,7 @@ fn an_expensive_value_broadcast_many_times_is_computed_once() {
 #[test]
 fn a_long_elementwise_chain_does_not_recurse_per_link() {
     let n = 3000;
-    let mut src = String::from("graph chain(%x: f32[5]) {\n");
-    let mut prev = "%x".to_string();
-    for i in 0..n {
-        let op = if i % 2 == 0 { "neg" } else { "abs" };
-        src.push_str(&format!("  %v{i} = {op}({prev})\n"));
-        prev = format!("%v{i}");
-    }
-    src.push_str(&format!("  return {prev}\n}}"));
-    let g = parse(&src);
+    let g = parse(&chain(n, 5, ["neg", "abs"]));
     let p = std::thread::Builder::new()
         .stack_size(if cfg!(debug_assertions) { 1 << 20 } else { 256 << 10 })
         .spawn(move || schedule(&g).map(|p| (g, p)))
@@ -335,15 +339,7 @@ fn a_long_elementwise_chain_does_not_recurse_per_link() {
 #[test]
 fn a_long_chain_becomes_kernels_of_bounded_length() {
     let n = 5000;
-    let mut src = String::from("graph chain(%x: f32[3]) {\n");
-    let mut prev = "%x".to_string();
-    for i in 0..n {
-        let op = if i % 2 == 0 { "neg" } else { "exp" };
-        src.push_str(&format!("  %v{i} = {op}({prev})\n"));
-        prev = format!("%v{i}");
-    }
-    src.push_str(&format!("  return {prev}\n}}"));
-    let g = parse(&src);
+    let g = parse(&chain(n, 3, ["neg", "exp"]));
     let p = schedule(&g).unwrap();
     let sizes: Vec<usize> = p.kernels().map(|k| k.stages.iter().map(|s| s.body.len()).sum()).collect();
     assert!(sizes.len() >= n / ladder::sched::MAX_MERGED_INSTRS, "{sizes:?}");

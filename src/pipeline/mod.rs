@@ -12,7 +12,7 @@
 //! library kernel runs whole are kept by decomposition, and recovery puts back the ones it
 //! recognizes in prims) and the reference plan's (every op down to prims, nothing recovered:
 //! the oracle's lowering). A new rung (autodiff's joint graph, the partitioner's split) is
-//! one entry in [`RUNGS`], one field of [`Lowering`] and one arm of [`Lowering::step`].
+//! one entry in [`RUNGS`], one field of [`Lowering`] and one arm of `Lowering::step`.
 
 use std::fmt::Write;
 
@@ -73,7 +73,7 @@ pub const RUNGS: &[RungInfo] = &[
     RungInfo {
         rung: Rung::Functional,
         name: "functional",
-        about: "no mutation or aliasing; the input writes an epilogue (printed as comments)",
+        about: "no mutation or aliasing; writes to inputs become an epilogue (printed as comments)",
     },
     RungInfo {
         rung: Rung::Prims,

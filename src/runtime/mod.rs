@@ -488,7 +488,10 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         PipelineError::Schedule(e) => CompileError::Schedule(e),
         e => CompileError::Pipeline(e),
     })?;
-    let Some(scheduled) = lowering.scheduled.take() else { unreachable!("lowered to the kernels rung") };
+    let scheduled = lowering
+        .scheduled
+        .take()
+        .ok_or_else(|| CompileError::Malformed("the pipeline stopped before the kernels rung".into()))?;
     plan.epilogue = lowering.functional().map(|f| f.epilogue.clone()).unwrap_or_default();
     let simplified = lowering.graph();
     plan.assumptions = slice_assumptions(simplified);

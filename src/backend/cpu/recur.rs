@@ -4,7 +4,7 @@
 //! pointwise kernels, each a separate call with its own overhead, so a 128-step layer of
 //! hidden size 32 spent about 1.5 µs a step on calls around 0.1 µs of arithmetic. Here the
 //! state stays in L1 across the steps: `rᵀ` is laid out once per call as `H` rows of the
-//! four gate blocks (each padded to whole vectors, the row to a multiple of [`CHUNK`]), and
+//! four gate blocks (each padded to whole vectors, the row to a multiple of `CHUNK`), and
 //! each step, per batch row, accumulates `xw[t] + h·rᵀ` chunk by chunk in registers (one
 //! multiply-add chain per column, `k` ascending), then applies the gates: σ and tanh are the
 //! epilogue activations' branch-free f32 kernels (`activation.rs`), so the loops vectorize.
