@@ -50,43 +50,35 @@ impl Mode {
 /// A rung of the ladder, top to bottom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rung {
+    /// The graph as written.
     Parsed,
+    /// No mutation or aliasing; writes to inputs become an epilogue (printed as comments).
     Functional,
+    /// Decomposed (native mode keeps the ops a library kernel runs whole).
     Prims,
+    /// Identities, constant folding, CSE, DCE.
     Simplified,
+    /// Library-kernel ops put back by pattern (native mode; the reference mode has none).
     Recovered,
+    /// The scheduled kernel program a plan runs.
     Kernels,
 }
 
-/// A rung's name (what `ladder dump --stage` and the file tests' `; stage:` take) and what
-/// it holds.
+/// A rung and its name (what `ladder dump --stage` and the file tests' `; stage:` take).
 #[derive(Clone, Copy, Debug)]
 pub struct RungInfo {
     pub rung: Rung,
     pub name: &'static str,
-    pub about: &'static str,
 }
 
 /// Every rung, in the order a graph climbs down them.
 pub const RUNGS: &[RungInfo] = &[
-    RungInfo { rung: Rung::Parsed, name: "parsed", about: "the graph as written" },
-    RungInfo {
-        rung: Rung::Functional,
-        name: "functional",
-        about: "no mutation or aliasing; writes to inputs become an epilogue (printed as comments)",
-    },
-    RungInfo {
-        rung: Rung::Prims,
-        name: "prims",
-        about: "decomposed (native mode keeps the ops a library kernel runs whole)",
-    },
-    RungInfo { rung: Rung::Simplified, name: "simplified", about: "identities, constant folding, CSE, DCE" },
-    RungInfo {
-        rung: Rung::Recovered,
-        name: "recovered",
-        about: "library-kernel ops put back by pattern (native mode; the reference mode has none)",
-    },
-    RungInfo { rung: Rung::Kernels, name: "kernels", about: "the scheduled kernel program a plan runs" },
+    RungInfo { rung: Rung::Parsed, name: "parsed" },
+    RungInfo { rung: Rung::Functional, name: "functional" },
+    RungInfo { rung: Rung::Prims, name: "prims" },
+    RungInfo { rung: Rung::Simplified, name: "simplified" },
+    RungInfo { rung: Rung::Recovered, name: "recovered" },
+    RungInfo { rung: Rung::Kernels, name: "kernels" },
 ];
 
 /// The rung names, top to bottom.
@@ -218,11 +210,6 @@ impl Lowering {
             Rung::Recovered if self.reached >= Rung::Recovered => Some(self.graph()),
             Rung::Recovered | Rung::Kernels => None,
         }
-    }
-
-    /// The functional rung (reached by every rung below `parsed`).
-    pub fn functional(&self) -> Option<&Functional> {
-        self.functional.as_ref()
     }
 
     /// The text of rung `r` (reached): a graph's text form, the functional graph with its

@@ -492,7 +492,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         .scheduled
         .take()
         .ok_or_else(|| CompileError::Malformed("the pipeline stopped before the kernels rung".into()))?;
-    plan.epilogue = lowering.functional().map(|f| f.epilogue.clone()).unwrap_or_default();
+    plan.epilogue = lowering.functional.as_ref().map(|f| f.epilogue.clone()).unwrap_or_default();
     let simplified = lowering.graph();
     plan.assumptions = slice_assumptions(simplified);
     let p = scheduled.program;
