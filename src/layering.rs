@@ -102,6 +102,34 @@ mod tests {
         assert!(violations.is_empty(), "imports from a layer above:\n{}", violations.join("\n"));
     }
 
+    /// The device-neutral modules reach a device only through `crate::backend`'s interface:
+    /// the kernel IR, the scheduler and the pipeline name no backend (nor Cranelift or
+    /// rayon), and the runtime names the CPU backend on one line, the `use` through which its options select and configure
+    /// it.
+    #[test]
+    fn only_the_runtime_options_name_a_backend() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let allowed = "use crate::backend::cpu::{exec::CpuBackend, jit::CraneliftCompiler, jit::KernelCompiler, CodegenError, CpuOptions};";
+        let mut found = Vec::new();
+        for dir in ["kernel", "sched", "pipeline", "runtime"] {
+            let mut files = Vec::new();
+            rust_files(&src.join(dir), &mut files);
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("").trim();
+                    // (`cranelift_entity` is a plain container crate the IRs use.)
+                    let cranelift = code.replace("cranelift_entity", "").contains("cranelift");
+                    let names_device = code.contains("backend::cpu") || code.contains("rayon") || cranelift;
+                    if names_device && !(dir == "runtime" && code == allowed) {
+                        found.push(format!("{}:{}: {code}", file.strip_prefix(&src).unwrap_or(&file).display(), n + 1));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "device code outside the backends:\n{}", found.join("\n"));
+    }
+
     #[test]
     fn the_scanner_sees_paths_and_skips_comments() {
         let found = named_modules("use crate::ir::Graph; // crate::runtime\nlet x = crate::ops::library::KEPT;");

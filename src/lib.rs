@@ -59,7 +59,7 @@ pub mod text;
 pub use builder::GraphBuilder;
 pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
 pub use ops::OpKind;
-pub use runtime::{compile, Backend, CompileOptions, Outputs, Plan, StepTime};
+pub use runtime::{compile, BackendKind, CompileOptions, Outputs, Plan, StepTime};
 pub use session::{Model, Session};
 pub use tensor::{Element, Tensor, TensorData, TensorView};
 

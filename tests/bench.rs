@@ -2,7 +2,7 @@
 //! definitions (shapes, io bytes, FLOPs), selection by prefix, measurements and their JSON.
 //! No assertion is about timing.
 
-use ladder::bench::{self, Backend, FloorKind, Floors};
+use ladder::bench::{self, BackendKind, FloorKind, Floors};
 
 #[test]
 fn workloads_match_the_peer_definitions() {
@@ -100,7 +100,8 @@ fn measurements_and_json() {
     for name in ["W9_call_overhead_add16", "W2_softmax_64x128"] {
         let w = bench::workload(name).unwrap();
         for threads in [1, 2] {
-            let m = bench::run(&w, Backend::Interp, threads, Some(3), &mut floors, bench::Native::default()).unwrap();
+            let m =
+                bench::run(&w, BackendKind::Interp, threads, Some(3), &mut floors, bench::Native::default()).unwrap();
             assert_eq!(m.timing.runs, 3);
             assert!(m.timing.median_us > 0.0 && m.timing.min_us <= m.timing.median_us);
             assert!(m.floor_us > 0.0 && m.floor_ratio > 0.0 && m.compile_ms >= 0.0);
@@ -116,7 +117,7 @@ fn measurements_and_json() {
     }
     // The CPU backend compiles and times the same workloads.
     let w = bench::workload("W9_call_overhead_add16").unwrap();
-    let cpu = bench::run(&w, Backend::Cpu, 1, Some(3), &mut floors, bench::Native::default())
+    let cpu = bench::run(&w, BackendKind::Cpu, 1, Some(3), &mut floors, bench::Native::default())
         .expect("the cpu backend runs W9");
     assert!(format!("{cpu:?}").contains("median"), "{cpu:?}");
 }

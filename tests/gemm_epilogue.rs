@@ -4,10 +4,10 @@
 //! adversarial data, at 1 and 2 threads, with products cut into several row tiles. Then the
 //! per-channel post-ops folded into convolutions and poolings, against the interpreter.
 
+use ladder::backend::cpu::jit::CraneliftCompiler;
 use ladder::backend::cpu::CpuOptions;
 use ladder::kernel::{Program, Step};
 use ladder::models::{random_tensor, Rng};
-use ladder::runtime::cranelift::CraneliftCompiler;
 use ladder::{compile, CompileOptions, DType, Graph, Plan, Tensor};
 
 fn parse(text: &str) -> Graph {

@@ -542,7 +542,7 @@ fn fixtures_match_onnxruntime() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx_fixtures");
     let all = cases(&dir).unwrap();
     assert_eq!(all.len(), 4);
-    let interp = ladder::CompileOptions { backend: ladder::Backend::Interp, ..ladder::CompileOptions::reference() };
+    let interp = ladder::CompileOptions { backend: ladder::BackendKind::Interp, ..ladder::CompileOptions::reference() };
     for case in all {
         let r = run_case(&case, &ImportOptions::default(), &interp);
         assert_eq!(r.verdict, Verdict::Passed, "{}: {}", r.name, r.reason);

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 use ladder::frontend::onnx::conformance::{cases, compare, run_case, Verdict};
 use ladder::frontend::onnx::{decode, decode_tensor, tensor_from_proto, Budget, ImportOptions};
-use ladder::{Backend, CompileOptions, Model, Session, Tensor};
+use ladder::{BackendKind, CompileOptions, Model, Session, Tensor};
 
 fn corpus() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
 }
 
 fn interp() -> CompileOptions {
-    CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() }
+    CompileOptions { backend: BackendKind::Interp, ..CompileOptions::reference() }
 }
 
 fn native(threads: usize) -> CompileOptions {

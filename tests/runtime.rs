@@ -6,12 +6,13 @@ mod common;
 use std::sync::Arc;
 
 use common::{f32t, parse};
+use ladder::backend::cpu::jit::{KernelCompiler, NativeKernel};
 use ladder::interp::{self, Options};
 use ladder::kernel::eval::GuardError;
 use ladder::kernel::{Kernel, Program, Step};
 use ladder::models::{example_encoder, random_tensor, Rng};
-use ladder::runtime::{Declined, KernelCompiler, MemoryReport, NativeKernel, RunError};
-use ladder::{compile, Backend, CompileOptions, DType, Dim, Graph, Plan, Tensor};
+use ladder::runtime::{Declined, MemoryReport, RunError};
+use ladder::{compile, BackendKind, CompileOptions, DType, Dim, Graph, Plan, Tensor};
 
 fn cpu(g: &Graph) -> Plan {
     compile(g, &CompileOptions::reference()).unwrap_or_else(|e| panic!("compile: {e}"))
@@ -84,7 +85,7 @@ fn views_are_guarded_as_tensors_are_on_every_backend() {
     let view = |d: &'static [f32], s: &'static [usize]| ladder::TensorView::new(d, s).unwrap();
     let x: &'static [f32] = Box::leak(Box::new(x));
     let (y, z): (&'static [f32], &'static [f32]) = (Box::leak(Box::new(y)), Box::leak(Box::new(z)));
-    let interpreter = CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() };
+    let interpreter = CompileOptions { backend: BackendKind::Interp, ..CompileOptions::reference() };
     for options in [interpreter, CompileOptions::reference(), CompileOptions::native_cpu(2).unwrap()] {
         let plan = compile(&g, &options).unwrap();
         let ok = plan.run_views(&[view(x, &[2, 4]), view(y, &[2]), view(z, &[4])]).unwrap();
@@ -137,7 +138,7 @@ fn the_epilogue_returns_mutated_inputs_and_run_in_place_writes_them_back() {
     );
     let x = f32t(&[3], &[1.0, 2.0, 3.0]);
     let y = f32t(&[3], &[10.0, 20.0, 30.0]);
-    for backend in [Backend::Cpu, Backend::Interp] {
+    for backend in [BackendKind::Cpu, BackendKind::Interp] {
         let plan = compile(&g, &CompileOptions { backend, ..CompileOptions::reference() }).unwrap();
         let out = plan.run(&[x.clone(), y.clone()]).unwrap();
         assert_eq!(out.outputs.len(), 1, "{backend:?}");

@@ -3,9 +3,9 @@
 
 mod common;
 
+use ladder::backend::cpu::jit::CraneliftCompiler;
 use ladder::backend::cpu::CpuOptions;
 use ladder::models::{example_encoder, random_tensor, Rng};
-use ladder::runtime::cranelift::CraneliftCompiler;
 use ladder::{compile, CompileOptions, DType, Graph, Plan, Tensor};
 
 fn plans(g: &Graph, threads: usize) -> (Plan, Plan) {

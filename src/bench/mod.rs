@@ -103,7 +103,7 @@ pub enum BenchError {
 }
 
 /// Where a benchmark runs: the runtime's backends.
-pub use crate::runtime::Backend;
+pub use crate::runtime::BackendKind;
 
 /// A graph made runnable by a backend.
 pub trait Runnable: Send + Sync {
@@ -255,13 +255,13 @@ pub fn attention_scores_bytes(graph: &Graph) -> usize {
 /// interpreter, or a plan compiled for the CPU backend in native mode.
 pub fn prepare(
     graph: &Graph,
-    backend: Backend,
+    backend: BackendKind,
     threads: usize,
     native: Native,
 ) -> Result<Box<dyn Runnable>, BenchError> {
     match backend {
-        Backend::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
-        Backend::Cpu => Ok(Box::new(native.compile(graph, threads)?)),
+        BackendKind::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
+        BackendKind::Cpu => Ok(Box::new(native.compile(graph, threads)?)),
     }
 }
 
@@ -588,7 +588,7 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static str>, BenchError> {
 /// graph's constants and the outputs; FLOPs are counted over statically shaped matmul-family,
 /// conv and attention nodes.
 pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<Workload, BenchError> {
-    let outputs = prepare(&graph, Backend::Interp, 1, Native::default())?.run(&inputs).map_err(BenchError::Run)?;
+    let outputs = prepare(&graph, BackendKind::Interp, 1, Native::default())?.run(&inputs).map_err(BenchError::Run)?;
     let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
     // The outputs' sizes as this run has them (symbolic dims included).
     let out_bytes: usize = outputs.iter().map(bytes).sum();
@@ -876,7 +876,7 @@ fn fma_chains(iters: usize) -> (f32, usize) {
 #[derive(Clone, Debug)]
 pub struct Measurement {
     pub workload: String,
-    pub backend: Backend,
+    pub backend: BackendKind,
     pub threads: usize,
     pub timing: Timing,
     pub compile_ms: f64,
@@ -976,7 +976,7 @@ impl Floors {
 /// size), and measures its floor in the same pool.
 pub fn run(
     w: &Workload,
-    backend: Backend,
+    backend: BackendKind,
     threads: usize,
     runs: Option<usize>,
     floors: &mut Floors,

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ladder::bench::{self, Backend, Floors, Measurement};
+use ladder::bench::{self, BackendKind, Floors, Measurement};
 
 use super::run::{parse_dim, parse_input, prepare_inputs, RunArgs};
 use super::{model, note, BackendArg, Error};
@@ -83,7 +83,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             let inputs = prepare_inputs(&declared, &run_args)?;
             // The graph for every shape, or the one specialized for these inputs (their shapes
             // and the values the model's graph depends on).
-            let interp = super::run::compile_options(Backend::Interp, false, false, 1)?;
+            let interp = super::run::compile_options(BackendKind::Interp, false, false, 1)?;
             let g = super::run::session(model, Some(path), interp)?.plan_for(&inputs)?.graph().clone();
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
             work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
@@ -97,13 +97,13 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             }
         }
     }
-    if backend == Backend::Interp && args.profile {
+    if backend == BackendKind::Interp && args.profile {
         return Err(Error::Arguments("--profile times the steps of a compiled plan: use --backend cpu".into()));
     }
     if args.profile && args.json {
         return Err(Error::Arguments("--profile prints a table; it does not go with --json".into()));
     }
-    if backend == Backend::Interp {
+    if backend == BackendKind::Interp {
         note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
     }
     let mut floors = Floors::default();
@@ -149,7 +149,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 .map_err(Error::Stdout)?;
                 out.flush().map_err(Error::Stdout)?;
             }
-            if args.profile && backend == Backend::Cpu && !args.json {
+            if args.profile && backend == BackendKind::Cpu && !args.json {
                 let steps = super::progress::spin(&format!("profiling {} at {threads} thread(s)", w.name), || {
                     bench::profile(w, threads, args.runs.unwrap_or(20), native)
                 })

@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ladder::{Backend, Session, Tensor};
+use ladder::{BackendKind, Session, Tensor};
 
 use super::run::{compile_options, prepare_inputs, run_session, session, RunArgs};
 use super::{model, BackendArg, Error};
@@ -104,7 +104,7 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<(), Error> {
         no_recover: args.no_recover,
     };
     // Imported before inputs are generated, so an import error comes before their notes.
-    let reference = Session::new(model.clone(), compile_options(Backend::Interp, false, true, 1)?)
+    let reference = Session::new(model.clone(), compile_options(BackendKind::Interp, false, true, 1)?)
         .map_err(|e| super::run::session_error(e, args.model.as_deref()))?;
     let inputs = prepare_inputs(&declared, &run_args)?;
     let reference =

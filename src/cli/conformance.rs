@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ladder::frontend::onnx::conformance::{self, CaseResult, Verdict};
-use ladder::runtime::{Backend, CompileOptions};
+use ladder::runtime::{BackendKind, CompileOptions};
 
 use super::{note, BackendArg, Error};
 
@@ -54,8 +54,8 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     }
     let options = super::model::import_options();
     let compile = match backend_kind {
-        Backend::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
-        Backend::Interp => CompileOptions { backend: Backend::Interp, ..CompileOptions::reference() },
+        BackendKind::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
+        BackendKind::Interp => CompileOptions { backend: BackendKind::Interp, ..CompileOptions::reference() },
     };
     let start = Instant::now();
     let quiet_hook = std::panic::take_hook();

@@ -104,10 +104,10 @@ pub enum BackendArg {
 }
 
 impl BackendArg {
-    pub fn backend(self) -> ladder::Backend {
+    pub fn backend(self) -> ladder::BackendKind {
         match self {
-            BackendArg::Cpu => ladder::Backend::Cpu,
-            BackendArg::Interp => ladder::Backend::Interp,
+            BackendArg::Cpu => ladder::BackendKind::Cpu,
+            BackendArg::Interp => ladder::BackendKind::Interp,
         }
     }
 

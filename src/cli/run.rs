@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use ladder::interp::Options;
 use ladder::models::{random_tensor, Rng};
 use ladder::tensor::checked_numel;
-use ladder::{Backend, CompileOptions, DType, Dim, Model, Session, Tensor, TensorType};
+use ladder::{BackendKind, CompileOptions, DType, Dim, Model, Session, Tensor, TensorType};
 
 use super::{machine_threads, model, note, npy, BackendArg, Error};
 
@@ -83,20 +83,20 @@ impl RunArgs {
 /// The compile options of a backend: the CPU backend in native mode over `threads` threads
 /// (`recover` as given), or the interpreter (`precise` as given).
 pub fn compile_options(
-    backend: Backend,
+    backend: BackendKind,
     recover: bool,
     precise: bool,
     threads: usize,
 ) -> Result<CompileOptions, Error> {
     Ok(match backend {
-        Backend::Cpu => {
+        BackendKind::Cpu => {
             let mut options =
                 CompileOptions::native_cpu(threads).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
             options.recover = recover;
             options
         }
-        Backend::Interp => CompileOptions {
-            backend: Backend::Interp,
+        BackendKind::Interp => CompileOptions {
+            backend: BackendKind::Interp,
             interp: Options { precise, ..Options::default() },
             ..CompileOptions::reference()
         },
@@ -157,7 +157,7 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
     let backend = args.backend().backend();
-    if backend == Backend::Cpu && args.precise {
+    if backend == BackendKind::Cpu && args.precise {
         return Err(Error::Arguments("--precise is a mode of the interpreter; use it with --backend interp".into()));
     }
     let model = model::load(args.model.as_deref())?;

@@ -3,32 +3,32 @@
 
 use super::*;
 
-impl Plan {
+impl CpuExecutable {
     pub(super) fn run_kernel_step(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         k: &KernelStep,
         inputs: &[TensorView],
     ) -> Result<(), ExecError> {
         match &k.exec {
             KernelExec::Reference => {
-                let symbols = &st.symbols;
+                let symbols = &st.sizes.symbols;
                 let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
-                k.prepared.eval_dims(&lookup, &mut st.dims)?;
-                let lens = &st.lens;
-                k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+                k.prepared.eval_dims(&lookup, &mut st.cpu.dims)?;
+                let lens = &st.sizes.lens;
+                k.prepared.check(&st.cpu.dims, &|b: BufferId| lens[b.index()])?;
                 let mut mem = RunMemory {
                     locs: &self.locs,
                     dtypes: &self.dtypes,
-                    lens: &st.lens,
-                    offsets: &st.offsets,
+                    lens: &st.sizes.lens,
+                    offsets: &st.cpu.offsets,
                     inputs,
-                    arena: arena_bytes_mut(&mut st.arena),
-                    outs: &mut st.outs,
+                    arena: arena_bytes_mut(&mut st.cpu.arena),
+                    outs: st.outs,
                     kernel: &k.prepared.name,
                 };
-                run_kernel(&k.prepared, &st.dims, &mut mem, &mut st.scratch)
+                run_kernel(&k.prepared, &st.cpu.dims, &mut mem, &mut st.cpu.scratch)
             }
             KernelExec::Native(native) => {
                 let Some((args, count, work)) = self.prepare_native(p, st, k)? else {
@@ -47,7 +47,7 @@ impl Plan {
     pub(super) fn run_kernel_and_activation(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         kernel: &crate::kernel::Kernel,
         k: Option<&KernelStep>,
@@ -89,7 +89,7 @@ impl Plan {
     pub(super) fn run_kernel_activation(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         k: &KernelStep,
         l: &LibraryCall,
     ) -> Result<bool, ExecError> {
@@ -105,17 +105,17 @@ impl Plan {
         let (KernelExec::Native(native), &[x]) = (&k.exec, &l.args[..]) else { return Err(unfit()) };
         let act = Activation::from_op(l.op, &l.attrs).ok_or_else(unfit)?;
         let (args, count, work) = self.prepare_native(p, st, k)?.ok_or_else(unfit)?;
-        let len = st.lens[x.index()];
+        let len = st.sizes.lens[x.index()];
         // Each outermost iteration stores one block of `n` elements (a row, or several: the
         // scheduler checked the stores' indices).
         let rows = usize::try_from(count).unwrap_or(usize::MAX);
         let n = len.checked_div(rows).unwrap_or_else(|| row_len(p, x));
-        if n == 0 || st.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
+        if n == 0 || st.sizes.lens[l.out.index()] != len || rows.checked_mul(n) != Some(len) {
             return Err(unfit());
         }
-        let saved = st.ptrs[x.index()];
-        st.ptrs[x.index()] = st.ptrs[l.out.index()];
-        let out = st.ptrs[l.out.index()];
+        let saved = st.cpu.ptrs[x.index()];
+        st.cpu.ptrs[x.index()] = st.cpu.ptrs[l.out.index()];
+        let out = st.cpu.ptrs[l.out.index()];
         let per = (FUSED_ROWS_BYTES / (4 * n)).max(1);
         let run = |begin: usize, end: usize| -> Option<String> {
             let mut r0 = begin;
@@ -147,7 +147,7 @@ impl Plan {
                 .map(|t| run(t * chunk, ((t + 1) * chunk).min(rows)))
                 .reduce(|| None, |a, b| a.or(b))
         };
-        st.ptrs[x.index()] = saved;
+        st.cpu.ptrs[x.index()] = saved;
         match error {
             None => Ok(true),
             Some(message) => Err(ExecError::Native { kernel: k.prepared.name.clone(), message }),
@@ -161,30 +161,30 @@ impl Plan {
     pub(super) fn prepare_native(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         k: &KernelStep,
     ) -> Result<Option<(NativeArgs, i64, u64)>, ExecError> {
         let KernelExec::Native(native) = &k.exec else { return Ok(None) };
         // Evaluated and checked once per set of symbol values (the run state keeps them).
-        if st.prepared.get(k.id).is_none_or(Option::is_none) {
-            let symbols = &st.symbols;
+        if st.cpu.prepared.get(k.id).is_none_or(Option::is_none) {
+            let symbols = &st.sizes.symbols;
             let lookup = |s: &str| p.symbols.iter().position(|x| &**x == s).and_then(|i| symbols[i]);
-            k.prepared.eval_dims(&lookup, &mut st.dims)?;
-            let lens = &st.lens;
-            k.prepared.check(&st.dims, &|b: BufferId| lens[b.index()])?;
+            k.prepared.eval_dims(&lookup, &mut st.cpu.dims)?;
+            let lens = &st.sizes.lens;
+            k.prepared.check(&st.cpu.dims, &|b: BufferId| lens[b.index()])?;
             let mut native_dims = Vec::with_capacity(native.dims.len());
             for d in &native.dims {
                 let v = d.eval(&lookup)?;
                 native_dims.push(i64::try_from(v).map_err(|_| ExecError::Overflow)?);
             }
-            let (count, work) = (k.prepared.outer_count(&st.dims), k.prepared.work(&st.dims));
-            if st.prepared.len() <= k.id {
-                st.prepared.resize_with(k.id + 1, || None);
+            let (count, work) = (k.prepared.outer_count(&st.cpu.dims), k.prepared.work(&st.cpu.dims));
+            if st.cpu.prepared.len() <= k.id {
+                st.cpu.prepared.resize_with(k.id + 1, || None);
             }
-            st.prepared[k.id] = Some(Prepared { native_dims, count, work });
+            st.cpu.prepared[k.id] = Some(Prepared { native_dims, count, work });
         }
-        let Some(Some(prep)) = st.prepared.get(k.id) else { unreachable!("prepared just above") };
-        let args = NativeArgs { bufs: st.ptrs.as_ptr().cast(), dims: prep.native_dims.as_ptr() };
+        let Some(Some(prep)) = st.cpu.prepared.get(k.id) else { unreachable!("prepared just above") };
+        let args = NativeArgs { bufs: st.cpu.ptrs.as_ptr().cast(), dims: prep.native_dims.as_ptr() };
         Ok(Some((args, prep.count, prep.work)))
     }
 }

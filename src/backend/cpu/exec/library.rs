@@ -7,7 +7,7 @@ use super::*;
 use crate::backend::cpu::activation::Activation;
 use crate::kernel::{Addend, ChannelPost};
 
-impl Plan {
+impl CpuExecutable {
     /// `m`'s right operand packed for the GEMM kernel, when it is an f32 constant matrix
     /// (leading dims all 1) of a product the library runs.
     pub(super) fn pack_weight(&self, p: &Program, m: &MatmulCall) -> Option<PackedB> {
@@ -33,26 +33,26 @@ impl Plan {
     pub(super) fn run_rows(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
-        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        let mut shapes = std::mem::take(&mut st.cpu.arg_shapes);
         // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
         if shapes.len() < l.args.len() {
             shapes.resize_with(l.args.len(), Vec::new);
         }
         for (s, &b) in shapes.iter_mut().zip(&l.args) {
-            if let Err(e) = self.shape_into(p, st, b, s) {
-                st.arg_shapes = shapes;
+            if let Err(e) = st.sizes.shape_into(p, b, s) {
+                st.cpu.arg_shapes = shapes;
                 return Err(e);
             }
         }
         let mut ptrs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
         for &b in &l.args {
-            ptrs.push((self.address(st, inputs, b), st.lens[b.index()]));
+            ptrs.push((self.address(st, inputs, b), st.sizes.lens[b.index()]));
         }
-        let (out, out_len) = (self.address(st, inputs, l.out), st.lens[l.out.index()]);
+        let (out, out_len) = (self.address(st, inputs, l.out), st.sizes.lens[l.out.index()]);
         // SAFETY: each address is the start of its buffer for this run, holding `len`
         // elements of its dtype (lengths from `bind`, inputs checked against their shapes):
         // f32, or, where `native_operands` allowed it, bool, stored one byte per element (read
@@ -73,7 +73,7 @@ impl Plan {
         let result = crate::backend::cpu::rows::run_native(l.op, &l.attrs, &args, &shape_refs, out, self.threads)
             .map_err(|e| ExecError::Native { kernel: l.op.name().into(), message: e.to_string() });
         drop(shape_refs);
-        st.arg_shapes = shapes;
+        st.cpu.arg_shapes = shapes;
         result
     }
 
@@ -82,19 +82,19 @@ impl Plan {
     pub(super) fn run_copy(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
-        let mut shapes = std::mem::take(&mut st.arg_shapes);
+        let mut shapes = std::mem::take(&mut st.cpu.arg_shapes);
         // Grown, never shrunk: the vectors keep their capacity for later steps and runs.
         if shapes.len() <= l.args.len() {
             shapes.resize_with(l.args.len() + 1, Vec::new);
         }
         for (s, &b) in shapes.iter_mut().zip(l.args.iter().chain(std::iter::once(&l.out))) {
-            self.shape_into(p, st, b, s)?;
+            st.sizes.shape_into(p, b, s)?;
         }
-        let bytes = |st: &RunState, b: BufferId| st.lens[b.index()] * elem_size(p.buffers[b].dtype);
+        let bytes = |st: &St, b: BufferId| st.sizes.lens[b.index()] * elem_size(p.buffers[b].dtype);
         let mut ptrs: SmallVec<[(usize, usize); 8]> = SmallVec::new();
         for &b in &l.args {
             ptrs.push((self.address(st, inputs, b), bytes(st, b)));
@@ -129,7 +129,7 @@ impl Plan {
         )
         .map_err(|error| ExecError::Library { what: l.op.name(), error });
         drop(operands);
-        st.arg_shapes = shapes;
+        st.cpu.arg_shapes = shapes;
         result
     }
 
@@ -138,7 +138,7 @@ impl Plan {
     pub(super) fn run_library(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
@@ -155,7 +155,7 @@ impl Plan {
     pub(super) fn run_post(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         post: &ChannelPost,
         out: BufferId,
@@ -175,14 +175,14 @@ impl Plan {
                 .map_err(|error| ExecError::Library { what: "post-op", error })?;
             return self.write(p, st, out, &t);
         }
-        let mut shape = std::mem::take(&mut st.shape_a);
-        self.shape_into(p, st, out, &mut shape)?;
+        let mut shape = std::mem::take(&mut st.cpu.shape_a);
+        st.sizes.shape_into(p, out, &mut shape)?;
         let channels = shape.get(1).copied().unwrap_or(1).max(1);
         let plane = shape.iter().skip(2).product::<usize>().max(1);
-        st.shape_a = shape;
+        st.cpu.shape_a = shape;
         let (activation, after) = post_activations(Some(post))?;
         let bias = self.post_bias(p, st, inputs, post, channels)?;
-        let len = st.lens[out.index()];
+        let len = st.sizes.lens[out.index()];
         let ptr = self.address(st, inputs, out) as *mut f32;
         // SAFETY: `out` starts a buffer of `len` f32 elements for this run, which this step
         // alone writes now; the bias is another buffer or the run state's vector (the
@@ -216,23 +216,23 @@ impl Plan {
     fn post_bias(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         post: &ChannelPost,
         channels: usize,
     ) -> Result<Option<(*const f32, usize)>, ExecError> {
         Ok(match &post.addend {
             Some(Addend::Channel(b)) => {
-                let len = st.lens[b.index()];
+                let len = st.sizes.lens[b.index()];
                 if p.buffers[*b].dtype != crate::ir::DType::F32 || len != channels {
                     return Err(ExecError::Invalid(format!("per-channel addend {b} is not {channels} f32 values")));
                 }
                 Some((self.address(st, inputs, *b) as *const f32, len))
             }
             Some(Addend::Scalar(v)) => {
-                st.post_addend.clear();
-                st.post_addend.resize(channels, *v as f32);
-                Some((st.post_addend.as_ptr(), channels))
+                st.cpu.post_addend.clear();
+                st.cpu.post_addend.resize(channels, *v as f32);
+                Some((st.cpu.post_addend.as_ptr(), channels))
             }
             None => None,
         })
@@ -241,7 +241,7 @@ impl Plan {
     fn run_library_op(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         l: &LibraryCall,
     ) -> Result<(), ExecError> {
@@ -262,17 +262,18 @@ impl Plan {
         let args: Vec<Tensor> = l.args.iter().map(|&b| self.tensor(p, st, inputs, b)).collect::<Result<_, _>>()?;
         let refs: Vec<&Tensor> = args.iter().collect();
         let out = &p.buffers[l.out];
-        let shape = self.shape(p, st, l.out)?;
+        let shape = st.sizes.shape(p, l.out)?;
         let t = eval_library(l.op, &l.attrs, &refs, out.dtype, &shape)
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
         self.write(p, st, l.out, &t)
     }
 
     /// `dim_values`: the op's meaning, with this run's symbols.
-    fn run_dim_values(&self, p: &Program, st: &mut RunState, l: &LibraryCall) -> Result<(), ExecError> {
+    fn run_dim_values(&self, p: &Program, st: &mut St, l: &LibraryCall) -> Result<(), ExecError> {
         let out = &p.buffers[l.out];
-        let shape = self.shape(p, st, l.out)?;
-        let symbols = p.symbols.iter().zip(&st.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
+        let shape = st.sizes.shape(p, l.out)?;
+        let symbols =
+            p.symbols.iter().zip(&st.sizes.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
         let t = crate::kernel::eval::eval_library_with(l.op, &l.attrs, &[], out.dtype, &shape, symbols)
             .map_err(|error| ExecError::Library { what: l.op.name(), error })?;
         self.write(p, st, l.out, &t)
@@ -286,19 +287,19 @@ impl Plan {
     pub(super) fn run_gemm(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         m: &MatmulCall,
         epilogue: Option<&KernelStep>,
         packed: Option<&PackedB>,
     ) -> Result<(bool, bool), ExecError> {
-        let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
-        self.shape_into(p, st, m.a, &mut a_shape)?;
-        self.shape_into(p, st, m.b, &mut b_shape)?;
+        let (mut a_shape, mut b_shape) = (std::mem::take(&mut st.cpu.shape_a), std::mem::take(&mut st.cpu.shape_b));
+        st.sizes.shape_into(p, m.a, &mut a_shape)?;
+        st.sizes.shape_into(p, m.b, &mut b_shape)?;
         let kernel = match epilogue {
             Some(k) => self.prepare_native(p, st, k)?.filter(|&(_, count, _)| {
                 let n = row_len(p, m.out);
-                n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.lens[m.out.index()])
+                n > 0 && count >= 0 && (count as usize).checked_mul(n) == Some(st.sizes.lens[m.out.index()])
             }),
             None => None,
         };
@@ -315,10 +316,10 @@ impl Plan {
         let activation = match activation {
             Some(l) => {
                 let (x, out, n) = (l.args[0], l.out, row_len(p, l.args[0]));
-                let rows = st.lens[m.out.index()] / row_len(p, m.out).max(1);
+                let rows = st.sizes.lens[m.out.index()] / row_len(p, m.out).max(1);
                 let fits = n > 0
-                    && rows.checked_mul(n) == Some(st.lens[x.index()])
-                    && st.lens[out.index()] == st.lens[x.index()];
+                    && rows.checked_mul(n) == Some(st.sizes.lens[x.index()])
+                    && st.sizes.lens[out.index()] == st.sizes.lens[x.index()];
                 fits.then(|| (l, self.address(st, inputs, x), self.address(st, inputs, out), n))
             }
             None => None,
@@ -369,7 +370,7 @@ impl Plan {
                 }
             })
         };
-        (st.shape_a, st.shape_b) = (a_shape, b_shape);
+        (st.cpu.shape_a, st.cpu.shape_b) = (a_shape, b_shape);
         result
     }
 
@@ -380,7 +381,7 @@ impl Plan {
     pub(super) fn run_conv(
         &self,
         p: &Program,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         c: &crate::kernel::ConvCall,
         packed: Option<&PackedWeights>,
@@ -392,13 +393,14 @@ impl Plan {
             kernel: "conv".into(),
             message: e.to_string(),
         };
-        let (mut xs, mut ws) = (std::mem::take(&mut st.shape_a), std::mem::take(&mut st.shape_b));
-        self.shape_into(p, st, c.x, &mut xs)?;
-        self.shape_into(p, st, c.w, &mut ws)?;
+        let (mut xs, mut ws) = (std::mem::take(&mut st.cpu.shape_a), std::mem::take(&mut st.cpu.shape_b));
+        st.sizes.shape_into(p, c.x, &mut xs)?;
+        st.sizes.shape_into(p, c.w, &mut ws)?;
         let geom = ConvGeom::from_call(&xs, &ws, c).map_err(native);
-        (st.shape_a, st.shape_b) = (xs, ws);
+        (st.cpu.shape_a, st.cpu.shape_b) = (xs, ws);
         let geom = geom?;
-        let (x_len, w_len, out_len) = (st.lens[c.x.index()], st.lens[c.w.index()], st.lens[c.out.index()]);
+        let (x_len, w_len, out_len) =
+            (st.sizes.lens[c.x.index()], st.sizes.lens[c.w.index()], st.sizes.lens[c.out.index()]);
         let (x, w, out) =
             (self.address(st, inputs, c.x), self.address(st, inputs, c.w), self.address(st, inputs, c.out));
         // The post-op as the kernel's epilogue: a bias (the channel buffer, or the constant
@@ -432,10 +434,10 @@ impl Plan {
         }
         if !done {
             let need = geom.scratch_len(self.threads);
-            if st.conv_scratch.len() < need {
-                st.conv_scratch.resize(need, 0.0);
+            if st.cpu.conv_scratch.len() < need {
+                st.cpu.conv_scratch.resize(need, 0.0);
             }
-            let scratch = &mut st.conv_scratch[..need];
+            let scratch = &mut st.cpu.conv_scratch[..need];
             conv(&geom, x, w, out, Some(scratch), self.threads, &epilogue).map_err(native)?;
         }
         if let Some(a) = after {
@@ -447,7 +449,7 @@ impl Plan {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm_with(
         &self,
-        st: &mut RunState,
+        st: &mut St,
         inputs: &[TensorView],
         m: &MatmulCall,
         a_shape: &[usize],
@@ -455,7 +457,8 @@ impl Plan {
         epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
         packed: Option<&PackedB>,
     ) -> Result<(), ExecError> {
-        let (a_len, b_len, out_len) = (st.lens[m.a.index()], st.lens[m.b.index()], st.lens[m.out.index()]);
+        let (a_len, b_len, out_len) =
+            (st.sizes.lens[m.a.index()], st.sizes.lens[m.b.index()], st.sizes.lens[m.out.index()]);
         let (a, b, out) =
             (self.address(st, inputs, m.a), self.address(st, inputs, m.b), self.address(st, inputs, m.out));
         // SAFETY: each address is the start of its buffer for this run (an input tensor's data,
