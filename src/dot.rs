@@ -5,7 +5,7 @@
 //! `note`s naming their blob, every other node as a box labelled with its op, its type and
 //! its name (if it has one); an edge runs from each argument to its user, and each output is a
 //! `house` node fed by its value. With [`DotOptions::mark_recovered`], the ops recovery puts
-//! back ([`crate::ops::library::RECOVERABLE`]) are filled with [`RECOVERED_FILL`].
+//! back ([`crate::ops::library::recoverable`]) are filled with [`RECOVERED_FILL`].
 //!
 //! A program is drawn as buffers (inputs, constants, temporaries) and steps, with edges
 //! buffer → step → buffer. Each kernel is a `subgraph cluster_kK` (`K` its position in
@@ -24,7 +24,7 @@ use std::fmt::Write;
 
 use crate::ir::{DType, Graph, Shape, Value};
 use crate::kernel::{Buffer, BufferKind, Instr, Kernel, LibraryCall, Program, Stage, Step};
-use crate::ops::library::RECOVERABLE;
+use crate::ops::library::recoverable;
 use crate::ops::{OpKind, Rung};
 
 /// The fill colour of recovered library ops (graph nodes and program steps).
@@ -50,7 +50,7 @@ const GEMM_CLUSTER_STYLE: &str = "fontsize=11; style=\"rounded,filled\"; fillcol
 pub struct DotOptions {
     /// The drawing's title (the graph's name when `None`).
     pub title: Option<String>,
-    /// Fill the ops in [`crate::ops::library::RECOVERABLE`] with [`RECOVERED_FILL`] and note
+    /// Fill the ops in [`crate::ops::library::recoverable`] with [`RECOVERED_FILL`] and note
     /// `(recovered)` in their labels: for the `recovered` rung, where each such op is one
     /// recovery put back.
     pub mark_recovered: bool,
@@ -127,7 +127,7 @@ pub fn graph_to_dot_with(g: &Graph, options: &DotOptions) -> String {
                 if let Some(name) = g.name_of(v) {
                     lines.push(format!("%{name}"));
                 }
-                let recovered = options.mark_recovered && RECOVERABLE.contains(&op);
+                let recovered = options.mark_recovered && recoverable().contains(&op);
                 if recovered {
                     lines.push("(recovered)".to_string());
                 }
@@ -172,7 +172,7 @@ fn library_style() -> String {
 
 /// The style of a library call of `op`.
 fn call_style(op: OpKind) -> String {
-    if RECOVERABLE.contains(&op) {
+    if recoverable().contains(&op) {
         recovered_style()
     } else {
         library_style()

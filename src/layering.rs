@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn the_scanner_sees_paths_and_skips_comments() {
-        let found = named_modules("use crate::ir::Graph; // crate::runtime\nlet x = crate::ops::library::KEPT;");
+        let found = named_modules("use crate::ir::Graph; // crate::runtime\nlet x = crate::ops::library::kept;");
         assert_eq!(found, vec![(1, "ir".to_string()), (2, "ops".to_string())]);
         assert_eq!(layer_of("pipeline"), Some(4));
         assert_eq!(layer_of("nowhere"), None);

@@ -329,7 +329,7 @@ fn check_graph_drawing(dot: &Dot, g: &Graph, recovered: bool) {
     for (v, node) in g.nodes() {
         let id = format!("v{}", v.as_u32());
         let first = dot.label(&id).lines().next().unwrap().to_string();
-        let is_recovered = recovered && ladder::recover::RECOVERABLE.contains(&node.op);
+        let is_recovered = recovered && ladder::recover::recoverable().contains(&node.op);
         if is_recovered {
             assert_eq!(first, node.op.name());
             assert_eq!(dot.fill(&id), Some(RECOVERED_FILL), "{id} ({}) is drawn as recovered", node.op);
@@ -392,7 +392,7 @@ fn check_program_drawing(dot: &Dot, p: &Program) {
         .steps
         .iter()
         .filter(|s| match s {
-            Step::Library(l) => ladder::recover::RECOVERABLE.contains(&l.op),
+            Step::Library(l) => ladder::recover::recoverable().contains(&l.op),
             _ => false,
         })
         .count()

@@ -10,7 +10,7 @@
 //! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
 //!   kernel executor inside the plan), and every high-level op that lowers to prims.
 //! - `cpu_native`: the CPU scheduler puts the op (a prim, an opaque op, or a high-level op
-//!   native mode keeps whole: `ladder::ops::library::KEPT`) in native code: a Cranelift kernel or a
+//!   native mode keeps whole: `ladder::ops::library::kept`) in native code: a Cranelift kernel or a
 //!   library call (GEMM, conv, the data-movement copies, `lstm`). The rest are
 //!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
 //! - `vulkan`: the Vulkan backend can execute it.
@@ -42,7 +42,7 @@ pub fn coverage(kind: OpKind) -> Coverage {
         Rung::High => ladder::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };
-    let kept = ladder::ops::library::KEPT.contains(&kind);
+    let kept = ladder::ops::library::kept().contains(&kind);
     let cpu_native = (spec.rung != Rung::High || kept) && ladder::sched::compiles(kind);
     Coverage { interp: true, decomp, vjp: false, cpu: decomp, cpu_native, vulkan: false }
 }

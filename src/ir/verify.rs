@@ -32,7 +32,7 @@ pub enum Stage {
     Prims,
     /// The prims rung after recovery: prims and opaque ops in explicit form, plus the
     /// high-level ops recovery puts back where a library kernel runs them
-    /// (`crate::ops::library::RECOVERABLE`).
+    /// (`crate::ops::library::recoverable`).
     Recovered,
 }
 

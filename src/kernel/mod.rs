@@ -326,7 +326,7 @@ pub enum Addend {
 }
 
 /// An op through a hand-written library kernel: `out = op(args...)` with the op's attributes,
-/// for a recovered high-level op (`crate::ops::library::RECOVERABLE`) or a data-movement prim
+/// for a recovered high-level op (`crate::ops::library::recoverable`) or a data-movement prim
 /// (`pad`, `cat`, `rev`, `gather`, `scatter_add`). The arguments are buffers of the op's
 /// operands in order, `out` a buffer of its result, disjoint from them. Its meaning is the
 /// op's own (the interpreter's), which the reference executor runs; a backend runs its kernel

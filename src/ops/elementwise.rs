@@ -44,6 +44,7 @@ const fn unary(kind: OpKind, name: &'static str, doc: &'static str, eval: super:
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -60,6 +61,7 @@ const fn binary(kind: OpKind, name: &'static str, doc: &'static str, eval: super
         explicit: Some(explicit_same_shape_and_dtype),
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -112,6 +114,7 @@ pub static SPECS: &[OpSpec] = &[
         explicit: Some(explicit_where),
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc: "cond ? a : b",
     },
     OpSpec {
@@ -125,6 +128,7 @@ pub static SPECS: &[OpSpec] = &[
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc: "change dtype: floats round to nearest, float→int truncates and saturates (NaN→0), →bool is x != 0",
     },
 ];

@@ -48,6 +48,7 @@ const fn prim(
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -72,6 +73,7 @@ const fn high(
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }

@@ -60,6 +60,7 @@ const fn inplace(
         explicit: None,
         mutates: true,
         aliases: true,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -113,6 +114,7 @@ pub static SPECS: &[OpSpec] = &[
     OpSpec {
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         ..inplace(
             OpKind::SliceScatter,
             "slice_scatter",

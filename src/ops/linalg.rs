@@ -95,7 +95,20 @@ const fn spec(
 ) -> OpSpec {
     let explicit: Option<super::ExplicitFn> =
         if matches!(rung, Rung::Opaque) { Some(explicit_equal_dtypes) } else { None };
-    OpSpec { kind, name, rung, arity, attrs, infer, eval, explicit, mutates: false, aliases: false, doc }
+    OpSpec {
+        kind,
+        name,
+        rung,
+        arity,
+        attrs,
+        infer,
+        eval,
+        explicit,
+        mutates: false,
+        aliases: false,
+        native: super::Native::Prims,
+        doc,
+    }
 }
 
 pub static SPECS: &[OpSpec] = &[
@@ -168,7 +181,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_pool,
         eval_pool,
         "2-d max pooling, -inf padding, NaN-propagating (torch max_pool2d)",
-    ),
+    )
+    .with_native(super::Native::Kept),
     spec(
         OpKind::AvgPool2d,
         "avg_pool2d",

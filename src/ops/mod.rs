@@ -247,7 +247,27 @@ pub type EvalFn = fn(OpKind, &mut EvalCtx, &Attrs, &[View], &TensorType) -> Resu
 /// Extra constraints a prim must meet at the prims rung.
 pub type ExplicitFn = fn(&Attrs, &[&TensorType]) -> Result<(), OpError>;
 
+/// How the native plan runs an op: as generated kernels over its prims, or through a library
+/// kernel. The reference plan always runs the prims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Native {
+    /// Its prims (its decomposition, for a high-level op), fused into generated kernels; the
+    /// scheduler's data-movement prims and the opaque ops go to library kernels of their own.
+    Prims,
+    /// Decomposed, then put back by recovery from its prims and run by a library kernel (on
+    /// f32 rows; other dtypes run the recovered op's reference meaning).
+    Recovered,
+    /// [`Native::Recovered`], and an elementwise activation: its library call may run fused
+    /// after the kernel, matmul or convolution that produces its argument
+    /// (`Kernel::activation`, a convolution's post-op).
+    Activation,
+    /// Never decomposed in native mode: a library kernel runs it whole (its decomposition
+    /// would be too long for recovery to match, or slower than the kernel).
+    Kept,
+}
+
 /// Everything about one operator.
+#[derive(Clone, Copy)]
 pub struct OpSpec {
     pub kind: OpKind,
     pub name: &'static str,
@@ -262,6 +282,8 @@ pub struct OpSpec {
     pub mutates: bool,
     /// True for ops whose result may alias an argument (views, and in-place ops' results).
     pub aliases: bool,
+    /// How the native plan runs the op (see [`library`]).
+    pub native: Native,
     /// One line for `ladder ops`.
     pub doc: &'static str,
 }
@@ -289,6 +311,13 @@ pub enum OpError {
     Dim(#[from] DimError),
     #[error("not in explicit prim form: {0}")]
     NotExplicit(String),
+}
+
+impl OpSpec {
+    /// This row, run natively as `native` says.
+    pub const fn with_native(self, native: Native) -> OpSpec {
+        OpSpec { native, ..self }
+    }
 }
 
 impl OpKind {

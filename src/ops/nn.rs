@@ -26,7 +26,7 @@
 //!   outside [0, 1] is an attribute error.
 
 use super::util::{bool_attr, expect_float, float_attr};
-use super::{Arity, OpError, OpKind, OpSpec, Rung};
+use super::{Arity, Native, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{int_cmp, EvalCtx, EvalError, View};
 use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, TensorType};
 
@@ -42,6 +42,7 @@ const fn act(kind: OpKind, name: &'static str, attrs: &'static [AttrSpec], doc: 
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -57,15 +58,17 @@ pub static SPECS: &[OpSpec] = &[
         ],
         "x * Φ(x); approximate=\"tanh\" for the tanh form; -0 at -inf (its limit), or NaN with \
          nan_at_neg_inf=true (what the product computes unfused, as exporters write it)",
-    ),
+    )
+    .with_native(Native::Activation),
     act(
         OpKind::Silu,
         "silu",
         &[bool_attr("nan_at_neg_inf", false)],
         "x * sigmoid(x); -0 at -inf (its limit), or NaN with nan_at_neg_inf=true (what the product \
          computes unfused, as exporters write it)",
-    ),
-    act(OpKind::Sigmoid, "sigmoid", &[], "1 / (1 + e^-x), stable for large |x|"),
+    )
+    .with_native(Native::Activation),
+    act(OpKind::Sigmoid, "sigmoid", &[], "1 / (1 + e^-x), stable for large |x|").with_native(Native::Activation),
     act(
         OpKind::Softplus,
         "softplus",

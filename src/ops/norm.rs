@@ -56,7 +56,7 @@ use super::util::{
     bool_attr, broadcast_concrete, broadcast_shapes, broadcast_view, expect_float, expect_index, expect_min_rank,
     float_attr, int_attr, normalize_axis,
 };
-use super::{Arity, OpError, OpKind, OpSpec, Rung};
+use super::{Arity, Native, OpError, OpKind, OpSpec, Rung};
 use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrDefault, AttrKind, AttrSpec, Attrs, DType, Shape, TensorType};
 
@@ -81,6 +81,7 @@ const fn high(
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }
@@ -96,7 +97,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_softmax,
         eval_softmax,
         "exp(x - max) / sum(exp(x - max)) along `axis` (a NaN or +inf in a row makes the row NaN)",
-    ),
+    )
+    .with_native(Native::Recovered),
     high(
         OpKind::LogSoftmax,
         "log_softmax",
@@ -105,7 +107,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_softmax,
         eval_softmax,
         "(x - max) - log(sum(exp(x - max))) along `axis`",
-    ),
+    )
+    .with_native(Native::Recovered),
     high(
         OpKind::LayerNorm,
         "layer_norm",
@@ -114,7 +117,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_layer_norm,
         eval_layer_norm,
         "(x - mean) / sqrt(var + eps) * weight + bias over dims axis..rank (biased variance)",
-    ),
+    )
+    .with_native(Native::Recovered),
     high(
         OpKind::RmsNorm,
         "rms_norm",
@@ -123,7 +127,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_layer_norm,
         eval_layer_norm,
         "x / sqrt(mean(x^2) + eps) * weight over dims axis..rank",
-    ),
+    )
+    .with_native(Native::Recovered),
     high(
         OpKind::BatchNorm,
         "batch_norm",
@@ -150,7 +155,8 @@ pub static SPECS: &[OpSpec] = &[
         infer_attention,
         eval_attention,
         "softmax(q k^T * scale + mask) v; bool mask true = attend; scale NaN = 1/sqrt(D); safe_softmax: all-masked rows give 0, else NaN",
-    ),
+    )
+    .with_native(Native::Recovered),
     high(
         OpKind::CrossEntropy,
         "cross_entropy",

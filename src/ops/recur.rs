@@ -44,6 +44,7 @@ pub static SPECS: &[OpSpec] = &[OpSpec {
     explicit: None,
     mutates: false,
     aliases: false,
+    native: super::Native::Kept,
     doc: "LSTM recurrence over precomputed input projections xw [S,B,4H] (gates i,o,f,c), r [4H,H], h0, c0 [B,H] -> [S,2,B,H] (h and c per step)",
 }];
 

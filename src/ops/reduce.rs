@@ -86,6 +86,7 @@ const fn spec(kind: OpKind, name: &'static str, rung: Rung, attrs: &'static [Att
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc,
     }
 }

@@ -68,6 +68,7 @@ const fn row(
         explicit: None,
         mutates: false,
         aliases,
+        native: super::Native::Prims,
         doc,
     }
 }

@@ -19,6 +19,7 @@ pub static SOURCES: &[OpSpec] = &[
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc: "a graph input (its type is declared in the graph signature)",
     },
     OpSpec {
@@ -32,6 +33,7 @@ pub static SOURCES: &[OpSpec] = &[
         explicit: None,
         mutates: false,
         aliases: false,
+        native: super::Native::Prims,
         doc: "a constant read from the graph's blob store",
     },
 ];

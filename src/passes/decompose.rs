@@ -27,7 +27,7 @@ pub fn decompose(g: &Graph) -> Result<Graph, DecomposeError> {
 }
 
 /// [`decompose`], but the high-level ops in `keep` stay whole (native mode keeps the ops a
-/// library kernel runs whole: `crate::ops::library::KEPT`). Their operands are already in
+/// library kernel runs whole: `crate::ops::library::kept`). Their operands are already in
 /// explicit form (their shape rules take no broadcasting or promotion), so the result is a
 /// graph of the `Recovered` rung.
 pub fn decompose_keeping(g: &Graph, keep: &[OpKind]) -> Result<Graph, DecomposeError> {

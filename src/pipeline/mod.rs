@@ -30,7 +30,7 @@ pub mod stats;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
     /// The native plan's: decomposition keeps the ops a library kernel runs whole
-    /// ([`crate::ops::library::KEPT`]), recovery puts back the library ops it recognizes.
+    /// ([`crate::ops::library::kept`]), recovery puts back the library ops it recognizes.
     #[default]
     Native,
     /// The reference plan's: every high-level op decomposed to prims, nothing recovered.
@@ -41,7 +41,7 @@ impl Mode {
     /// The high-level ops decomposition keeps whole in this mode.
     pub fn keep(self) -> &'static [crate::ops::OpKind] {
         match self {
-            Mode::Native => crate::ops::library::KEPT,
+            Mode::Native => crate::ops::library::kept(),
             Mode::Reference => &[],
         }
     }

@@ -4,7 +4,7 @@
 //! Decomposition exposes structure (fusion, simplification and the backends only see prims);
 //! recovery is the other direction, for the structures a hand-written kernel already solves
 //! (a softmax row, a layer norm, gelu). It runs after `simplify`, on the `Recovered` rung:
-//! prims plus the ops in [`RECOVERABLE`], which the scheduler turns into library calls.
+//! prims plus the ops in [`recoverable`], which the scheduler turns into library calls.
 //!
 //! ## How a rule matches
 //!
@@ -58,7 +58,7 @@ use crate::ops::OpKind;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::LowerError;
 
-pub use crate::ops::library::{is_activation, is_library_op, KEPT, RECOVERABLE};
+pub use crate::ops::library::{is_activation, is_library_op, kept, recoverable};
 
 /// The most candidates one graph's recovery compares.
 pub const MAX_CANDIDATES: usize = 10_000;

@@ -94,7 +94,7 @@ pub struct CompileOptions {
     /// [`RunError::TooLarge`]; memory the system cannot provide under it is
     /// [`RunError::OutOfMemory`], never an abort). 4 GiB by default.
     pub max_run_bytes: u64,
-    /// Recover the ops of `crate::ops::library::RECOVERABLE` (softmax, log_softmax, layer_norm,
+    /// Recover the ops of `crate::ops::library::recoverable` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
     /// native mode; `--no-recover` turns it off there.

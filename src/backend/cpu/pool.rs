@@ -1,5 +1,5 @@
 //! The `max_pool2d` library kernel (`crate::ops::linalg` defines the op; native mode keeps it
-//! whole: `crate::ops::library::KEPT`).
+//! whole: `crate::ops::library::kept`).
 //!
 //! Decomposed, a pooling is a tree of strided slices and `max`es that a Cranelift kernel runs
 //! four lanes at a time, deinterleaving every stride-2 load by shuffles and spending five
