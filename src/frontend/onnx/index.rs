@@ -36,7 +36,7 @@
 //!   variance and returns the momentum-updated running statistics.
 
 use super::build::{
-    bin, bin_scalar, convert as cast, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape,
+    bin, bin_scalar, convert as cast, dim_err, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape,
     unsupported, Outs,
 };
 use super::import::{a_float, a_int, attr, Importer, NResult, Slot};
@@ -50,10 +50,6 @@ use crate::tensor::Tensor;
 /// Most elements an `n²`-style composition (TopK's ranking, dense scatter reductions) may
 /// build for one node.
 pub const DENSE_LIMIT: u64 = 1 << 24;
-
-fn dim_err(e: crate::ir::DimError) -> NodeError {
-    NodeError::Unsupported(format!("size arithmetic: {e}"))
-}
 
 fn un(imp: &mut Importer, op: K, v: Value) -> NResult<Value> {
     imp.emit(op, &[v], &[])
