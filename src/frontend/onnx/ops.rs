@@ -50,6 +50,54 @@
 //! - Quantization (`QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`), the
 //!   integer products (`MatMulInteger`, `ConvInteger`, `QLinearMatMul`, `QLinearConv`),
 //!   `BitShift` and the `Bitwise*` ops are in `quant.rs`.
+//!
+//! ## Decomposed at import
+//! Most ONNX ops become one ladder op. These become several, built here rather than in
+//! `src/decomp/` (whose rules the tolerance table of `tests/numerics.rs` holds to account),
+//! for the reason given; "follow-up" marks where a ladder op (or another composition) would
+//! be the right thing.
+//! - Exact compositions around at most one rounding ladder op (comparisons, `where`, sign
+//!   fixes, scalar factors): `IsInf`, `Shrink`, `ThresholdedRelu`, `PRelu`, `Mod` (fmod=0),
+//!   `Clip` with run-time bounds, `Celu`/`Selu` (a scaled `elu`), `HardSigmoid` (ONNX's
+//!   alpha and beta, which ladder's `hardsigmoid` fixes), `Softsign`, `Mish`, `Swish`, `Pow`
+//!   (converted back to the base's type), `Max`/`Min`/`Sum`/`Mean` (binary folds), `Gemm`
+//!   (`matmul`, then `alpha` and `beta * C`), `MatMul` of 1-D operands, `ArgMax`/`ArgMin`
+//!   with `select_last_index`, `Hardmax`, `EyeLike`, `OneHot` (`iota` compares), `Dropout`'s
+//!   mask, `Pad` with a run-time value, `GroupNormalization` with per-group scales, the
+//!   `LayerNormalization` statistics outputs, `ReduceL1`/`ReduceSumSquare`/`ReduceLogSum`,
+//!   `BitShift`/`BitwiseXor`/`BitwiseNot` (exact in wrapping integer arithmetic).
+//! - The ONNX function body, written with ladder ops: `MeanVarianceNormalization`,
+//!   `LpNormalization`, `NegativeLogLikelihoodLoss`, `SoftmaxCrossEntropyLoss`, `Attention`
+//!   where `scaled_dot_product_attention` does not fit, `RotaryEmbedding`,
+//!   `CausalConvWithState`, training-mode `BatchNormalization`, and the quantization ops
+//!   (`QuantizeLinear`, `DequantizeLinear`, `DynamicQuantizeLinear`, `QLinearMatMul`,
+//!   `QLinearConv`; `MatMulInteger` and `ConvInteger` widen to exact integer products).
+//! - Shape-only (data movement, no arithmetic): `Flatten`, `Squeeze`, `Unsqueeze`, `Tile`,
+//!   `DepthToSpace`, `SpaceToDepth`, `Gather`, `Slice` with a negative step, `Split`, `Pad`
+//!   (edge/reflect/wrap), `GatherND`, `ReverseSequence`, `Compress`, `CenterCropPad`, legacy
+//!   `Softmax`/`LogSoftmax` (flattened to 2-D), the pools' explicit `pad`s. `Constant`,
+//!   `Shape`, `Size`, `ConstantOfShape`, `Range`, the window ops and `MelWeightMatrix` are
+//!   constants or `iota`s computed at import.
+//! - Sums over taps, windows or positions whose index tables and weights are built at import
+//!   (the op's definition, in the reference's order): `Resize`/`Upsample`, `GridSample`,
+//!   `RoiAlign`, `DeformConv`, `AffineGrid`, the pools `max_pool2d`/`avg_pool2d` do not cover,
+//!   `LpPool`, `LRN`, `Col2Im`, `MaxUnpool`, `ScatterND` and `ScatterElements`/`Scatter`
+//!   (none/add, through `scatter_add`), `Det` (Leibniz, n <= 4).
+//! - Control flow unrolled or inlined: `If`, `Loop`, `Scan`, `RNN`, `GRU`, `LSTM` (cells other
+//!   than the default, which is one `lstm` op per direction), `FlexAttention`,
+//!   `LinearAttention`, `OptionalHasElement`/`OptionalGetElement`. Follow-up: a ladder scan op
+//!   would keep long sequences from unrolling (`MAX_STEPS` in `recur.rs` caps them today).
+//! - Follow-up, numerics: `Sinh`/`Cosh` are `(e^x ∓ e^-x) / 2`, which cancels for `Sinh`
+//!   near 0 (`sinh(1e-8)` is 0 in f32); `expm1` would keep it accurate. `Tan` is `sin / cos`.
+//!   `ReduceL2` and `LpNormalization` (p = 2) square before summing, so they overflow where
+//!   the norm would not (as the ONNX reference does).
+//! - Follow-up, a ladder op would be the right thing: `CumSum`/`CumProd` (a log-step scan:
+//!   `ceil(log2 n)` rounding depth, `n log n` work), `TopK` (an `n²` ranking under
+//!   `DENSE_LIMIT`: a sort), `ScatterElements` with `mul`/`max`/`min` (dense `n²` matching),
+//!   `DFT`/`STFT` (an `n²` `matmul` with a constant table: an FFT), `ConvTranspose` (a `conv`
+//!   over the input dilated with zeros, `stride^d` times the work), `Einsum` (one broadcast
+//!   product over every label before the `sum`; pairwise `matmul` contractions would bound
+//!   its size).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
