@@ -56,16 +56,17 @@
 //! `src/decomp/` (whose rules the tolerance table of `tests/numerics.rs` holds to account),
 //! for the reason given; "follow-up" marks where a ladder op (or another composition) would
 //! be the right thing.
-//! - Exact compositions around at most one rounding ladder op (comparisons, `where`, sign
-//!   fixes, scalar factors): `IsInf`, `Shrink`, `ThresholdedRelu`, `PRelu`, `Mod` (fmod=0),
-//!   `Clip` with run-time bounds, `Celu`/`Selu` (a scaled `elu`), `HardSigmoid` (ONNX's
-//!   alpha and beta, which ladder's `hardsigmoid` fixes), `Softsign`, `Mish`, `Swish`, `Pow`
-//!   (converted back to the base's type), `Max`/`Min`/`Sum`/`Mean` (binary folds), `Gemm`
-//!   (`matmul`, then `alpha` and `beta * C`), `MatMul` of 1-D operands, `ArgMax`/`ArgMin`
-//!   with `select_last_index`, `Hardmax`, `EyeLike`, `OneHot` (`iota` compares), `Dropout`'s
-//!   mask, `Pad` with a run-time value, `GroupNormalization` with per-group scales, the
-//!   `LayerNormalization` statistics outputs, `ReduceL1`/`ReduceSumSquare`/`ReduceLogSum`,
-//!   `BitShift`/`BitwiseXor`/`BitwiseNot` (exact in wrapping integer arithmetic).
+//! - The op's own formula in a few elementwise steps (comparisons, `where`, sign fixes,
+//!   scalar factors), each rounding as the ONNX reference's steps do: `IsInf`, `Shrink`,
+//!   `ThresholdedRelu`, `PRelu`, `Mod` (fmod=0), `Clip` with run-time bounds, `Celu`/`Selu`
+//!   (a scaled `elu`), `HardSigmoid` (ONNX's alpha and beta, which ladder's `hardsigmoid`
+//!   fixes), `Softsign`, `Mish`, `Swish`, `Pow` (converted back to the base's type),
+//!   `Max`/`Min`/`Sum`/`Mean` (binary folds), `Gemm` (`matmul`, then `alpha` and `beta * C`),
+//!   `MatMul` of 1-D operands, `ArgMax`/`ArgMin` with `select_last_index`, `Hardmax`,
+//!   `EyeLike`, `OneHot` (`iota` compares), `Dropout`'s mask, `Pad` with a run-time value,
+//!   `GroupNormalization` with per-group scales, the `LayerNormalization` statistics outputs,
+//!   `ReduceL1`/`ReduceSumSquare`/`ReduceLogSum`, `BitShift`/`BitwiseXor`/`BitwiseNot` (exact
+//!   in wrapping integer arithmetic).
 //! - The ONNX function body, written with ladder ops: `MeanVarianceNormalization`,
 //!   `LpNormalization`, `NegativeLogLikelihoodLoss`, `SoftmaxCrossEntropyLoss`, `Attention`
 //!   where `scaled_dot_product_attention` does not fit, `RotaryEmbedding`,
@@ -78,8 +79,8 @@
 //!   `Softmax`/`LogSoftmax` (flattened to 2-D), the pools' explicit `pad`s. `Constant`,
 //!   `Shape`, `Size`, `ConstantOfShape`, `Range`, the window ops and `MelWeightMatrix` are
 //!   constants or `iota`s computed at import.
-//! - Sums over taps, windows or positions whose index tables and weights are built at import
-//!   (the op's definition, in the reference's order): `Resize`/`Upsample`, `GridSample`,
+//! - Sums over taps, windows or positions, with index tables and weights built at import
+//!   (the op's definition written out): `Resize`/`Upsample`, `GridSample`,
 //!   `RoiAlign`, `DeformConv`, `AffineGrid`, the pools `max_pool2d`/`avg_pool2d` do not cover,
 //!   `LpPool`, `LRN`, `Col2Im`, `MaxUnpool`, `ScatterND` and `ScatterElements`/`Scatter`
 //!   (none/add, through `scatter_add`), `Det` (Leibniz, n <= 4).
