@@ -33,11 +33,20 @@
 
 use super::build::{bin, bin_scalar, convert, dims_attr, dtype, invalid, permute, reshape, shape, unsupported, Outs};
 use super::import::{a_float, a_int, attr, Importer, NResult, Slot};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::tensor::dtype_of;
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind as K;
+
+/// The attention-family ops, by ONNX name.
+pub(super) const ATTENTION: &[Row] = &[
+    ("Attention", |imp, node, _| attention(imp, node)),
+    ("CausalConvWithState", |imp, node, _| causal_conv_with_state(imp, node)),
+    ("LinearAttention", |imp, node, _| linear_attention(imp, node)),
+    ("RotaryEmbedding", |imp, node, _| rotary_embedding(imp, node)),
+];
 
 /// `x[start..end]` along `axis`.
 fn slice(imp: &mut Importer, v: Value, axis: usize, start: u64, end: u64) -> NResult<Value> {

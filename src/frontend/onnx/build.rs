@@ -4,7 +4,7 @@
 
 use super::import::{Importer, NResult, Slot};
 use super::NodeError;
-use crate::ir::{AttrValue, DType, Dim, Value};
+use crate::ir::{AttrValue, DType, Dim, DimError, Value};
 use crate::ops::OpKind;
 
 /// A converter's results, one slot per ONNX output.
@@ -82,4 +82,75 @@ pub(super) fn bin(imp: &mut Importer, op: OpKind, a: Value, b: Value) -> NResult
 pub(super) fn bin_scalar(imp: &mut Importer, op: OpKind, v: Value, c: f64) -> NResult<Value> {
     let s = imp.scalar(dtype(imp, v), c)?;
     bin(imp, op, v, s)
+}
+
+/// A size computation that overflowed or cannot be expressed, as an unsupported node.
+pub(super) fn dim_err(e: DimError) -> NodeError {
+    NodeError::Unsupported(format!("size arithmetic: {e}"))
+}
+
+/// The same emits as methods, for the converters that read better that way.
+impl Importer<'_> {
+    pub(super) fn shape_of(&self, v: Value) -> Vec<Dim> {
+        self.ty(v).shape.dims().to_vec()
+    }
+
+    pub(super) fn rank_of(&self, v: Value) -> usize {
+        self.ty(v).rank()
+    }
+
+    pub(super) fn dtype_of_v(&self, v: Value) -> DType {
+        self.ty(v).dtype
+    }
+
+    pub(super) fn reshape(&mut self, v: Value, dims: &[Dim]) -> NResult<Value> {
+        if self.shape_of(v) == dims {
+            return Ok(v);
+        }
+        self.emit(OpKind::Reshape, &[v], &[("shape", dims_attr(dims))])
+    }
+
+    pub(super) fn convert_to(&mut self, v: Value, dtype: DType) -> NResult<Value> {
+        if self.dtype_of_v(v) == dtype {
+            return Ok(v);
+        }
+        self.emit(OpKind::ConvertElementType, &[v], &[("dtype", AttrValue::DType(dtype))])
+    }
+
+    pub(super) fn un(&mut self, op: OpKind, v: Value) -> NResult<Value> {
+        self.emit(op, &[v], &[])
+    }
+
+    pub(super) fn bin(&mut self, op: OpKind, a: Value, b: Value) -> NResult<Value> {
+        self.emit(op, &[a, b], &[])
+    }
+
+    /// `v op c` with `c` a scalar of `v`'s dtype.
+    pub(super) fn bin_scalar(&mut self, op: OpKind, v: Value, c: f64) -> NResult<Value> {
+        let s = self.scalar(self.dtype_of_v(v), c)?;
+        self.bin(op, v, s)
+    }
+
+    /// Inserts size-1 axes at `axes` (positions in the result).
+    pub(super) fn unsqueeze(&mut self, v: Value, axes: &[i64]) -> NResult<Value> {
+        let out_rank = self.rank_of(v) + axes.len();
+        let mut norm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, out_rank)).collect::<NResult<_>>()?;
+        norm.sort_unstable();
+        if norm.windows(2).any(|w| w[0] == w[1]) {
+            return invalid(format!("repeated axis in {axes:?}"));
+        }
+        let mut dims = self.shape_of(v);
+        for &a in &norm {
+            dims.insert(a, Dim::new(1));
+        }
+        self.reshape(v, &dims)
+    }
+
+    pub(super) fn squeeze(&mut self, v: Value, axes: &[i64]) -> NResult<Value> {
+        self.emit(OpKind::Squeeze, &[v], &[("axes", ints(axes))])
+    }
+
+    pub(super) fn numel_of(&self, dims: &[Dim]) -> NResult<Dim> {
+        dims.iter().try_fold(Dim::new(1), |a, d| a.mul(d)).map_err(dim_err)
+    }
 }

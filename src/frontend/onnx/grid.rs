@@ -19,6 +19,7 @@
 //!   `theta` transposed; `size` must be known at import.
 
 use super::import::{a_float, a_int, a_ints, a_str, Importer, NResult};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::spatial::{
     bin, bin_scalar, check_table, const_float, convert, dims_attr, dtype, int, ints, invalid, one, reshape, shape,
@@ -27,6 +28,14 @@ use super::spatial::{
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
+
+/// The sampling ops, by ONNX name.
+pub(super) const GRID: &[Row] = &[
+    ("AffineGrid", |imp, node, _| affine_grid(imp, node)),
+    ("DeformConv", |imp, node, _| deform_conv(imp, node)),
+    ("GridSample", |imp, node, _| grid_sample(imp, node)),
+    ("RoiAlign", |imp, node, _| roi_align(imp, node)),
+];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {

@@ -36,10 +36,11 @@
 //!   variance and returns the momentum-updated running statistics.
 
 use super::build::{
-    bin, bin_scalar, convert as cast, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape,
+    bin, bin_scalar, convert as cast, dim_err, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape,
     unsupported, Outs,
 };
 use super::import::{a_float, a_int, attr, Importer, NResult, Slot};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
@@ -49,10 +50,6 @@ use crate::tensor::Tensor;
 /// Most elements an `n²`-style composition (TopK's ranking, dense scatter reductions) may
 /// build for one node.
 pub const DENSE_LIMIT: u64 = 1 << 24;
-
-fn dim_err(e: crate::ir::DimError) -> NodeError {
-    NodeError::Unsupported(format!("size arithmetic: {e}"))
-}
 
 fn un(imp: &mut Importer, op: K, v: Value) -> NResult<Value> {
     imp.emit(op, &[v], &[])
@@ -160,41 +157,26 @@ fn highest(dt: DType) -> f64 {
     }
 }
 
-/// Converts the ONNX ops of this file.
-pub fn convert(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
-    match node.op_type.as_str() {
-        "CumSum" | "CumProd" => cumulative(imp, node),
-        "TopK" => top_k(imp, node),
-        "ScatterElements" | "Scatter" => {
-            let x = imp.input(node, 0)?;
-            let idx = imp.input(node, 1)?;
-            let upd = imp.input(node, 2)?;
-            let axis = norm_axis(a_int(node, "axis", 0), shape(imp, x).len())?;
-            let red = super::import::a_str(node, "reduction", "none");
-            one(scatter(imp, x, idx, upd, axis, &red)?)
-        }
-        "ScatterND" => scatter_nd(imp, node),
-        "GatherND" => gather_nd(imp, node),
-        "ReverseSequence" => reverse_sequence(imp, node),
-        "Compress" => compress(imp, node),
-        "Det" => det(imp, node),
-        "Swish" => {
-            let x = imp.input(node, 0)?;
-            let alpha = a_float(node, "alpha", 1.0);
-            let ax = if alpha == 1.0 { x } else { bin_scalar(imp, K::Mul, x, alpha)? };
-            let s = un(imp, K::Sigmoid, ax)?;
-            one(bin(imp, K::Mul, x, s)?)
-        }
-        op @ ("Asin" | "Acos" | "Atan" | "Asinh" | "Acosh" | "Atanh") => {
-            let x = imp.input(node, 0)?;
-            if !dtype(imp, x).is_float() {
-                return invalid(format!("{op} needs a float input"));
-            }
-            one(inverse_trig(imp, op, x)?)
-        }
-        op => unsupported(format!("op type {op}")),
-    }
-}
+/// The indexing, scan and math ops of this file, by ONNX name.
+pub(super) const INDEX: &[Row] = &[
+    ("Acos", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Acosh", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Asin", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Asinh", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Atan", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Atanh", |imp, node, _| inverse_trig_node(imp, node)),
+    ("Compress", |imp, node, _| compress(imp, node)),
+    ("CumProd", |imp, node, _| cumulative(imp, node)),
+    ("CumSum", |imp, node, _| cumulative(imp, node)),
+    ("Det", |imp, node, _| det(imp, node)),
+    ("GatherND", |imp, node, _| gather_nd(imp, node)),
+    ("ReverseSequence", |imp, node, _| reverse_sequence(imp, node)),
+    ("Scatter", |imp, node, _| scatter_elements(imp, node)),
+    ("ScatterElements", |imp, node, _| scatter_elements(imp, node)),
+    ("ScatterND", |imp, node, _| scatter_nd(imp, node)),
+    ("Swish", |imp, node, _| swish(imp, node)),
+    ("TopK", |imp, node, _| top_k(imp, node)),
+];
 
 // --- Scans ---
 
@@ -332,6 +314,16 @@ fn top_k(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 }
 
 // --- Scatter and gather ---
+
+/// `ScatterElements` (and its older name `Scatter`).
+fn scatter_elements(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let idx = imp.input(node, 1)?;
+    let upd = imp.input(node, 2)?;
+    let axis = norm_axis(a_int(node, "axis", 0), shape(imp, x).len())?;
+    let red = super::import::a_str(node, "reduction", "none");
+    one(scatter(imp, x, idx, upd, axis, &red)?)
+}
 
 /// ONNX ScatterElements on ladder values: `idx` (i32/i64) and `upd` of one shape, along
 /// `axis`, with `reduction` none/add/mul/max/min.
@@ -756,6 +748,24 @@ fn log_threshold(dt: DType) -> f64 {
     2f64.powi(bits / 2 + 1)
 }
 
+fn swish(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let x = imp.input(node, 0)?;
+    let alpha = a_float(node, "alpha", 1.0);
+    let ax = if alpha == 1.0 { x } else { bin_scalar(imp, K::Mul, x, alpha)? };
+    let s = un(imp, K::Sigmoid, ax)?;
+    one(bin(imp, K::Mul, x, s)?)
+}
+
+/// `Asin`, `Acos`, `Atan`, `Asinh`, `Acosh` or `Atanh` of a float input.
+fn inverse_trig_node(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
+    let op = node.op_type.as_str();
+    let x = imp.input(node, 0)?;
+    if !dtype(imp, x).is_float() {
+        return invalid(format!("{op} needs a float input"));
+    }
+    one(inverse_trig(imp, op, x)?)
+}
+
 fn inverse_trig(imp: &mut Importer, op: &str, x: Value) -> NResult<Value> {
     let one_minus = |imp: &mut Importer, x: Value| -> NResult<Value> {
         let c = imp.scalar(dtype(imp, x), 1.0)?;
@@ -825,7 +835,7 @@ fn inverse_trig(imp: &mut Importer, op: &str, x: Value) -> NResult<Value> {
     }
 }
 
-// --- Entry points from ops.rs for modes of ops converted there ---
+// --- Entry points for modes of ops converted in shape_ops.rs (`Pad`) and nn.rs (`BatchNormalization`) ---
 
 /// Constant-mode `Pad` whose `constant_value` is computed at run time (`value`, a scalar).
 pub fn pad_runtime_value(imp: &mut Importer, x: Value, low: &[i64], high: &[i64], value: Value) -> NResult<Outs> {

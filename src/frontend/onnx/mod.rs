@@ -5,7 +5,8 @@
 //! `ai.onnx.preview::FlexAttention`. Graph inputs become `input`
 //! nodes (a `dim_param` becomes a size symbol of that name, an absent dim a fresh symbol
 //! `unkN`), initializers become blobs read by `const` nodes (keeping their names), and each
-//! ONNX node becomes one or a few ladder ops: see `ops.rs` for the table and each op's mapping.
+//! ONNX node becomes one or a few ladder ops: see `ops.rs` for the tables, one per op family,
+//! and the files of the families for each op's mapping.
 //! Ops ladder's contract does not cover are reported together, before anything is converted:
 //! [`ImportError::Unsupported`] lists every unsupported op type with its count and opset.
 //!
@@ -41,12 +42,17 @@ pub mod proto;
 mod attention;
 mod build;
 pub mod conformance;
+mod elementwise;
 mod grid;
 mod import;
 mod index;
+mod linalg;
+mod nn;
 mod ops;
 mod quant;
 mod recur;
+mod reduce;
+mod shape_ops;
 mod shapes;
 mod signal;
 mod spatial;

@@ -29,11 +29,28 @@ use super::build::{
     bin, bin_scalar, convert, dims_attr, dtype, invalid, norm_axis, one, reshape, shape, unsupported, Outs,
 };
 use super::import::{a_int, a_str, Importer, NResult, Slot};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::tensor::{dtype_name, dtype_of};
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
+
+/// The quantization and integer ops, by ONNX name.
+pub(super) const QUANT: &[Row] = &[
+    ("BitShift", |imp, node, _| bit_shift(imp, node)),
+    ("BitwiseAnd", |imp, node, _| bitwise(imp, node)),
+    ("BitwiseNot", |imp, node, _| bitwise(imp, node)),
+    ("BitwiseOr", |imp, node, _| bitwise(imp, node)),
+    ("BitwiseXor", |imp, node, _| bitwise(imp, node)),
+    ("ConvInteger", |imp, node, _| conv_integer(imp, node)),
+    ("DequantizeLinear", |imp, node, _| dequantize_linear(imp, node)),
+    ("DynamicQuantizeLinear", |imp, node, _| dynamic_quantize_linear(imp, node)),
+    ("MatMulInteger", |imp, node, _| matmul_integer(imp, node)),
+    ("QLinearConv", |imp, node, _| qlinear_conv(imp, node)),
+    ("QLinearMatMul", |imp, node, _| qlinear_matmul(imp, node)),
+    ("QuantizeLinear", |imp, node, _| quantize_linear(imp, node)),
+];
 
 fn clamp(imp: &mut Importer, v: Value, lo: f64, hi: f64) -> NResult<Value> {
     imp.emit(OpKind::Clamp, &[v], &[("min", AttrValue::Float(lo)), ("max", AttrValue::Float(hi))])
@@ -339,7 +356,7 @@ pub fn conv_integer(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
 /// `conv` of two i32 tensors, exactly, through f64 (see the module doc).
 fn int_conv(imp: &mut Importer, node: &NodeProto, x: Value, w: Value) -> NResult<Value> {
     let (xf, wf) = (convert(imp, x, DType::F64)?, convert(imp, w, DType::F64)?);
-    let y = super::ops::conv_values(imp, node, xf, wf)?;
+    let y = super::nn::conv_values(imp, node, xf, wf)?;
     let y = convert(imp, y, DType::I64)?;
     convert(imp, y, DType::I32)
 }

@@ -1,8 +1,9 @@
-//! ONNX recurrences and control flow, unrolled at import: `RNN`, `GRU`, `LSTM`, `Scan`,
+//! ONNX recurrences and control flow, unrolled at import: `If`, `RNN`, `GRU`, `LSTM`, `Scan`,
 //! `Loop`, the `ai.onnx.preview` `FlexAttention` (with its modifier subgraphs inlined), and
 //! `OptionalHasElement`/`OptionalGetElement` on plain tensors.
 //!
 //! Mapping choices:
+//! - `If` with a condition known at import inlines the taken branch.
 //! - `RNN`/`GRU`/`LSTM` unroll over the static sequence length: the input projection of all
 //!   steps is one `matmul` (`X·Wᵀ + Wb`); each step adds `H·Rᵀ + Rb` and applies the gates
 //!   with ladder's elementwise ops. Gate orders are ONNX's (`z r h` for GRU, `i o f c` for
@@ -34,6 +35,7 @@ use super::build::{
     bin, bin_scalar, convert, dims_attr, dtype, int, invalid, norm_axis, permute, reshape, shape, unsupported, Outs,
 };
 use super::import::{a_float, a_int, a_str, attr, Importer, NResult, Slot};
+use super::ops::{Convert, Row};
 use super::proto::{GraphProto, NodeProto};
 use super::tensor::dtype_of;
 use super::{ImportError, NodeError};
@@ -44,9 +46,35 @@ use crate::tensor::Tensor;
 /// Most unrolled steps (sequence steps × directions, or loop iterations) one node may expand to.
 pub const MAX_STEPS: u64 = 4096;
 
+/// The control-flow and recurrent ops of the default domain, by ONNX name.
+pub(super) const RECUR: &[Row] = &[
+    ("GRU", |imp, node, _| recurrent(imp, node, Cell::Gru)),
+    ("If", if_node),
+    ("LSTM", |imp, node, _| recurrent(imp, node, Cell::Lstm)),
+    ("Loop", loop_node),
+    ("OptionalGetElement", |imp, node, _| optional(imp, node)),
+    ("OptionalHasElement", |imp, node, _| optional(imp, node)),
+    ("RNN", |imp, node, _| recurrent(imp, node, Cell::Rnn)),
+    ("Scan", scan),
+];
+
+/// The domain of [`PREVIEW`].
+const PREVIEW_DOMAIN: &str = "ai.onnx.preview";
+
+/// The ops of the `ai.onnx.preview` domain, by name.
+pub(super) const PREVIEW: &[Row] = &[("FlexAttention", flex_attention)];
+
+/// The converter of `op_type` in a non-default `domain`, if the importer converts it.
+pub(super) fn converter_in(domain: &str, op_type: &str) -> Option<Convert> {
+    if domain != PREVIEW_DOMAIN {
+        return None;
+    }
+    PREVIEW.iter().find(|(name, _)| *name == op_type).map(|&(_, convert)| convert)
+}
+
 /// The ops of non-default domains the importer converts.
 pub fn is_supported_in(domain: &str, op_type: &str) -> bool {
-    domain == "ai.onnx.preview" && op_type == "FlexAttention"
+    converter_in(domain, op_type).is_some()
 }
 
 pub(super) fn select(imp: &mut Importer, v: Value, axis: usize, index: u64) -> NResult<Value> {
@@ -783,6 +811,35 @@ pub fn scan<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NRes
     for j in 0..n {
         let vs: Vec<Value> = per_batch.iter().map(|p| p[j]).collect();
         outs.push(Some(Slot::Val(stack(imp, &vs, 0)?)));
+    }
+    Ok(outs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// If
+
+fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
+    let c = imp.input(node, 0)?;
+    let cond = match imp.const_of(c) {
+        Some(t) if t.numel() == 1 => t.to_f64_vec()[0] != 0.0,
+        _ => return Err(NodeError::NeedsValue { input: 0, what: "the condition".into() }),
+    };
+    let branch = if cond { "then_branch" } else { "else_branch" };
+    let g = attr(node, branch)
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| NodeError::Invalid(format!("`{branch}` is missing")))?;
+    if depth + 2 > imp.opts.max_depth {
+        return Err(NodeError::Subgraph(Box::new(ImportError::TooDeep {
+            what: "subgraphs",
+            depth: depth + 2,
+            limit: imp.opts.max_depth,
+        })));
+    }
+    imp.add_initializers(g);
+    imp.run_nodes(&g.node, depth + 1).map_err(|e| NodeError::Subgraph(Box::new(e)))?;
+    let mut outs = Vec::with_capacity(g.output.len());
+    for o in &g.output {
+        outs.push(Some(imp.lookup(&o.name)?));
     }
     Ok(outs)
 }

@@ -16,17 +16,13 @@
 //! quotient that is not exact) converts as ordinary data instead, so its result is right but
 //! no longer a shape.
 
-use super::build::{bin, bin_scalar, dims_attr, int, invalid, one, unsupported, Outs};
+use super::build::{bin, bin_scalar, dim_err, dims_attr, int, invalid, one, unsupported, Outs};
 use super::import::{a_int, a_ints, Importer, NResult, Slot, SymInt, SymList};
 use super::proto::NodeProto;
 use super::tensor::dtype_of;
 use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, SizeExpr};
 use crate::ops::OpKind;
-
-fn dim_err(e: crate::ir::DimError) -> NodeError {
-    NodeError::Unsupported(format!("size arithmetic: {e}"))
-}
 
 /// A list element as a signed size expression.
 fn expr(x: &SymInt) -> NResult<SizeExpr> {

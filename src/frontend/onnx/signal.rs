@@ -14,6 +14,7 @@
 //!   (computed in f64 as ONNX's reference does).
 
 use super::import::{a_int, Importer, NResult};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::spatial::{
     check_table, const_float, convert, dtype, invalid, norm_axis, one, permute, reshape, shape, static_dim, take,
@@ -24,6 +25,16 @@ use super::NodeError;
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
 use std::f64::consts::PI;
+
+/// The signal ops, by ONNX name.
+pub(super) const SIGNAL: &[Row] = &[
+    ("BlackmanWindow", |imp, node, _| window(imp, node)),
+    ("DFT", |imp, node, _| dft(imp, node)),
+    ("HammingWindow", |imp, node, _| window(imp, node)),
+    ("HannWindow", |imp, node, _| window(imp, node)),
+    ("MelWeightMatrix", |imp, node, _| mel_weight_matrix(imp, node)),
+    ("STFT", |imp, node, _| stft(imp, node)),
+];
 
 /// `2π (k t mod n) / n`, the angle of bin `k` at sample `t`.
 fn angle(k: usize, t: usize, n: usize) -> f64 {

@@ -27,11 +27,23 @@ pub(super) use super::build::{
     bin, bin_scalar, convert, dims_attr, dtype, int, ints, invalid, norm_axis, one, reshape, shape, unsupported, Outs,
 };
 use super::import::{a_float, a_floats, a_int, a_ints, a_str, attr, Importer, NResult, Slot};
+use super::ops::Row;
 use super::proto::NodeProto;
 use super::{ImportError, NodeError};
 use crate::ir::{AttrValue, DType, Dim, Value};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
+
+/// The spatial ops of this file, by ONNX name.
+pub(super) const SPATIAL: &[Row] = &[
+    ("CenterCropPad", |imp, node, _| center_crop_pad(imp, node)),
+    ("Col2Im", |imp, node, _| col2im(imp, node)),
+    ("LRN", |imp, node, _| lrn(imp, node)),
+    ("LpPool", |imp, node, _| pool_nd(imp, node)),
+    ("MaxUnpool", |imp, node, _| max_unpool(imp, node)),
+    ("Resize", |imp, node, _| resize(imp, node)),
+    ("Upsample", |imp, node, _| resize(imp, node)),
+];
 
 /// A dim that must be known at import.
 pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
@@ -724,7 +736,7 @@ pub(super) fn pool_nd(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if kernel.iter().fold(0i64, |a, &k| a.saturating_add(k)) > MAX_WINDOW {
         return unsupported(format!("a pooling window of {kernel:?} (at most {MAX_WINDOW} taps over all axes)"));
     }
-    let pads = super::ops::auto_pads(
+    let pads = super::nn::auto_pads(
         &a_str(node, "auto_pad", "NOTSET"),
         &xs[2..],
         &kernel,
@@ -830,7 +842,7 @@ fn max_pool_with_indices(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> 
             "MaxPool indices over a window of {kernel:?} (at most {MAX_WINDOW_POSITIONS} positions)"
         ));
     }
-    let pads = super::ops::auto_pads(
+    let pads = super::nn::auto_pads(
         &a_str(node, "auto_pad", "NOTSET"),
         &xs[2..],
         &kernel,
