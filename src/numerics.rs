@@ -134,7 +134,9 @@ pub fn tolerance(op: OpKind) -> Tolerance {
         Silu | Softplus => Ulp { ulps: 8, floor_eps: 0.0 },
         Gelu => Ulp { ulps: 16, floor_eps: 8.0 },
         // Reductions, contractions, normalisations.
-        Sum | Mean | ReduceSum => Bound(B::Sum),
+        // A scan's element is a sum of its prefix: the same bound, `n` the axis length (the
+        // log-step decomposition's tree is only `ceil(log2 n)` deep).
+        Sum | Mean | ReduceSum | Cumsum => Bound(B::Sum),
         Prod | ReduceProd => Bound(B::Prod),
         Var => Bound(B::Variance),
         Std => Bound(B::Std),
@@ -604,6 +606,7 @@ fn reduction_axes(op: OpKind, attrs: &Attrs, shape: &[usize]) -> Result<Vec<usiz
     let rank = shape.len();
     let axes = match op {
         OpKind::ReduceSum | OpKind::ReduceProd => normalize_axes(attrs.ints("axes"), rank, false),
+        OpKind::Cumsum => normalize_axis(attrs.int("axis"), rank).map(|a| vec![a]),
         _ => normalize_axes(attrs.ints("axes"), rank, true),
     };
     axes.map_err(|e| e.to_string())

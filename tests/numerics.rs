@@ -385,6 +385,8 @@ const SEED_CLASSES: &[SeedClass] = &[
         v.iter().any(|x| *x == 0.0 && x.is_sign_negative()) && v.iter().any(|x| *x == 0.0 && x.is_sign_positive())
     }),
     ("embedding_symbolic", OpKind::Embedding, symbolic),
+    ("cumsum_symbolic", OpKind::Cumsum, |c| symbolic(c) && c.inputs[0].numel() > 2),
+    ("cumsum_inf", OpKind::Cumsum, |c| any_float(c, f64::is_infinite) && c.inputs[0].numel() > 2),
     ("masked_fill_i32_inf", OpKind::MaskedFillInplace, |c| {
         c.inputs[0].dtype() == DType::I32
             && matches!(node_attr(c, "value"), Some(ladder::ir::AttrValue::Float(v)) if v.is_infinite())

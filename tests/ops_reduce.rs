@@ -476,3 +476,55 @@ fn infer_errors_are_typed() {
         "[1, 3, 1]"
     );
 }
+
+// --- Scans ---------------------------------------------------------------------------------
+
+#[test]
+fn cumsum_hand_computed_rounded_once_and_wrapping() {
+    let x = || f32t(&[2, 3], &X23);
+    let t = run_op("f32[2, 3]", "cumsum", "axis=1", x());
+    assert_eq!((t.shape(), t.to_f64_vec()), (&[2usize, 3][..], vec![1., 3., 6., 4., 9., 15.]));
+    assert_eq!(run_op("f32[2, 3]", "cumsum", "axis=-1", x()).to_f64_vec(), vec![1., 3., 6., 4., 9., 15.]);
+    assert_eq!(run_op("f32[2, 3]", "cumsum", "axis=0", x()).to_f64_vec(), vec![1., 2., 3., 5., 7., 9.]);
+    // Each prefix is summed in f64 and rounded once: in f32, 1e8 + 1 rounds back to 1e8, but
+    // the third prefix is exactly 1 (a running f32 sum would give 0).
+    let t = run_op("f32[3]", "cumsum", "axis=0", f32t(&[3], &[1e8, 1., -1e8]));
+    assert_eq!(t.to_f64_vec(), vec![1e8, 1e8, 1.]);
+    // f16: spacing 2 at 2048; 2049 rounds to even (2048), 2050 is exact.
+    let h = Tensor::from_f64_as(DType::F16, &[3], &[2048., 1., 1.]).unwrap();
+    let t = run_op("f16[3]", "cumsum", "axis=0", h);
+    assert_eq!((t.dtype(), t.to_f64_vec()), (DType::F16, vec![2048., 2048., 2050.]));
+    // Precise mode keeps the f64 sums.
+    let t = run_op_precise("f32[3]", "cumsum", "axis=0", f32t(&[3], &[1e8, 1., -1e8]));
+    assert_eq!(t.to_f64_vec(), vec![1e8, 1e8 + 1., 1.]);
+    // Integers keep their dtype and wrap.
+    let t = run_op("i32[3]", "cumsum", "axis=0", i32t(&[3], &[i32::MAX, 1, 1]));
+    assert_eq!(ints(&t), (DType::I32, vec![i32::MAX as i64, i32::MIN as i64, i32::MIN as i64 + 1]));
+    let t = run_op("i64[2]", "cumsum", "axis=0", i64t(&[2], &[i64::MAX, 1]));
+    assert_eq!(ints(&t), (DType::I64, vec![i64::MAX, i64::MIN]));
+    // Empty and size-1 axes.
+    let t = run_op("f32[2, 0]", "cumsum", "axis=1", f32t(&[2, 0], &[]));
+    assert_eq!(t.shape(), &[2, 0]);
+    let t = run_op("f32[0, 3]", "cumsum", "axis=1", f32t(&[0, 3], &[]));
+    assert_eq!(t.shape(), &[0, 3]);
+    let t = run_op("f32[3, 1]", "cumsum", "axis=1", f32t(&[3, 1], &[1., -0., 3.]));
+    assert_eq!(t.to_f64_vec(), vec![1., -0., 3.]);
+    assert!(t.to_f64_vec()[1].is_sign_negative(), "a size-1 scan is the identity, -0 included");
+    // A symbolic axis.
+    assert_eq!(infer_ty("f32[n, 4]", "cumsum", "axis=0"), "f32[n, 4]");
+}
+
+#[test]
+fn cumsum_rejects_bool_scalars_and_bad_axes() {
+    for (ty, attrs, needle) in [
+        ("bool[3]", "axis=0", "numeric"),
+        ("f32[]", "axis=0", "out of range"),
+        ("f32[2, 3]", "axis=2", "out of range"),
+        ("f32[2, 3]", "axis=-3", "out of range"),
+        ("f32[2, 3]", "", "`axis` is required"),
+        ("f32[2, 3]", "axes=[1]", "unknown attribute"),
+    ] {
+        let msg = parse_err(ty, "cumsum", attrs);
+        assert!(msg.contains(needle), "cumsum {{{attrs}}} on {ty}: {msg}");
+    }
+}

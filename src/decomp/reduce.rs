@@ -23,6 +23,13 @@
 //! - `logsumexp` subtracts `m = reduce_max(x)`, replaced by 0 where it is ±inf (so no
 //!   `inf - inf`): all `-inf` or nothing gives `log(0) + 0 = -inf`, any `+inf` gives `+inf`,
 //!   and a NaN makes `m` NaN, which propagates.
+//! - `cumsum` along an axis of static length `n` is a log-step scan (Hillis and Steele): in
+//!   round `r` the running sums are added to themselves shifted `2^r` places along the axis (a
+//!   `pad` of `2^r` zeros in front that crops as many at the end), `ceil(log2 n)` rounds, so
+//!   each float result is its prefix summed in a tree of that depth, in the dtype (f16 and bf16
+//!   in f32); integers wrap like the op, exactly. Along a symbolic axis it sums `x` masked by
+//!   `j <= i` over a new axis `j`: `n` terms per element, meant for the short axes models scan
+//!   (positions from an attention mask).
 
 use super::{DecompError, DecompFn, Emitter};
 use crate::ir::{AttrValue, DType, Node, Shape, Value};
@@ -44,6 +51,7 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
         Argmax => argmax,
         Argmin => argmin,
         Logsumexp => logsumexp,
+        Cumsum => cumsum,
         _ => return None,
     })
 }
@@ -338,4 +346,56 @@ fn std(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompErro
 
 fn logsumexp(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompError> {
     float_composite(e, node, args[0], logsumexp_of)
+}
+
+fn cumsum(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, DecompError> {
+    let x = args[0];
+    let shape = e.shape(x);
+    let rank = shape.rank();
+    let axis = normalize_axis(node.attrs.int("axis"), rank).map_err(|err| bad(node, err))?;
+    let dtype = e.dtype(x);
+    let y = e.convert(x, compute_dtype(dtype))?;
+    let y = match shape.dims()[axis].as_const() {
+        Some(n) => {
+            let mut y = y;
+            let mut shift = 1u64;
+            while shift < n {
+                let (mut low, mut high) = (vec![0i64; rank], vec![0i64; rank]);
+                (low[axis], high[axis]) = (shift as i64, -(shift as i64));
+                let shifted = e.prim(
+                    OpKind::Pad,
+                    &[y],
+                    &[("low", AttrValue::Ints(low)), ("high", AttrValue::Ints(high)), ("value", AttrValue::Float(0.0))],
+                )?;
+                y = e.add(y, shifted)?;
+                shift *= 2;
+            }
+            y
+        }
+        None => {
+            // y[..., i, ...] = sum over j of where(j <= i, x[..., j, ...], 0), with j a new axis
+            // after the scanned one.
+            let n = shape.dims()[axis].clone();
+            let mut wide: Vec<_> = shape.dims().to_vec();
+            wide.insert(axis + 1, n);
+            let wide = Shape(wide.into_iter().collect());
+            // x indexed by j: the scanned axis moves to position axis + 1.
+            let bdims: Vec<i64> = (0..rank).map(|d| if d < axis { d } else { d + 1 } as i64).collect();
+            let xj = e.prim(
+                OpKind::BroadcastInDim,
+                &[y],
+                &[
+                    ("shape", AttrValue::Dims(wide.dims().iter().cloned().map(Some).collect())),
+                    ("broadcast_dims", AttrValue::Ints(bdims)),
+                ],
+            )?;
+            let i = e.iota(&wide, axis, DType::I64)?;
+            let j = e.iota(&wide, axis + 1, DType::I64)?;
+            let keep = e.binary(OpKind::Le, j, i)?;
+            let zero = e.full_like(0.0, xj)?;
+            let masked = e.select(keep, xj, zero)?;
+            e.reduce(OpKind::ReduceSum, masked, &[axis + 1], false)?
+        }
+    };
+    e.convert(y, dtype)
 }

@@ -158,6 +158,7 @@ pub enum OpKind {
     Argmax,
     Argmin,
     Logsumexp,
+    Cumsum,
 
     // --- High-level indexing and assembly (index.rs) ---
     Embedding,

@@ -29,6 +29,11 @@
 //!   NaN propagates.
 //! - `amax`/`amin` propagate NaN and keep the dtype (bool: any/all). Like torch they have no
 //!   identity: reducing a size-0 axis is an error (infer error when static, EvalError otherwise).
+//! - `cumsum` (torch.cumsum, ONNX `CumSum`) is a scan, not a reduction: the same shape and
+//!   dtype, element `i` along the required `axis` the sum of elements `0..=i`. Floats sum in
+//!   f64 and round each result once (the ideal answer; NaN and infinities propagate as in a
+//!   sum); integers wrap in their dtype (torch widens them to i64 instead: a frontend that
+//!   wants that converts first); bool and rank 0 are rejected.
 
 use super::elementwise::binary_float;
 use super::util::{bool_attr, int_attr, normalize_axes, normalize_axis};
@@ -167,7 +172,65 @@ pub static SPECS: &[OpSpec] = &[
         AXES_KEEPDIM,
         "log(sum(exp(x))) over axes ([] = all), max-subtracted, float only",
     ),
+    OpSpec {
+        kind: OpKind::Cumsum,
+        name: "cumsum",
+        rung: Rung::High,
+        arity: Arity::Exactly(1),
+        attrs: &[AttrSpec::required("axis", AttrKind::Int)],
+        infer: infer_cumsum,
+        eval: eval_cumsum,
+        explicit: None,
+        mutates: false,
+        aliases: false,
+        native: super::Native::Prims,
+        doc: "prefix sums along axis, same shape and dtype (floats summed in f64 and rounded once, ints wrap)",
+    },
 ];
+
+fn infer_cumsum(_: OpKind, attrs: &Attrs, args: &[&TensorType]) -> Result<TensorType, OpError> {
+    let x = args[0];
+    normalize_axis(attrs.int("axis"), x.rank())?;
+    if x.dtype.is_bool() {
+        return Err(OpError::DType { arg: 0, got: x.dtype, expected: "a numeric (int or float) type".into() });
+    }
+    Ok(x.clone())
+}
+
+fn eval_cumsum(
+    _: OpKind,
+    ctx: &mut EvalCtx,
+    attrs: &Attrs,
+    args: &[View],
+    out: &TensorType,
+) -> Result<View, EvalError> {
+    let x = &args[0];
+    let axis = normalize_axis(attrs.int("axis"), x.rank()).map_err(|e| EvalError::Invalid(e.to_string()))?;
+    let dims = x.shape().to_vec();
+    let (len, inner) = (dims[axis], dims[axis + 1..].iter().product::<usize>());
+    if out.dtype.is_float() {
+        let mut v = x.floats();
+        scan(&mut v, len, inner, |acc, x| acc + x);
+        Ok(View::from_floats(ctx, out.dtype, dims, v))
+    } else {
+        let mut v = x.ints();
+        scan(&mut v, len, inner, i64::wrapping_add);
+        Ok(View::from_ints(out.dtype, dims, v))
+    }
+}
+
+/// Prefix sums, in place, along the middle axis of a row-major `[outer, len, inner]` buffer.
+fn scan<T: Copy>(v: &mut [T], len: usize, inner: usize, add: impl Fn(T, T) -> T) {
+    let block = len * inner;
+    if block == 0 {
+        return;
+    }
+    for base in (0..v.len()).step_by(block) {
+        for k in base + inner..base + block {
+            v[k] = add(v[k - inner], v[k]);
+        }
+    }
+}
 
 /// The reduced axes (normalised, sorted) and `keepdim` of a reduction node.
 fn axes_of(kind: OpKind, attrs: &Attrs, rank: usize) -> Result<(Vec<usize>, bool), OpError> {

@@ -1,14 +1,14 @@
 //! ONNX indexing, scans and assorted math, as compositions of ladder ops.
 //!
 //! Mapping choices:
-//! - `CumSum`/`CumProd` (the axis known at import): on a static axis a log-step scan
-//!   (Hillis–Steele: `y = y ⊕ shift(y, 2^k)` for `2^k < n`, the shift a `slice` + `pad` with
-//!   the identity); on a symbolic axis a triangular mask (`where(j <= i, x[j], identity)`
-//!   reduced over `j`, which adds in the sequential order). `exclusive` shifts by one first,
-//!   `reverse` is `rev` around the scan. Integers are exact (wrapping, like the reference);
-//!   floats are added in a tree of depth `ceil(log2 n)` on a static axis, so each output is
-//!   within `ceil(log2 n) eps Σ|x|` of the exact prefix (the sequential order's bound is
-//!   `n eps Σ|x|`).
+//! - `CumSum` (the axis known at import) is ladder's `cumsum` (whose decomposition and
+//!   tolerance are `crate::decomp`'s); `exclusive` shifts the input by one first, `reverse`
+//!   is `rev` around the scan. `CumProd`, which has no ladder op, is the same scan written
+//!   here: on a static axis a log-step scan (Hillis–Steele: `y = y ⊗ shift(y, 2^k)` for
+//!   `2^k < n`, the shift a `slice` + `pad` with 1); on a symbolic axis a triangular mask
+//!   (`where(j <= i, x[j], 1)` reduced over `j`, in the sequential order). Integers are exact
+//!   (wrapping, like the reference); floats are multiplied in a tree of depth `ceil(log2 n)`
+//!   on a static axis.
 //! - `TopK` (static axis, `k` known at import) ranks every element against every other along
 //!   the axis (`n²` comparisons per row, capped by [`DENSE_LIMIT`]): element `j` beats `i` when
 //!   it is larger (smaller), or equal with a lower index; NaN is larger than every number and
@@ -201,6 +201,10 @@ fn cumulative(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
     if exclusive {
         let s = slice(imp, y, axis, 0, -1)?;
         y = pad_axis(imp, s, axis, 1, 0, ident)?;
+    }
+    if node.op_type == "CumSum" {
+        y = imp.emit(K::Cumsum, &[y], &[("axis", AttrValue::Int(axis as i64))])?;
+        return one(if reverse { rev(imp, y, axis)? } else { y });
     }
     y = match d[axis].as_const() {
         Some(n) => {

@@ -92,8 +92,8 @@
 //!   near 0 (`sinh(1e-8)` is 0 in f32); `expm1` would keep it accurate. `Tan` is `sin / cos`.
 //!   `ReduceL2` and `LpNormalization` (p = 2) square before summing, so they overflow where
 //!   the norm would not (as the ONNX reference does).
-//! - Follow-up, a ladder op would be the right thing: `CumSum`/`CumProd` (a log-step scan:
-//!   `ceil(log2 n)` rounding depth, `n log n` work), `TopK` (an `n²` ranking under
+//! - Follow-up, a ladder op would be the right thing: `CumProd` (a log-step scan like
+//!   ladder's `cumsum`, which `CumSum` maps to), `TopK` (an `n²` ranking under
 //!   `DENSE_LIMIT`: a sort), `ScatterElements` with `mul`/`max`/`min` (dense `n²` matching),
 //!   `DFT`/`STFT` (an `n²` `matmul` with a constant table: an FFT), `ConvTranspose` (a `conv`
 //!   over the input dilated with zeros, `stride^d` times the work), `Einsum` (one broadcast
