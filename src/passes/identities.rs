@@ -475,6 +475,10 @@ fn rebuild_at(rw: &mut Rewriter, c: Value, ty: &TensorType) -> Option<Value> {
 // included). Not lossless: i64 → f64 (2^53 + 1), i32 → f32, f16 ↔ bf16, any float → integer
 // (truncation, NaN → 0), anything → bool. So f32 → f64 → f32 is x, while f64 → f32 → f64 is
 // kept. In precise mode no float conversion rounds, so these chains are exact there too.
+// One exception: an integer converts to an integer type by wrapping, a float by truncating
+// and saturating, so the same value can convert differently by the type it is read as
+// (-1 → u16 is 65535, -1.0 → u16 is 0): an integer taken through a float to an integer type
+// keeps its middle step.
 fn convert(rw: &mut Rewriter, node: &Node, x: Value, may_alias: bool) -> Option<Value> {
     let t2 = node.ty.dtype;
     if rw.ty(x).dtype == t2 {
@@ -486,7 +490,7 @@ fn convert(rw: &mut Rewriter, node: &Node, x: Value, may_alias: bool) -> Option<
     }
     let x0 = inner.args[0];
     let (t0, t1) = (rw.ty(x0).dtype, inner.ty.dtype);
-    if !lossless(t0, t1) {
+    if !lossless(t0, t1) || (t0.is_int() && t1.is_float() && t2.is_int()) {
         return None;
     }
     if t0 == t2 {
