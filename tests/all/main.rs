@@ -13,6 +13,9 @@ mod decomp_exact;
 mod decomp_util;
 mod onnx_build;
 
+// Repository rules: file sizes, the crate's public modules, the test binaries, module docs.
+mod tidy;
+
 mod bench;
 mod builder;
 mod cli;
