@@ -156,7 +156,7 @@ pub fn tolerance(op: OpKind) -> Tolerance {
     }
 }
 
-/// Every high-level op, in spec order: what `tests/numerics.rs` and the fuzz target cover.
+/// Every high-level op, in spec order: what `tests/all/numerics.rs` and the fuzz target cover.
 pub fn high_level_ops() -> Vec<OpKind> {
     all_specs().filter(|s| s.rung == Rung::High).map(|s| s.kind).collect()
 }
