@@ -82,3 +82,17 @@ pub fn check_decomposition(src: &str, inputs: &[Tensor], atol: f64, rtol: f64) -
     }
     text
 }
+
+/// Proptest's settings for the tests here: `cases` cases, and failing cases saved next to the
+/// test's source (`dim_algebra.rs`, `dim_algebra.proptest-regressions`), where proptest reads
+/// them back first. Its default would use `tests/proptest-regressions/`, as `tests/all` has a
+/// `main.rs`.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..Default::default()
+    }
+}

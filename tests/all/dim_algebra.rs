@@ -104,7 +104,7 @@ fn points() -> impl Strategy<Value = Vec<[i128; 3]>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+    #![proptest_config(crate::common::proptest_config(1500))]
 
     #[test]
     fn agrees_with_integer_arithmetic(e in expr(), pts in points()) {

@@ -18,7 +18,7 @@ fn check(bytes: &[u8]) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(crate::common::proptest_config(300))]
     #[test]
     fn random_graphs_round_trip(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         check(&bytes);
