@@ -1,5 +1,5 @@
 //! Property checks shared by the fuzz targets (`fuzz/`) and the tests that replay their
-//! corpora (`tests/fuzz_seeds.rs`).
+//! corpora (`tests/all/fuzz_seeds.rs`).
 //!
 //! Each check takes arbitrary bytes and **panics when an invariant is broken**: that is how a
 //! fuzzer reports a finding. Bad input itself is never a finding: a parse error or a typed

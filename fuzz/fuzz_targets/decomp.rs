@@ -2,8 +2,8 @@
 //! are `ladder::numerics::check_op`'s case bytes (argument types, shapes, attributes and
 //! adversarial data). A case whose lowered graph disagrees with the op's precise reference
 //! beyond the tolerance table (or fails to lower or run) panics with a ready-to-paste file
-//! test. Ops that have no decomposition yet are skipped: `tests/numerics.rs` lists them.
-//! The same generator runs bounded in `cargo test --test numerics`.
+//! test. Ops that have no decomposition yet are skipped: `tests/all/numerics.rs` lists them.
+//! The same generator runs bounded in `tests/all/numerics.rs` (`cargo test`).
 #![no_main]
 
 use ladder::numerics::{check_op, high_level_ops, CaseResult, FailureKind};

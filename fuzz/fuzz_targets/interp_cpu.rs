@@ -3,7 +3,8 @@
 //! attributes and adversarial data). The case is lowered to prims and run as a native plan
 //! (Cranelift kernels, GEMM, the reference executor for graph breaks); an output outside the
 //! tolerance table against the op's precise interpreter reference, or a failed compile or run,
-//! panics with a ready-to-paste file test. `tests/cpu_numerics.rs` runs the same check bounded.
+//! panics with a ready-to-paste file test. `tests/all/cpu_numerics.rs` runs the same check
+//! bounded.
 #![no_main]
 
 use ladder::numerics::{check_op_on, high_level_ops, run_on_cpu, CaseResult};

@@ -9,8 +9,8 @@
 //! cannot hand its work back up the ladder.
 //!
 //! Decompositions are numerically careful where the naive formula is not (max-subtraction in
-//! softmax, a sound variance, stable sigmoid and softplus); `tests/numerics.rs` holds each to
-//! the tolerance table against the op evaluated in f64.
+//! softmax, a sound variance, stable sigmoid and softplus); `tests/all/numerics.rs` holds each
+//! to the tolerance table against the op evaluated in f64.
 
 use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, GraphError, Node, Shape, SizeExpr, TensorType, Value};
 use crate::ops::util::broadcast_shapes;

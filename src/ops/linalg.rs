@@ -95,20 +95,7 @@ const fn spec(
 ) -> OpSpec {
     let explicit: Option<super::ExplicitFn> =
         if matches!(rung, Rung::Opaque) { Some(explicit_equal_dtypes) } else { None };
-    OpSpec {
-        kind,
-        name,
-        rung,
-        arity,
-        attrs,
-        infer,
-        eval,
-        explicit,
-        mutates: false,
-        aliases: false,
-        native: super::Native::Prims,
-        doc,
-    }
+    OpSpec { explicit, ..OpSpec::plain(kind, name, rung, arity, attrs, infer, eval, doc) }
 }
 
 pub static SPECS: &[OpSpec] = &[

@@ -315,6 +315,23 @@ pub enum OpError {
 }
 
 impl OpSpec {
+    /// A row with no constraints at the prims rung beyond `infer`, neither mutating nor
+    /// aliasing, run natively as its prims: what most rows are, the rest by struct update.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn plain(
+        kind: OpKind,
+        name: &'static str,
+        rung: Rung,
+        arity: Arity,
+        attrs: &'static [AttrSpec],
+        infer: InferFn,
+        eval: EvalFn,
+        doc: &'static str,
+    ) -> OpSpec {
+        let (explicit, mutates, aliases, native) = (None, false, false, Native::Prims);
+        OpSpec { kind, name, rung, arity, attrs, infer, eval, explicit, mutates, aliases, native, doc }
+    }
+
     /// This row, run natively as `native` says.
     pub const fn with_native(self, native: Native) -> OpSpec {
         OpSpec { native, ..self }

@@ -57,20 +57,7 @@ const fn row(
     aliases: bool,
     doc: &'static str,
 ) -> OpSpec {
-    OpSpec {
-        kind,
-        name,
-        rung,
-        arity,
-        attrs,
-        infer: infer_shape_op,
-        eval: eval_shape_op,
-        explicit: None,
-        mutates: false,
-        aliases,
-        native: super::Native::Prims,
-        doc,
-    }
+    OpSpec { aliases, ..OpSpec::plain(kind, name, rung, arity, attrs, infer_shape_op, eval_shape_op, doc) }
 }
 
 const ONE: Arity = Arity::Exactly(1);

@@ -6,7 +6,7 @@
 //! directly. f32 buffers use branch-free f32 approximations written so that LLVM vectorizes
 //! them; they are compiled for AVX-512 and AVX2 and picked at run time (the portable build is
 //! the same code, unvectorized on old CPUs). Measured worst errors against the f64 reference
-//! over a sweep of the f32 range (`tests/cpu_gemm.rs` checks them): `relu` exact, `tanh`
+//! over a sweep of the f32 range (`tests/all/cpu_gemm.rs` checks them): `relu` exact, `tanh`
 //! 1.35 ulp (bound 2), `sigmoid` 2.2 (bound 3), `silu` 2.8 (bound 3), `gelu` (erf) 3.3
 //! (bound 4; 3.29 in the tail below -1, 3.17 just above -1), with 2^-149 absolute on top for subnormal results; `gelu` "tanh" within
 //! `4 + 3|y|` ulp where `y` is the sigmoid argument (`y = 2√(2/π)(x + 0.044715x³)` is

@@ -64,7 +64,7 @@
 //! | W5_attn_S4096 | 252 → 196 | 130 → 102 |
 //!
 //! `peak_bytes` of W5_attn_S4096: 0.66 MB at 1 thread, 1.3 MB at 2, against 512 MiB for its
-//! materialised scores. `tests/attention_kernel.rs` checks this kernel against the
+//! materialised scores. `tests/alloc/attention_kernel.rs` checks this kernel against the
 //! interpreter.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

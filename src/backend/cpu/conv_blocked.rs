@@ -494,10 +494,5 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -
     acc
 }
 
-/// The x86 rows: AVX-512 blocks of up to 48 columns (three 512-bit accumulators per channel:
-/// 24 registers), or of two rows of up to 16; AVX2 blocks of 16 columns of 4 channels. A
-/// block's last vector is masked to the columns it has, and a block over border columns
-/// masks each tap's load to the lanes inside the input (masked-off lanes are not read), so
-/// padding costs nothing. Stride 2 deinterleaves two loads; other strides gather.
 #[cfg(target_arch = "x86_64")]
 mod x86;

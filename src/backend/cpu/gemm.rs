@@ -30,7 +30,7 @@
 //! inside `ThreadPool::install` to pick one).
 //!
 //! Numerics: the crate blocks `k` and uses FMA, so results differ from the interpreter's
-//! sequential accumulation by reassociation only (`tests/cpu_gemm.rs` bounds it by
+//! sequential accumulation by reassociation only (`tests/all/cpu_gemm.rs` bounds it by
 //! `k`-scaled relative error); NaN and ±inf propagate as in IEEE arithmetic (`0 * inf` is
 //! NaN), `k = 0` gives zeros (then the epilogue).
 //!

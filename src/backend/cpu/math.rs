@@ -1,7 +1,7 @@
 //! Inline approximations of the transcendental prims, written once over [`Arith`].
 //!
 //! Each function here is generic over an [`Arith`]: [`Soft32`]/[`Soft64`] run it on plain
-//! Rust scalars (the testable reference, and what `tests/cpu_codegen.rs` sweeps for its
+//! Rust scalars (the testable reference, and what `tests/all/cpu_codegen.rs` sweeps for its
 //! max-ULP table), and the code generator's emitter runs the *same* function to emit
 //! Cranelift instructions on scalars or F32X4 vectors. So the polynomial the JIT runs is, by
 //! construction, the one tested here; with the same contraction setting the two agree bit for
@@ -30,7 +30,7 @@
 //!   infinities, NaN, `pow(x, 0) = pow(1, y) = 1`), then rounded once to f32.
 //!
 //! Max error against the f64 function rounded to f32, measured by
-//! `tests/cpu_codegen.rs::approximation_ulp_table_over_the_f32_range` (every 1024th f32 bit
+//! `tests/all/cpu_codegen.rs::approximation_ulp_table_over_the_f32_range` (every 1024th f32 bit
 //! pattern plus special values, with and without FMA; NaN for NaN, signed zeros and
 //! infinities exact): exp 1, exp2 1, log 1, log1p 2, expm1 1, tanh 2, erf 2, sin 2, cos 2
 //! ULP; sqrt 0 (native); rsqrt (`1/sqrt`, two roundings) 1; pow 1 (on a grid of bases × 9

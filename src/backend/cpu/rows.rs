@@ -3,7 +3,7 @@
 //!
 //! Each kernel means exactly what its op means (`crate::ops::norm`, `crate::ops::nn`) up to
 //! the op's tolerance (`NUMERICS.md`), NaN and ±inf rules included, and is checked against the
-//! interpreter on random and adversarial rows (`tests/recover.rs`, `tests/recover_norms.rs`).
+//! interpreter on random and adversarial rows (`tests/all/recover.rs`, `recover_norms.rs`).
 //! They are plain loops over 16-wide chunks written so that LLVM vectorizes them, compiled for
 //! AVX-512 and AVX2 and picked at run time (the portable build is the same code): the 512-bit
 //! vectors Cranelift's x64 backend does not emit. On AVX-512 all four norms run kernels
@@ -44,8 +44,8 @@
 //!   correctly rounded subnormals of `p * 2^-126`, and 0 from -87.7 down). Measured over every
 //!   f32 in [-88, 0]: at most 0.97 ulp for results of 2^-126 and above, below that within
 //!   2^-126 absolute; `exp_neg(0) = 1`, `exp_neg(-inf) = 0`, NaN stays NaN (the test
-//!   `exp_neg_stays_within_one_ulp_over_the_softmax_range` in `tests/recover_norms.rs` checks a
-//!   sweep).
+//!   `exp_neg_stays_within_one_ulp_over_the_softmax_range` in `tests/all/recover_norms.rs`
+//!   checks a sweep).
 //! - layer_norm: mean and variance in f64 from one pass over the row (sums of `x - x[0]` and
 //!   its square: see `layer_norm_stats` for why the shift keeps them exact to well below
 //!   f32's precision), then `(x - mean) * rsqrt(var + eps) * w + b` in f32 with the

@@ -1,9 +1,8 @@
-//! ONNX recurrences and control flow, unrolled at import: `If`, `RNN`, `GRU`, `LSTM`, `Scan`,
-//! `Loop`, the `ai.onnx.preview` `FlexAttention` (with its modifier subgraphs inlined), and
-//! `OptionalHasElement`/`OptionalGetElement` on plain tensors.
+//! ONNX recurrences, unrolled at import: `RNN`, `GRU`, `LSTM`, `Scan`, and the
+//! `ai.onnx.preview` `FlexAttention` (with its modifier subgraphs inlined); the subgraph
+//! helpers and the unroll budget that `control.rs` (`If`, `Loop`, the optional ops) shares.
 //!
 //! Mapping choices:
-//! - `If` with a condition known at import inlines the taken branch.
 //! - `RNN`/`GRU`/`LSTM` unroll over the static sequence length: the input projection of all
 //!   steps is one `matmul` (`X·Wᵀ + Wb`); each step adds `H·Rᵀ + Rb` and applies the gates
 //!   with ladder's elementwise ops. Gate orders are ONNX's (`z r h` for GRU, `i o f c` for
@@ -49,11 +48,11 @@ pub const MAX_STEPS: u64 = 4096;
 /// The control-flow and recurrent ops of the default domain, by ONNX name.
 pub(super) const RECUR: &[Row] = &[
     ("GRU", |imp, node, _| recurrent(imp, node, Cell::Gru)),
-    ("If", if_node),
+    ("If", super::control::if_node),
     ("LSTM", |imp, node, _| recurrent(imp, node, Cell::Lstm)),
-    ("Loop", loop_node),
-    ("OptionalGetElement", |imp, node, _| optional(imp, node)),
-    ("OptionalHasElement", |imp, node, _| optional(imp, node)),
+    ("Loop", super::control::loop_node),
+    ("OptionalGetElement", |imp, node, _| super::control::optional(imp, node)),
+    ("OptionalHasElement", |imp, node, _| super::control::optional(imp, node)),
     ("RNN", |imp, node, _| recurrent(imp, node, Cell::Rnn)),
     ("Scan", scan),
 ];
@@ -110,7 +109,7 @@ pub(super) fn wants(node: &NodeProto, i: usize) -> bool {
     node.output.get(i).is_some_and(|s| !s.is_empty())
 }
 
-fn check_steps(steps: u64, what: &str) -> NResult<()> {
+pub(super) fn check_steps(steps: u64, what: &str) -> NResult<()> {
     if steps > MAX_STEPS {
         return unsupported(format!("{what} unrolls to {steps} steps, above the limit of {MAX_STEPS}"));
     }
@@ -121,7 +120,7 @@ fn check_steps(steps: u64, what: &str) -> NResult<()> {
 // Inlined subgraphs
 
 /// Nodes in `g`, nested subgraphs included.
-fn body_nodes(g: &GraphProto) -> u64 {
+pub(super) fn body_nodes(g: &GraphProto) -> u64 {
     g.node
         .iter()
         .map(|n| 1 + n.attribute.iter().flat_map(|a| a.g.iter().chain(a.graphs.iter())).map(body_nodes).sum::<u64>())
@@ -132,7 +131,7 @@ fn body_nodes(g: &GraphProto) -> u64 {
 /// node limit, before any of it is built; and, for the whole import, that the nodes built so
 /// far and one more copy of the body stay under that limit (loops nested in loops multiply
 /// their bodies, which no single loop's count shows).
-fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, what: &str) -> NResult<()> {
+pub(super) fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, what: &str) -> NResult<()> {
     check_steps(iterations, what)?;
     let per = body_nodes(body).max(1);
     let total = iterations.saturating_mul(per);
@@ -153,13 +152,13 @@ fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, what: &str) 
 }
 
 /// The subgraph attribute `name` of `node`.
-fn graph_attr<'m>(node: &'m NodeProto, name: &str) -> Option<&'m GraphProto> {
+pub(super) fn graph_attr<'m>(node: &'m NodeProto, name: &str) -> Option<&'m GraphProto> {
     attr(node, name).and_then(|a| a.g.as_ref())
 }
 
 /// Every name an inlined run of `g` binds: its inputs and its nodes' outputs, nested
 /// subgraphs included.
-fn bound_names(g: &GraphProto, out: &mut Vec<String>) {
+pub(super) fn bound_names(g: &GraphProto, out: &mut Vec<String>) {
     out.extend(g.input.iter().map(|i| i.name.clone()));
     for n in &g.node {
         out.extend(n.output.iter().filter(|s| !s.is_empty()).cloned());
@@ -174,7 +173,12 @@ fn bound_names(g: &GraphProto, out: &mut Vec<String>) {
 /// Runs `g` with its inputs bound to `inputs` and returns its outputs. Names the run binds
 /// are restored afterwards, so each iteration of an unrolled body starts afresh and the
 /// outer scope sees none of them.
-fn run_body<'m>(imp: &mut Importer<'m>, g: &'m GraphProto, inputs: &[Slot], depth: u32) -> NResult<Vec<Slot>> {
+pub(super) fn run_body<'m>(
+    imp: &mut Importer<'m>,
+    g: &'m GraphProto,
+    inputs: &[Slot],
+    depth: u32,
+) -> NResult<Vec<Slot>> {
     if depth + 2 > imp.opts.max_depth {
         return Err(NodeError::Subgraph(Box::new(ImportError::TooDeep {
             what: "subgraphs",
@@ -202,7 +206,7 @@ fn run_body<'m>(imp: &mut Importer<'m>, g: &'m GraphProto, inputs: &[Slot], dept
     result
 }
 
-fn value_of(imp: &mut Importer, s: &Slot, what: &str) -> NResult<Value> {
+pub(super) fn value_of(imp: &mut Importer, s: &Slot, what: &str) -> NResult<Value> {
     imp.materialize(s, what)
 }
 
@@ -816,108 +820,6 @@ pub fn scan<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NRes
 }
 
 // ---------------------------------------------------------------------------------------------
-// If
-
-fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
-    let c = imp.input(node, 0)?;
-    let cond = match imp.const_of(c) {
-        Some(t) if t.numel() == 1 => t.to_f64_vec()[0] != 0.0,
-        _ => return Err(NodeError::NeedsValue { input: 0, what: "the condition".into() }),
-    };
-    let branch = if cond { "then_branch" } else { "else_branch" };
-    let g = attr(node, branch)
-        .and_then(|a| a.g.as_ref())
-        .ok_or_else(|| NodeError::Invalid(format!("`{branch}` is missing")))?;
-    if depth + 2 > imp.opts.max_depth {
-        return Err(NodeError::Subgraph(Box::new(ImportError::TooDeep {
-            what: "subgraphs",
-            depth: depth + 2,
-            limit: imp.opts.max_depth,
-        })));
-    }
-    imp.add_initializers(g);
-    imp.run_nodes(&g.node, depth + 1).map_err(|e| NodeError::Subgraph(Box::new(e)))?;
-    let mut outs = Vec::with_capacity(g.output.len());
-    for o in &g.output {
-        outs.push(Some(imp.lookup(&o.name)?));
-    }
-    Ok(outs)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Loop
-
-fn const_bool(imp: &Importer, v: Value) -> Option<bool> {
-    match imp.const_of(v) {
-        Some(t) if t.numel() == 1 => Some(t.to_f64_vec()[0] != 0.0),
-        _ => None,
-    }
-}
-
-pub fn loop_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
-    let body = graph_attr(node, "body").ok_or_else(|| NodeError::Invalid("`body` is missing".into()))?;
-    let trip = match imp.ints_input(node, 0, "the trip count M")? {
-        None => None,
-        Some(v) if v.len() == 1 => Some(v[0]),
-        Some(v) => return invalid(format!("the trip count has {} elements", v.len())),
-    };
-    let mut cond = match imp.opt_input(node, 1)? {
-        None => true,
-        Some(c) => {
-            const_bool(imp, c).ok_or_else(|| NodeError::NeedsValue { input: 1, what: "the loop condition".into() })?
-        }
-    };
-    let n_carried = node.input.len().saturating_sub(2);
-    let mut carried = Vec::with_capacity(n_carried);
-    for i in 0..n_carried {
-        carried.push(imp.slot(node, 2 + i)?.ok_or_else(|| NodeError::Invalid(format!("input {} is required", 2 + i)))?);
-    }
-    if body.input.len() != 2 + n_carried {
-        return invalid(format!("the body has {} inputs, expected {}", body.input.len(), 2 + n_carried));
-    }
-    let n_scan = body.output.len().checked_sub(1 + n_carried).ok_or_else(|| {
-        NodeError::Invalid(format!("the body has {} outputs for {n_carried} loop-carried values", body.output.len()))
-    })?;
-    let limit = match trip {
-        Some(m) if m < 0 => 0,
-        Some(m) => m as u64,
-        None => u64::MAX,
-    };
-    let mut scans: Vec<Vec<Value>> = vec![Vec::new(); n_scan];
-    let mut i: u64 = 0;
-    while i < limit && cond {
-        check_unroll(imp, i + 1, body, "Loop")?;
-        let iter = imp.constant(
-            "loop_iter",
-            Tensor::from_i64(&[], vec![i as i64]).map_err(|e| NodeError::Invalid(e.to_string()))?,
-        );
-        let c = imp
-            .constant("loop_cond", Tensor::from_bool(&[], vec![cond]).map_err(|e| NodeError::Invalid(e.to_string()))?);
-        let mut inputs = vec![Slot::Val(iter), Slot::Val(c)];
-        inputs.extend(carried.iter().cloned());
-        let outs = run_body(imp, body, &inputs, depth)?;
-        let c = value_of(imp, &outs[0], "the loop condition")?;
-        cond = const_bool(imp, c).ok_or_else(|| {
-            NodeError::Unsupported("the loop condition is computed at run time inside the body".into())
-        })?;
-        carried = outs[1..1 + n_carried].to_vec();
-        for (j, s) in outs[1 + n_carried..].iter().enumerate() {
-            let v = value_of(imp, s, "a scan output")?;
-            scans[j].push(v);
-        }
-        i += 1;
-    }
-    let mut result: Outs = carried.into_iter().map(Some).collect();
-    for vs in scans {
-        if vs.is_empty() {
-            return unsupported("a Loop that runs no iteration and has scan outputs");
-        }
-        result.push(Some(Slot::Val(stack(imp, &vs, 0)?)));
-    }
-    Ok(result)
-}
-
-// ---------------------------------------------------------------------------------------------
 // FlexAttention
 
 pub fn flex_attention<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> NResult<Outs> {
@@ -1017,21 +919,4 @@ fn modifier<'m>(imp: &mut Importer<'m>, g: &'m GraphProto, x: Value, depth: u32,
         return invalid(format!("`{what}` changes its input's type {} to {}", imp.ty(x), imp.ty(y)));
     }
     Ok(y)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Optional
-
-pub fn optional(imp: &mut Importer, node: &NodeProto) -> NResult<Outs> {
-    let input = imp.slot(node, 0)?;
-    match node.op_type.as_str() {
-        "OptionalHasElement" => {
-            let t = Tensor::from_bool(&[], vec![input.is_some()]).map_err(|e| NodeError::Invalid(e.to_string()))?;
-            Ok(vec![Some(Slot::Val(imp.constant("has_element", t)))])
-        }
-        _ => match input {
-            Some(s) => Ok(vec![Some(s)]),
-            None => invalid("OptionalGetElement of an empty optional"),
-        },
-    }
 }
