@@ -67,7 +67,9 @@ pub enum Rung {
 /// A rung and its name (what `ladder dump --stage` and the file tests' `; stage:` take).
 #[derive(Clone, Copy, Debug)]
 pub struct RungInfo {
+    /// The rung.
     pub rung: Rung,
+    /// Its name.
     pub name: &'static str,
 }
 
@@ -87,6 +89,7 @@ pub fn rung_names() -> impl Iterator<Item = &'static str> {
 }
 
 impl Rung {
+    /// The rung's name in [`RUNGS`].
     pub fn name(self) -> &'static str {
         RUNGS.iter().find(|r| r.rung == self).map_or("?", |r| r.name)
     }
@@ -104,10 +107,13 @@ impl Rung {
 /// Why a graph could not be lowered.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    /// No rung has this name.
     #[error("unknown stage `{0}` (stages: {stages})", stages = rung_names().collect::<Vec<_>>().join(", "))]
     UnknownRung(String),
+    /// A graph pass failed (functionalize, decompose, simplify, or the verifier after one).
     #[error(transparent)]
     Lower(#[from] LowerError),
+    /// The scheduler could not turn the graph into a kernel program.
     #[error("schedule: {0}")]
     Schedule(#[from] ScheduleError),
 }
@@ -116,12 +122,19 @@ pub enum PipelineError {
 /// `recovered` in the reference mode, which has none).
 #[derive(Clone, Debug)]
 pub struct Lowering {
+    /// Native or reference lowering.
     pub mode: Mode,
+    /// The graph as given.
     pub parsed: Graph,
+    /// Pure SSA: views and in-place ops rewritten, with the epilogue of mutated inputs.
     pub functional: Option<Functional>,
+    /// Every high-level op decomposed into prims (those native mode keeps whole aside).
     pub prims: Option<Graph>,
+    /// After constant folding, algebraic identities, CSE and dead-code elimination.
     pub simplified: Option<Graph>,
+    /// The library ops recovery put back, with its matches (native mode).
     pub recovered: Option<Recovered>,
+    /// The kernel program and the scheduler's explanation.
     pub scheduled: Option<Scheduled>,
     /// The last rung reached.
     pub reached: Rung,

@@ -63,6 +63,7 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Its name, as `--backend` spells it.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
@@ -70,6 +71,7 @@ impl BackendKind {
         }
     }
 
+    /// The backend `--backend NAME` selects.
     pub fn from_name(name: &str) -> Option<BackendKind> {
         match name {
             "cpu" => Some(BackendKind::Cpu),
@@ -82,6 +84,7 @@ impl BackendKind {
 /// Compilation settings.
 #[derive(Clone)]
 pub struct CompileOptions {
+    /// Where plans run.
     pub backend: BackendKind,
     /// Threads a plan's steps split over (at least 1). The reference executor runs on the
     /// calling thread.
@@ -179,10 +182,13 @@ impl std::fmt::Debug for CompileOptions {
 /// Why a graph could not be compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
+    /// The graph could not be taken down the pipeline (a pass or the verifier refused it).
     #[error("lowering: {0}")]
     Pipeline(#[from] PipelineError),
+    /// The scheduler could not turn the graph into a kernel program.
     #[error("{0}")]
     Schedule(#[from] ScheduleError),
+    /// The backend found the scheduled program inconsistent: a scheduler bug, not the graph's.
     #[error("the scheduled program is malformed (a scheduler bug): {0}")]
     Malformed(String),
 }
@@ -203,6 +209,7 @@ pub struct MemoryReport {
     pub arena_bytes: usize,
     /// Bytes the temporaries would take without sharing (each aligned to [`memory::ALIGN`]).
     pub naive_bytes: usize,
+    /// How many temporaries live in the arena.
     pub temporaries: usize,
 }
 
@@ -353,6 +360,7 @@ impl Plan {
         &self.explanation
     }
 
+    /// Where the plan runs.
     pub fn backend(&self) -> BackendKind {
         self.backend
     }
@@ -580,6 +588,7 @@ pub struct StepTime {
     /// What the step is, as `ladder dump --stage kernels` names it (`kernel k3`,
     /// `matmul b5 + epilogue k4`, `layer_norm b3`, `interp b9`).
     pub label: String,
+    /// Its median time over the runs, in microseconds.
     pub median_us: f64,
 }
 

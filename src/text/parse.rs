@@ -13,8 +13,11 @@ use crate::tensor::{checked_numel, Tensor, TensorData};
 /// A syntax or type error in graph text, at a line and column (both 1-based).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseError {
+    /// The line, from 1.
     pub line: usize,
+    /// The column, from 1.
     pub col: usize,
+    /// What is wrong there.
     pub message: String,
 }
 

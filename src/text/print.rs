@@ -20,6 +20,7 @@ pub fn print(g: &Graph) -> String {
     print_with(g, &PrintOptions::default())
 }
 
+/// `g` in the text form, as `options` say (see [`PrintOptions`]).
 pub fn print_with(g: &Graph, options: &PrintOptions) -> String {
     let mut out = String::new();
     for (_, blob) in g.blobs() {

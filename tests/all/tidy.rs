@@ -129,6 +129,89 @@ fn the_crate_root_declares_only_its_public_modules() {
     fail_with("public modules of the crate root (tests/all/tidy.rs)", &errors);
 }
 
+/// The names the crate root shows in its docs: its API. The other public modules are
+/// `#[doc(hidden)]` (for the CLI, the tests and the fuzz targets).
+const API: &[&str] = &[
+    "BackendKind",
+    "CompileError",
+    "CompileOptions",
+    "DType",
+    "Dim",
+    "Graph",
+    "GraphBuilder",
+    "ImportOptions",
+    "LoadError",
+    "Model",
+    "OpKind",
+    "Outputs",
+    "Plan",
+    "RunError",
+    "Session",
+    "Shape",
+    "Tensor",
+    "TensorData",
+    "TensorType",
+    "TensorView",
+    "Value",
+    "compile",
+    "load",
+    "pipeline",
+    "runtime",
+    "text",
+];
+
+#[test]
+fn the_crate_root_shows_only_its_api() {
+    let lib = read("src/lib.rs");
+    let mut shown = Vec::new();
+    let mut hidden = false;
+    let mut lines = lib.lines().map(str::trim).peekable();
+    while let Some(line) = lines.next() {
+        if line == "#[doc(hidden)]" {
+            hidden = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("pub mod ") {
+            if !hidden {
+                shown.push(rest.trim_end_matches(';').to_string());
+            }
+        } else if let Some(rest) = line.strip_prefix("pub fn ") {
+            shown.push(rest.split('(').next().unwrap_or("").to_string());
+        } else if let Some(rest) = line.strip_prefix("pub use ") {
+            // `path::{A, B};` or `path::A;`, possibly over several lines.
+            let mut text = rest.to_string();
+            while !text.ends_with(';') {
+                let Some(next) = lines.next() else { break };
+                text.push_str(next);
+            }
+            let names = match (text.find('{'), text.rfind('}')) {
+                (Some(a), Some(b)) => text[a + 1..b].to_string(),
+                _ => text.rsplit("::").next().unwrap_or("").trim_end_matches(';').to_string(),
+            };
+            shown.extend(names.split(',').map(|n| n.trim().rsplit(" as ").next().unwrap_or("").to_string()));
+        }
+        if !line.starts_with("#[") {
+            hidden = false;
+        }
+    }
+    shown.retain(|n| !n.is_empty());
+    shown.sort();
+    let mut want: Vec<String> = API.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    let errors: Vec<String> = shown
+        .iter()
+        .filter(|n| !want.contains(n))
+        .map(|n| format!("src/lib.rs shows `{n}`, which is not in API: hide it (`#[doc(hidden)]`) or add it"))
+        .chain(
+            want.iter()
+                .filter(|n| !shown.contains(n))
+                .map(|n| format!("API lists `{n}`, which src/lib.rs no longer shows")),
+        )
+        .collect();
+    assert!(API.len() <= 26, "the API has {} names: keep it about 25", API.len());
+    fail_with("the crate root's API (tests/all/tidy.rs)", &errors);
+}
+
 #[test]
 fn integration_tests_are_modules_of_the_allowed_binaries() {
     let allowed = TEST_BINARIES.iter().map(|b| format!("tests/{b}")).collect::<Vec<_>>().join(", ");
