@@ -4,6 +4,16 @@
 //! Each check takes arbitrary bytes and **panics when an invariant is broken**: that is how a
 //! fuzzer reports a finding. Bad input itself is never a finding: a parse error or a typed
 //! run error is the correct answer to it.
+//!
+//! [`check_native`] (in `differential`) is the `interp_cpu` target's check: the CPU backend
+//! against the interpreter, one compiled plan per case structure and many data sets per plan.
+
+mod differential;
+
+pub use differential::{
+    check_native, check_native_with, CacheStats, Compiled, DiffOutcome, PlanCache, DATA_SET_BYTES,
+    GLOBAL_CACHE_ENTRIES, MAX_DATA_SETS, STRUCTURE_BYTES,
+};
 
 use crate::interp::{self, Options};
 use crate::ir::verify::{verify, Stage};

@@ -24,7 +24,7 @@
 
 mod cases;
 
-pub use cases::{generate_case, random_data, Case, MAX_ATTEMPTS};
+pub use cases::{generate_case, random_data, Case, MAX_ATTEMPTS, MAX_DIM};
 
 use std::fmt::{self, Write as _};
 
@@ -1444,25 +1444,25 @@ pub fn check_case(
         Err(LowerError::NoDecomposition(m)) => return fail(FailureKind::NoDecomposition(m), None),
         Err(LowerError::Failed(m)) => return fail(FailureKind::Lowering(m), None),
     };
-    let lowered_text = crate::text::print(&lowering.graph);
+    let lowered_text = || Some(crate::text::print(&lowering.graph)); // only a failure prints it
     for &(input, output) in &lowering.mutations {
         let name = format!("{}.mutated", case.graph.input_name(input));
         expected.push((name, reference.inputs_after[input].clone(), output));
     }
     let got = match exec(&lowering.graph, &case.inputs) {
         Ok(o) => o,
-        Err(e) => return fail(FailureKind::Run(e), Some(lowered_text)),
+        Err(e) => return fail(FailureKind::Run(e), lowered_text()),
     };
     let mut agreement = Agreement::default();
     for (name, want, index) in &expected {
         let Some(have) = got.get(*index) else {
             let m = format!("the lowered graph has no output {index} (`{name}`)");
-            return fail(FailureKind::Lowering(m), Some(lowered_text));
+            return fail(FailureKind::Lowering(m), lowered_text());
         };
         let ctx = CompareCtx { graph: &case.graph, node: case.node, inputs: &case.inputs, output: name };
         match compare(op, want, have, &ctx) {
             Ok(a) => agreement.merge(&a),
-            Err(m) => return fail(FailureKind::Mismatch(m), Some(lowered_text)),
+            Err(m) => return fail(FailureKind::Mismatch(m), lowered_text()),
         }
     }
     CaseResult::Passed(agreement)
