@@ -28,7 +28,7 @@ pub const MAX_INPUT_ELEMENTS: usize = 10_000;
 
 /// The interpreter limits used for fuzzed graphs: small, so every case runs in milliseconds.
 pub fn tight_options(precise: bool) -> Options {
-    Options { precise, fuel: 100_000, max_elements: 10_000 }
+    Options { precise, fuel: 100_000, max_elements: 10_000, max_bytes: 1 << 20 }
 }
 
 /// Text-form invariants on arbitrary bytes (read as UTF-8, invalid sequences replaced):
@@ -78,15 +78,15 @@ pub fn zero_inputs(g: &Graph) -> Option<Vec<Tensor>> {
 
 /// Import limits for fuzzed ONNX bytes: small, so no input can make a case slow.
 pub fn tight_import_options() -> crate::frontend::onnx::ImportOptions {
-    crate::frontend::onnx::ImportOptions {
+    let limits = crate::Limits {
         max_tensor_bytes: 1 << 20,
-        max_total_bytes: 1 << 24,
+        max_file_bytes: 1 << 24,
         max_nodes: 1 << 12,
         max_depth: 4,
-        allow_external_data: false,
-        fold_max_elements: 1 << 12,
-        ..Default::default()
-    }
+        max_fold_elements: 1 << 12,
+        ..crate::Limits::untrusted()
+    };
+    crate::frontend::onnx::ImportOptions { limits, allow_external_data: false, ..Default::default() }
 }
 
 /// ONNX importer invariants on arbitrary bytes:

@@ -7,7 +7,7 @@
 /// Bottom to top. A new top-level module must be placed here (the test fails otherwise).
 pub const LAYERS: &[&[&str]] = &[
     // The IR, the op contract with each op's reference meaning, tensors, the text form.
-    &["ir", "ops", "interp", "tensor", "text"],
+    &["ir", "limits", "ops", "interp", "tensor", "text"],
     // What is built on the IR alone: the kernel IR, decompositions, graph construction.
     &["kernel", "decomp", "builder", "gen", "models"],
     // The graph passes (functionalize, decompose, simplify).

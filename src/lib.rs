@@ -62,6 +62,7 @@ pub mod ir;
 pub mod kernel;
 #[cfg(test)]
 mod layering;
+pub mod limits;
 #[doc(hidden)]
 pub mod models;
 #[doc(hidden)]
@@ -85,6 +86,7 @@ pub mod text;
 pub use builder::GraphBuilder;
 pub use frontend::onnx::ImportOptions;
 pub use ir::{DType, Dim, Graph, Shape, TensorType, Value};
+pub use limits::Limits;
 pub use ops::OpKind;
 pub use runtime::{compile, BackendKind, CompileError, CompileOptions, Outputs, Plan, RunError};
 pub use session::{LoadError, Model, Session};

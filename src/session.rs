@@ -113,8 +113,9 @@ impl Model {
             return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
         }
         let len = meta.len();
-        if len > options.max_total_bytes {
-            let error = ImportError::Limit { what: "the file".into(), size: len, limit: options.max_total_bytes };
+        if len > options.limits.max_file_bytes {
+            let (limit, max) = ("max_file_bytes", options.limits.max_file_bytes);
+            let error = ImportError::Limit { what: "the file".into(), size: len, limit, max };
             return Err(LoadError::Onnx { path: path.into(), error: Box::new(error) });
         }
         let bytes = std::fs::read(path).map_err(read_err)?;
@@ -127,7 +128,8 @@ impl Model {
         let text = String::from_utf8(bytes).map_err(|_| {
             read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
         })?;
-        let g = crate::text::parse(&text).map_err(|error| LoadError::Parse { path: path.into(), error })?;
+        let g = crate::text::parse_with(&text, &options.limits)
+            .map_err(|error| LoadError::Parse { path: path.into(), error })?;
         Ok(Model::from_graph(g))
     }
 

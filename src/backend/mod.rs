@@ -175,7 +175,7 @@ pub enum RunError {
     Guard(#[from] GuardError),
     #[error("buffer {buffer} ({shape}) has no size with these inputs: {error}")]
     Size { buffer: BufferId, shape: String, error: DimError },
-    #[error("the run needs {need} bytes of memory (temporaries and outputs), more than the limit of {limit} (`CompileOptions::max_run_bytes`)")]
+    #[error("the run needs {need} bytes of memory (temporaries and outputs), more than the limit of {limit} (`Limits::max_run_bytes`)")]
     TooLarge { need: u64, limit: u64 },
     #[error("the system could not provide {bytes} bytes for {what}")]
     OutOfMemory { what: String, bytes: u64 },

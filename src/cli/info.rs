@@ -26,7 +26,7 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
         )));
     }
     let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
-    let bytes = onnx::read_bounded(path, options.max_total_bytes).map_err(onnx_err)?;
+    let bytes = onnx::read_bounded(path, &options.limits).map_err(onnx_err)?;
     let model = onnx::decode(&bytes, &options).map_err(onnx_err)?;
     let dir = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
     let s = onnx::summarize(&model, &options, Some(&dir));

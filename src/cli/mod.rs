@@ -31,6 +31,18 @@ struct Cli {
     /// relative paths inside the model's folder are read, within the import size limits
     #[arg(long, global = true)]
     allow_external_data: bool,
+    /// Tight limits for models from people you do not control (`Limits::untrusted`): 256 MiB
+    /// of file and tensor data, 64 MiB per tensor, 65536 nodes, subgraphs 4 deep, 1 GiB per
+    /// run, and for the interpreter 2^24 elements per value and about a second of work.
+    /// Without it, limits that admit real models (`Limits::default`)
+    #[arg(long, global = true)]
+    untrusted: bool,
+    /// Set one limit (repeatable), after --untrusted if given: e.g. `--limit max_nodes=100000`.
+    /// NAME is one of max_file_bytes, max_tensor_bytes, max_nodes, max_depth,
+    /// max_fold_elements, max_elements, max_run_bytes, fuel. An error from a limit reached names
+    /// it
+    #[arg(long = "limit", value_name = "NAME=VALUE", global = true, value_parser = parse_limit)]
+    limits: Vec<(String, u64)>,
     /// No progress display and no notes on stderr (errors still print). Progress is only ever
     /// drawn when stderr is a terminal
     #[arg(long, short = 'q', global = true)]
@@ -129,10 +141,24 @@ fn note(message: &str) {
     let _ = writeln!(io::stderr(), "note: {message}");
 }
 
+/// `NAME=VALUE` for `--limit`: a field of `ladder::Limits` and a non-negative integer.
+fn parse_limit(s: &str) -> Result<(String, u64), String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("`{s}` is not NAME=VALUE"))?;
+    ladder::Limits::default().get(name).ok_or_else(|| ladder::limits::UnknownLimit(name.to_string()).to_string())?;
+    let value = value.trim().parse::<u64>().map_err(|e| format!("`{value}` for {name}: {e}"))?;
+    Ok((name.to_string(), value))
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     progress::set_quiet(cli.quiet);
+    let mut limits = if cli.untrusted { ladder::Limits::untrusted() } else { ladder::Limits::default() };
+    for (name, value) in &cli.limits {
+        // parse_limit accepted only names of Limits.
+        limits.set(name, *value).expect("a limit's name checked by the argument parser");
+    }
     model::set_import_options(ladder::frontend::onnx::ImportOptions {
+        limits,
         allow_external_data: cli.allow_external_data,
         ..Default::default()
     });

@@ -24,6 +24,12 @@ pub fn import_options() -> ImportOptions {
     IMPORT_OPTIONS.get().cloned().unwrap_or_default()
 }
 
+/// The limits the command line asked for (`--untrusted`, `--limit`): the import's, and every
+/// plan's and input file's.
+pub fn limits() -> ladder::Limits {
+    IMPORT_OPTIONS.get().map(|o| o.limits.clone()).unwrap_or_default()
+}
+
 /// The model in `path` (text form or ONNX), or the built-in example encoder when there is
 /// no path.
 pub fn load(path: Option<&Path>) -> Result<Model, Error> {

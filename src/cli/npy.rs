@@ -36,20 +36,22 @@ struct Header {
     data_offset: usize,
 }
 
-/// Largest `.npy` file read (16 GiB).
-const MAX_FILE_BYTES: u64 = 1 << 34;
-
 /// Reads a whole `.npy` file into a tensor (in the file's own dtype). Only a regular file of
-/// at most [`MAX_FILE_BYTES`] is read (a FIFO would wait for a writer, `/dev/zero` never ends).
+/// at most the command's `Limits::max_tensor_bytes` (plus a header) is read (a FIFO would
+/// wait for a writer, `/dev/zero` never ends).
 pub fn read(path: &Path) -> Result<Tensor, Error> {
+    let max = super::model::limits().max_tensor_bytes.saturating_add(1 << 16);
     let meta = std::fs::metadata(path).map_err(|source| Error::Read { path: path.into(), source })?;
     if !meta.is_file() {
         return Err(Error::Npy { path: path.into(), message: "not a regular file".into() });
     }
-    if meta.len() > MAX_FILE_BYTES {
+    if meta.len() > max {
         return Err(Error::Npy {
             path: path.into(),
-            message: format!("{} bytes (at most {MAX_FILE_BYTES} are read)", meta.len()),
+            message: format!(
+                "{} bytes, above `Limits::max_tensor_bytes` and a header, {max} bytes (raise it with --limit max_tensor_bytes=N)",
+                meta.len()
+            ),
         });
     }
     let bytes = std::fs::read(path).map_err(|source| Error::Read { path: path.into(), source })?;

@@ -93,11 +93,13 @@ pub fn compile_options(
             let mut options =
                 CompileOptions::native_cpu(threads).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?;
             options.recover = recover;
+            options.limits = super::model::limits();
             options
         }
         BackendKind::Interp => CompileOptions {
             backend: BackendKind::Interp,
-            interp: Options { precise, ..Options::default() },
+            precise,
+            limits: super::model::limits(),
             ..CompileOptions::reference()
         },
     })

@@ -10,10 +10,12 @@
 //! `precise` mode skips that rounding, so float ops evaluate in f64: the reference that
 //! numerics tests compare decompositions and backends against.
 //!
-//! Untrusted graphs cannot hang it or make it allocate without bound: every node is charged
-//! fuel for the elements it touches, a node whose result would exceed `max_elements` fails
-//! before anything is allocated, and each value is dropped after its last use (so a graph of
-//! many large temporaries holds a few at a time).
+//! Untrusted graphs cannot hang it or make it allocate without bound ([`Options::from_limits`]
+//! takes the bounds from [`Limits`]): every node is charged fuel for the elements it touches
+//! (and matmuls, convolutions and pools for their multiply-adds or window reads) before it
+//! computes, a node whose result would exceed `max_elements`, or take the values alive past
+//! `max_bytes`, fails before anything is allocated, and each value is dropped after its last
+//! use (so a graph of many large temporaries holds a few at a time).
 
 mod view;
 
@@ -27,6 +29,7 @@ pub use view::{
 use cranelift_entity::EntityRef;
 
 use crate::ir::{Dim, DimError, Graph, Value};
+use crate::limits::{named, Limits};
 use crate::ops::OpKind;
 use crate::tensor::Tensor;
 
@@ -39,11 +42,28 @@ pub struct Options {
     pub fuel: u64,
     /// Largest number of elements any one value may have.
     pub max_elements: u64,
+    /// Most bytes the values alive at once may take, each value counted (a view too) as
+    /// [`VALUE_BYTES`] bytes per element; graph inputs and constants are the caller's and are
+    /// not counted.
+    pub max_bytes: u64,
 }
 
+/// Bytes per element the interpreter's live-value accounting charges: its widest storage (f64
+/// in precise mode, i64 for integers), so the bound holds whatever the dtype.
+pub const VALUE_BYTES: u64 = 8;
+
 impl Default for Options {
+    /// [`Options::from_limits`] of [`Limits::default`], not precise.
     fn default() -> Options {
-        Options { precise: false, fuel: 1 << 40, max_elements: 1 << 28 }
+        Options::from_limits(false, &Limits::default())
+    }
+}
+
+impl Options {
+    /// The interpreter's bounds from `limits`: `fuel`, `max_elements` and `max_run_bytes` (as
+    /// `max_bytes`).
+    pub fn from_limits(precise: bool, limits: &Limits) -> Options {
+        Options { precise, fuel: limits.fuel, max_elements: limits.max_elements, max_bytes: limits.max_run_bytes }
     }
 }
 
@@ -98,9 +118,11 @@ pub enum EvalError {
     OverlappingWrite,
     #[error("cannot view a tensor of shape {shape:?} with strides {strides:?} as shape {target:?} without copying")]
     NotViewable { shape: Vec<usize>, strides: Vec<isize>, target: Vec<usize> },
-    #[error("the result would have {elements} elements, more than the limit of {limit}")]
+    #[error("the result would have {elements} elements, above {}", named("max_elements", *limit))]
     TooLarge { elements: u64, limit: u64 },
-    #[error("out of fuel")]
+    #[error("the values alive at once would take {bytes} bytes, above {}", named("max_run_bytes", *limit))]
+    LiveTooLarge { bytes: u64, limit: u64 },
+    #[error("out of fuel: the run needs more work than `Limits::fuel` allows")]
     OutOfFuel,
     #[error("{0}")]
     Invalid(String),
@@ -146,6 +168,9 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
     // node reads, right after it is made), unless it is an input or an output: a graph of
     // many large temporaries holds one or two at a time, not all of them.
     let mut last_use: Vec<usize> = (0..graph.len()).collect();
+    // Bytes of the values alive (inputs and constants aside), at VALUE_BYTES per element.
+    let mut live: u64 = 0;
+    let counted = |op: OpKind| !matches!(op, OpKind::Input | OpKind::Const);
     for (v, node) in graph.nodes() {
         for &a in &node.args {
             last_use[a.index()] = v.index();
@@ -169,6 +194,13 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
         let elements = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).unwrap_or(u64::MAX);
         if elements > options.max_elements {
             return Err(eval_err(EvalError::TooLarge { elements, limit: options.max_elements }));
+        }
+        if counted(node.op) {
+            let bytes = live.saturating_add(elements.saturating_mul(VALUE_BYTES));
+            if bytes > options.max_bytes {
+                return Err(eval_err(EvalError::LiveTooLarge { bytes, limit: options.max_bytes }));
+            }
+            live = bytes;
         }
         let result = match node.op {
             OpKind::Input => {
@@ -208,7 +240,11 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
         values.push(Some(result));
         for &a in node.args.iter().chain(std::iter::once(&v)) {
             if last_use[a.index()] == v.index() {
-                values[a.index()] = None;
+                if let Some(gone) = values[a.index()].take() {
+                    if counted(graph.node(a).op) {
+                        live = live.saturating_sub((gone.numel() as u64).saturating_mul(VALUE_BYTES));
+                    }
+                }
             }
         }
     }

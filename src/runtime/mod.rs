@@ -92,11 +92,13 @@ pub struct CompileOptions {
     /// The CPU backend's kernel compiler; `None` runs every kernel on the reference executor
     /// and every library step by its reference meaning.
     pub kernel_compiler: Option<Arc<dyn KernelCompiler>>,
-    /// Most memory one run may use, in bytes: its arena of temporaries and the outputs it
-    /// allocates, checked before anything is allocated (a run over it is
-    /// [`RunError::TooLarge`]; memory the system cannot provide under it is
-    /// [`RunError::OutOfMemory`], never an abort). 4 GiB by default.
-    pub max_run_bytes: u64,
+    /// Bounds on a run. `Limits::max_run_bytes` is the most memory one run may use: the
+    /// arena of temporaries and the outputs it allocates, checked before anything is
+    /// allocated (a run over it is [`RunError::TooLarge`]; memory the system cannot provide
+    /// under it is [`RunError::OutOfMemory`], never an abort), or the interpreter's live
+    /// values. [`BackendKind::Interp`] plans also take `Limits::fuel` and
+    /// `Limits::max_elements`. [`crate::Limits::default`] (4 GiB a run) unless set.
+    pub limits: crate::Limits,
     /// Recover the ops of `crate::ops::library::recoverable` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
@@ -109,8 +111,9 @@ pub struct CompileOptions {
     /// per call, for a second copy of those weights in memory. On by default; machines
     /// without the GEMM kernel (AVX-512F) pack no matmul weights.
     pub pack_weights: bool,
-    /// How [`BackendKind::Interp`] plans run the interpreter (precise mode, fuel, size limit).
-    pub interp: crate::interp::Options,
+    /// [`BackendKind::Interp`] plans evaluate float ops in f64, without rounding to the op's
+    /// dtype (the interpreter's precise mode; float outputs come back f64).
+    pub precise: bool,
 }
 
 impl Default for CompileOptions {
@@ -132,10 +135,10 @@ impl CompileOptions {
             backend: BackendKind::Cpu,
             threads: 1,
             kernel_compiler: None,
-            max_run_bytes: 1 << 32,
+            limits: crate::Limits::default(),
             recover: false,
             pack_weights: true,
-            interp: crate::interp::Options::default(),
+            precise: false,
         }
     }
 
@@ -173,7 +176,8 @@ impl std::fmt::Debug for CompileOptions {
             .field("backend", &self.backend)
             .field("threads", &self.threads)
             .field("kernel_compiler", &self.kernel_compiler.is_some())
-            .field("max_run_bytes", &self.max_run_bytes)
+            .field("limits", &self.limits)
+            .field("precise", &self.precise)
             .field("recover", &self.recover)
             .finish()
     }
@@ -284,9 +288,9 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         exe: None,
         explanation: String::new(),
         guards: Vec::new(),
-        max_run_bytes: options.max_run_bytes,
+        max_run_bytes: options.limits.max_run_bytes,
         pool: Mutex::new(Vec::new()),
-        interp: options.interp.clone(),
+        interp: crate::interp::Options::from_limits(options.precise, &options.limits),
         assumptions: Vec::new(),
     };
     let Some(backend) = options.program_backend() else {

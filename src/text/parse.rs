@@ -7,6 +7,7 @@ use half::{bf16, f16};
 
 use super::lexer::{lex, Tok, Token};
 use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, SizeExpr, TensorType, Value};
+use crate::limits::{named, Limits};
 use crate::ops::OpKind;
 use crate::tensor::{checked_numel, Tensor, TensorData};
 
@@ -29,20 +30,32 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Most elements a blob literal may declare: its data is written out in the text, so this
-/// only bounds what a hostile text can make the parser reserve up front.
-const MAX_BLOB_ELEMENTS: usize = 1 << 26;
-
-/// Parses one graph (with its blobs) from text.
+/// Parses one graph (with its blobs) from text, within [`Limits::default`].
 pub fn parse(src: &str) -> Result<Graph, ParseError> {
+    parse_with(src, &Limits::default())
+}
+
+/// Parses one graph from text within `limits`: the text's length within
+/// `Limits::max_file_bytes`, each blob's data within `Limits::max_tensor_bytes`, the nodes
+/// within `Limits::max_nodes` (a limit reached is an error at the place it is reached, naming
+/// the limit).
+pub fn parse_with(src: &str, limits: &Limits) -> Result<Graph, ParseError> {
+    if src.len() as u64 > limits.max_file_bytes {
+        let message =
+            format!("the text is {} bytes, above {}", src.len(), named("max_file_bytes", limits.max_file_bytes));
+        return Err(ParseError { line: 1, col: 1, message });
+    }
     let tokens = lex(src)?;
-    let mut p = Parser { tokens, pos: 0, dim_depth: 0 };
+    let mut p = Parser { tokens, pos: 0, dim_depth: 0, limits: limits.clone(), nodes: 0 };
     p.file()
 }
 
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    limits: Limits,
+    /// Nodes parsed so far, against `limits.max_nodes`.
+    nodes: u64,
     /// Nesting of parentheses and calls in the dim being parsed (bounded by
     /// [`MAX_DIM_NESTING`], so hostile text cannot exhaust the stack).
     dim_depth: usize,
@@ -153,9 +166,15 @@ impl Parser {
             return Err(self.error_at(&at, "blob shapes must be static"));
         };
         let dims: Vec<usize> = dims.into_iter().map(|d| d as usize).collect();
-        let n = checked_numel(&dims).filter(|&n| n <= MAX_BLOB_ELEMENTS).ok_or_else(|| {
-            self.error_at(&at, format!("blob `@{name}` is too large ({} elements at most)", MAX_BLOB_ELEMENTS))
-        })?;
+        let max = self.limits.max_tensor_bytes;
+        let n = checked_numel(&dims)
+            .filter(|&n| (n as u64).checked_mul(ty.dtype.size_bytes() as u64).is_some_and(|b| b <= max))
+            .ok_or_else(|| {
+                self.error_at(
+                    &at,
+                    format!("blob `@{name}` of shape {dims:?} is above {}", named("max_tensor_bytes", max)),
+                )
+            })?;
         self.expect_punct('=')?;
         if self.is_ident("elided") {
             let t = self.peek().clone();
@@ -557,6 +576,11 @@ impl Parser {
     /// `%v = op(args) {attrs} : type` or `%v = const @blob : type`
     fn node(&mut self, g: &mut Graph) -> Result<(), ParseError> {
         let (vname, at) = self.value_name("a node like `%1 = add(%0, %0)` or `return`")?;
+        self.nodes += 1;
+        if self.nodes > self.limits.max_nodes {
+            let max = self.limits.max_nodes;
+            return Err(self.error_at(&at, format!("the graph has more nodes than {}", named("max_nodes", max))));
+        }
         self.check_numbered_name(g, &vname, &at)?;
         if !index_token(&at) && g.value_by_name(&vname).is_some() {
             return Err(self.error_at(&at, format!("`%{vname}` is defined twice")));

@@ -537,3 +537,36 @@ fn piped_output_has_no_progress_and_quiet_has_no_notes() {
     }
     assert!(stderr(&ladder(&["run"])).contains("note: "), "notes are on by default");
 }
+
+#[test]
+fn limits_come_from_the_command_line_and_errors_name_them() {
+    let dir = scratch("limits");
+    let model = small_model(&dir);
+    let m = s(&model);
+    ok(&["run", m, "--untrusted"]);
+    fails(&["run", m, "--limit", "max_nodes=1"], &["`Limits::max_nodes` = 1"]);
+    fails(&["dump", m, "--untrusted", "--limit", "max_file_bytes=10"], &["`Limits::max_file_bytes` = 10"]);
+    // An unknown name or a bad value is a usage error that lists the names.
+    fails(&["run", m, "--limit", "max_bytes=1"], &["no limit is called `max_bytes`", "max_run_bytes"]);
+    fails(&["run", m, "--limit", "fuel=lots"], &["`lots` for fuel"]);
+    // The interpreter under --untrusted refuses a 2048³ product at once.
+    let mm = dir.join("mm.lad");
+    std::fs::write(
+        &mm,
+        "graph mm(%a: f32[2048, 2048], %b: f32[2048, 2048]) {\n  %c = matmul(%a, %b)\n  return %c\n}\n",
+    )
+    .unwrap();
+    fails(&["run", s(&mm), "--backend", "interp", "--untrusted"], &["matmul", "Limits::fuel"]);
+    // A .npy input above max_tensor_bytes (and its header) is refused before it is read.
+    let x = dir.join("x.npy");
+    write_npy(&x, &[2, 3], &[0f32; 6]);
+    let big = dir.join("big.npy");
+    write_npy(&big, &[40000], &[0f32; 40000]);
+    ok(&["run", m, "--input", &format!("x={}", s(&x)), "--limit", "max_tensor_bytes=100"]);
+    fails(
+        &["run", m, "--input", &format!("x={}", s(&big)), "--limit", "max_tensor_bytes=100"],
+        &["Limits::max_tensor_bytes"],
+    );
+    // The CPU runtime's memory bound.
+    fails(&["run", s(&mm), "--limit", "max_run_bytes=1000"], &["Limits::max_run_bytes"]);
+}

@@ -69,3 +69,93 @@ fn fuel_bounds_the_work_of_a_run() {
     let err = run(&g, &[x], &Options { fuel: 20_000, ..Options::default() }).unwrap_err();
     assert!(matches!(err, InterpError::Eval { error: EvalError::OutOfFuel, .. }), "{err}");
 }
+
+/// A chain of `n` adds over `f32[len]`, each reading the one before, and a graph where every
+/// one of them stays alive to the end (each is an output).
+fn chains(n: usize, len: usize) -> (String, String) {
+    let mut dead = format!("graph g(%x: f32[{len}]) {{\n");
+    for i in 0..n {
+        let prev = if i == 0 { "x".to_string() } else { format!("t{}", i - 1) };
+        dead.push_str(&format!("  %t{i} = add(%{prev}, %x)\n"));
+    }
+    let live = format!("{dead}  return {}\n}}\n", (0..n).map(|i| format!("%t{i}")).collect::<Vec<_>>().join(", "));
+    dead.push_str(&format!("  return %t{}\n}}\n", n - 1));
+    (dead, live)
+}
+
+#[test]
+fn live_values_are_bounded_and_dead_ones_are_not_counted() {
+    // Eight values of 4096 elements, at 8 bytes each, 32 KiB apiece; a bound of 100 KiB admits
+    // the chain, whose values die as the next is made, and refuses the graph that keeps all.
+    let (dead, live) = chains(8, 4096);
+    let x = f32t(&[4096], &[1.0; 4096]);
+    let limits = ladder::Limits { max_run_bytes: 100 << 10, ..ladder::Limits::default() };
+    let opts = Options::from_limits(false, &limits);
+    let out = run(&parse(&dead), std::slice::from_ref(&x), &opts).unwrap();
+    assert_eq!(out.outputs[0].as_f32().unwrap()[0], 9.0);
+    let err = run(&parse(&live), &[x], &opts).unwrap_err();
+    assert!(
+        matches!(err, InterpError::Eval { error: EvalError::LiveTooLarge { bytes: 131072, limit: 102400 }, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`Limits::max_run_bytes` = 102400"), "{err}");
+}
+
+#[test]
+fn untrusted_limits_refuse_a_large_matmul_before_computing() {
+    // 2048³ multiply-adds: under the default fuel it would run (for about half a minute);
+    // under `Limits::untrusted` the matmul is charged its work first and refused at once.
+    let g = parse("graph g(%a: f32[2048, 2048], %b: f32[2048, 2048]) {\n  %c = matmul(%a, %b)\n  return %c\n}");
+    let a = ladder::Tensor::zeros(ladder::DType::F32, &[2048, 2048]).unwrap();
+    let opts = Options::from_limits(false, &ladder::Limits::untrusted());
+    let err = run(&g, &[a.clone(), a], &opts).unwrap_err();
+    assert!(matches!(err, InterpError::Eval { error: EvalError::OutOfFuel, .. }), "{err}");
+    assert!(err.to_string().contains("Limits::fuel"), "{err}");
+    // A 64³ product fits the same limits.
+    let small = parse("graph g(%a: f32[64, 64], %b: f32[64, 64]) {\n  %c = matmul(%a, %b)\n  return %c\n}");
+    let a = f32t(&[64, 64], &[1.0; 64 * 64]);
+    let out = run(&small, &[a.clone(), a], &opts).unwrap();
+    assert_eq!(out.outputs[0].as_f32().unwrap()[0], 64.0);
+}
+
+#[test]
+fn the_runtime_takes_its_limits_from_compile_options() {
+    // The interpreter backend's plans use the options' limits for fuel and elements.
+    use ladder::{BackendKind, CompileOptions};
+    let g = parse("graph g(%a: f32[256, 256], %b: f32[256, 256]) {\n  %c = matmul(%a, %b)\n  return %c\n}");
+    let a = f32t(&[256, 256], &[0.5; 256 * 256]);
+    let tight = ladder::Limits { fuel: 1 << 20, ..ladder::Limits::default() };
+    for (limits, ok) in [(ladder::Limits::default(), true), (tight, false)] {
+        let options = CompileOptions { backend: BackendKind::Interp, limits, ..CompileOptions::reference() };
+        let plan = ladder::compile(&g, &options).unwrap();
+        let result = plan.run(&[a.clone(), a.clone()]);
+        assert_eq!(result.is_ok(), ok, "{:?}", result.err());
+        if let Err(e) = result {
+            assert!(e.to_string().contains("Limits::fuel"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn the_parser_keeps_to_its_limits_and_names_them() {
+    use ladder::text::parse_with;
+    let (dead, _) = chains(10, 4);
+    let limits = |f: fn(&mut ladder::Limits)| {
+        let mut l = ladder::Limits::default();
+        f(&mut l);
+        l
+    };
+    assert!(parse_with(&dead, &limits(|l| l.max_nodes = 10)).is_ok());
+    let e = parse_with(&dead, &limits(|l| l.max_nodes = 9)).unwrap_err();
+    assert!(e.message.contains("`Limits::max_nodes` = 9") && e.line == 11, "{e}");
+    let e = parse_with(&dead, &limits(|l| l.max_file_bytes = 100)).unwrap_err();
+    assert!(e.message.contains("`Limits::max_file_bytes` = 100"), "{e}");
+    let blob = "blob @w: f32[4] = [1, 2, 3, 4]\ngraph g() {\n  %0 = const @w : f32[4]\n  return %0\n}\n";
+    assert!(parse_with(blob, &limits(|l| l.max_tensor_bytes = 16)).is_ok());
+    let e = parse_with(blob, &limits(|l| l.max_tensor_bytes = 15)).unwrap_err();
+    assert!(e.message.contains("`Limits::max_tensor_bytes` = 15") && e.line == 1, "{e}");
+    // A declared size whose bytes overflow is the same error, not a wrap.
+    let huge = "blob @w: f64[4611686018427387904] = [1]\ngraph g() {\n  %0 = const @w : f64[4611686018427387904]\n  return %0\n}\n";
+    let e = parse_with(huge, &ladder::Limits::default()).unwrap_err();
+    assert!(e.message.contains("max_tensor_bytes"), "{e}");
+}

@@ -188,16 +188,25 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, ImportOptions, Check)> {
         (
             "decoded_size_over_limit.onnx",
             empty_nodes(20_000),
-            ImportOptions { max_total_bytes: 1 << 20, ..d() },
-            |e| matches!(e, ImportError::Limit { what, .. } if what.contains("decoded")),
+            ImportOptions { limits: ladder::Limits { max_file_bytes: 1 << 20, ..Default::default() }, ..d() },
+            |e| {
+                matches!(e, ImportError::Limit { what, limit: "max_file_bytes", max: 1048576, .. } if what.contains("decoded"))
+                    && e.to_string().contains("above `Limits::max_file_bytes` = 1048576")
+            },
         ),
         (
             "too_many_nodes.onnx",
             empty_nodes(1_500),
-            ImportOptions { max_nodes: 1_000, ..d() },
-            |e| matches!(e, ImportError::Limit { what, .. } if what.contains("nodes")),
+            ImportOptions { limits: ladder::Limits { max_nodes: 1_000, ..Default::default() }, ..d() },
+            |e| {
+                matches!(e, ImportError::Limit { what, limit: "max_nodes", .. } if what.contains("nodes"))
+                    && e.to_string().contains("above `Limits::max_nodes` = 1000")
+            },
         ),
-        ("deep_subgraphs.onnx", nested_if(12), d(), |e| matches!(e, ImportError::TooDeep { what: "subgraphs", .. })),
+        ("deep_subgraphs.onnx", nested_if(12), d(), |e| {
+            matches!(e, ImportError::TooDeep { what: "subgraphs", .. })
+                && e.to_string().contains("`Limits::max_depth` = 8")
+        }),
         ("deep_messages.onnx", nested_types(120), d(), |e| {
             matches!(e, ImportError::TooDeep { what: "protobuf messages", .. })
         }),

@@ -677,10 +677,11 @@ fn nested_loops_share_one_node_budget() {
             vec![tensor_i64("m", &[], &[outer])],
         )
     };
-    let tight = ImportOptions { max_nodes: 5000, ..ImportOptions::default() };
+    let tight =
+        ImportOptions { limits: ladder::Limits { max_nodes: 5000, ..Default::default() }, ..ImportOptions::default() };
     match import(&nested(100, 100), &tight) {
         Err(ImportError::Node { error: NodeError::Unsupported(m), .. }) => {
-            assert!(m.contains("another copy of its body would pass the limit of 5000"), "{m}")
+            assert!(m.contains("another copy of its body would pass `Limits::max_nodes` = 5000"), "{m}")
         }
         other => panic!("expected the node budget error, got {other:?}"),
     }

@@ -251,7 +251,10 @@ fn resize_bad_models_are_typed_errors() {
             vec![],
             19,
         ),
-        &ImportOptions { max_tensor_bytes: 1 << 20, ..ImportOptions::default() },
+        &ImportOptions {
+            limits: ladder::Limits { max_tensor_bytes: 1 << 20, ..Default::default() },
+            ..ImportOptions::default()
+        },
     )
     .unwrap_err();
     assert!(matches!(&e, ImportError::Limit { .. } | ImportError::Node { .. }), "{e}");
@@ -635,7 +638,13 @@ fn window(op: &str, size: i64, periodic: i64) -> Result<Graph, ImportError> {
         ),
         17,
     ));
-    import(&bytes, &ImportOptions { max_tensor_bytes: 1 << 20, ..ImportOptions::default() })
+    import(
+        &bytes,
+        &ImportOptions {
+            limits: ladder::Limits { max_tensor_bytes: 1 << 20, ..Default::default() },
+            ..ImportOptions::default()
+        },
+    )
 }
 
 #[test]

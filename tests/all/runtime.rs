@@ -269,7 +269,14 @@ fn runs_fail_with_typed_errors() {
     assert!(e.to_string().contains("elements -1..2 of 2, out of range"), "{e}");
     // An arena over the limit.
     let g = parse("graph g(%x: f32[n]) {\n  %1 = exp(%x)\n  %2 = exp(%1)\n  return %2\n}");
-    let plan = compile(&g, &CompileOptions { max_run_bytes: 16, ..CompileOptions::reference() }).unwrap();
+    let plan = compile(
+        &g,
+        &CompileOptions {
+            limits: ladder::Limits { max_run_bytes: 16, ..Default::default() },
+            ..CompileOptions::reference()
+        },
+    )
+    .unwrap();
     let e = plan.run(&[f32t(&[100], &[0.0; 100])]).unwrap_err();
     assert!(matches!(e, RunError::TooLarge { .. }), "{e:?}");
     // Outputs count too: one output of 2^31 f32 (8 GiB) is over the default limit (4 GiB) and
@@ -278,17 +285,31 @@ fn runs_fail_with_typed_errors() {
     let g =
         parse("graph g(%x: f32[1]) {\n  %c = full() {shape=[2147483648], value=1.0}\n  %y = cos(%c)\n  return %y\n}");
     for options in [CompileOptions::default(), CompileOptions::reference()] {
-        assert_eq!(options.max_run_bytes, 1 << 32);
+        assert_eq!(options.limits.max_run_bytes, 1 << 32);
         let plan = compile(&g, &options).unwrap();
         let e = plan.run(&[f32t(&[1], &[0.0])]).unwrap_err();
         assert!(matches!(e, RunError::TooLarge { need: 8589934592, limit: 4294967296 }), "{e:?}");
-        assert!(e.to_string().contains("CompileOptions::max_run_bytes"), "{e}");
+        assert!(e.to_string().contains("`Limits::max_run_bytes`"), "{e}");
     }
     // Under a raised limit the same check passes; a small output runs under a limit that fits it.
     let g = parse("graph g(%x: f32[4]) {\n  %y = exp(%x)\n  return %y\n}");
-    let plan = compile(&g, &CompileOptions { max_run_bytes: 16, ..CompileOptions::default() }).unwrap();
+    let plan = compile(
+        &g,
+        &CompileOptions {
+            limits: ladder::Limits { max_run_bytes: 16, ..Default::default() },
+            ..CompileOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(plan.run(&[f32t(&[4], &[0.0; 4])]).unwrap().outputs[0].to_f64_vec(), vec![1.0; 4]);
-    let plan = compile(&g, &CompileOptions { max_run_bytes: 15, ..CompileOptions::default() }).unwrap();
+    let plan = compile(
+        &g,
+        &CompileOptions {
+            limits: ladder::Limits { max_run_bytes: 15, ..Default::default() },
+            ..CompileOptions::default()
+        },
+    )
+    .unwrap();
     assert!(matches!(plan.run(&[f32t(&[4], &[0.0; 4])]), Err(RunError::TooLarge { need: 16, limit: 15 })));
 }
 

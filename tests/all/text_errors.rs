@@ -78,7 +78,12 @@ fn blob_errors() {
     expect("blob @w: f32[1] = elided\ngraph g() {\n  return\n}", 1, 19, "was elided");
     expect("graph g() {\n  %0 = const @nope\n  return %0\n}", 2, 14, "is not declared");
     // A declared size is never trusted for allocation: a huge blob is rejected up front.
-    expect("blob @w: f32[100000, 100000, 100000] = []\ngraph g() {\n  return\n}", 1, 10, "too large");
+    expect(
+        "blob @w: f32[100000, 100000, 100000] = []\ngraph g() {\n  return\n}",
+        1,
+        10,
+        "above `Limits::max_tensor_bytes`",
+    );
     expect("blob @w: f32[1] = [1.0]\nblob @w: f32[1] = [1.0]\ngraph g() {\n  return\n}", 2, 1, "declared twice");
 }
 

@@ -125,7 +125,7 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn read_pb(path: &Path, options: &ImportOptions) -> Result<(String, Tensor), ImportError> {
-    let bytes = super::read_bounded(path, options.max_total_bytes)?;
+    let bytes = super::read_bounded(path, &options.limits)?;
     let t = decode_tensor(&bytes, options)?;
     let tensor = tensor_from_proto(&t, options, None, &mut Budget::default())?;
     Ok((t.name.clone(), tensor))
@@ -225,7 +225,7 @@ pub fn run_case(case: &Path, options: &ImportOptions, compile: &CompileOptions) 
         specialized,
     };
     let path = case.join("model.onnx");
-    let model = match super::read_bounded(&path, options.max_total_bytes).and_then(|b| super::decode(&b, options)) {
+    let model = match super::read_bounded(&path, &options.limits).and_then(|b| super::decode(&b, options)) {
         Ok(m) => m,
         Err(e) => return result(Verdict::Failed, format!("import: {e}"), false),
     };

@@ -24,11 +24,12 @@ pub(super) fn if_node<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u3
     let g = attr(node, branch)
         .and_then(|a| a.g.as_ref())
         .ok_or_else(|| NodeError::Invalid(format!("`{branch}` is missing")))?;
-    if depth + 2 > imp.opts.max_depth {
+    if depth + 2 > imp.opts.limits.max_depth {
         return Err(NodeError::Subgraph(Box::new(ImportError::TooDeep {
             what: "subgraphs",
             depth: depth + 2,
-            limit: imp.opts.max_depth,
+            bound: "`Limits::max_depth`",
+            limit: imp.opts.limits.max_depth,
         })));
     }
     imp.add_initializers(g);

@@ -568,7 +568,7 @@ impl<'m> Importer<'m> {
         }
         let dims = ty.shape.as_static()?;
         let numel = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
-        if numel > self.opts.fold_max_elements {
+        if numel > self.opts.limits.max_fold_elements {
             return None;
         }
         let work: u64 = known.iter().map(|t| t.numel() as u64).sum::<u64>() + numel;

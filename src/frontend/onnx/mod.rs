@@ -23,14 +23,16 @@
 //! Every problem with a file is an [`ImportError`], never a panic or an allocation sized by an
 //! untrusted number. Before prost decodes anything, `wire.rs` walks the protobuf wire format
 //! with the schema of the messages read here: it rejects malformed encodings (truncated
-//! fields, bad varints, lengths past the end, groups), nesting deeper than `max_depth`
-//! subgraphs (and messages deeper than prost's own recursion limit), more than `max_nodes`
-//! nodes, and files whose decoded form would take more than `max_total_bytes` (each
+//! fields, bad varints, lengths past the end, groups), nesting deeper than `Limits::max_depth`
+//! subgraphs (and messages deeper than prost's own recursion limit), more than
+//! `Limits::max_nodes` nodes, and files whose decoded form would take more than
+//! `Limits::max_file_bytes` (each
 //! message, string and repeated element is charged its in-memory size, so an empty-message
 //! flood cannot amplify). Tensors are checked before their data is converted: dims must be
 //! non-negative with a product that fits, the data must hold exactly `numel` elements of
-//! the declared type, each tensor must fit `max_tensor_bytes` and all of them together
-//! `max_total_bytes`. External data is off by default (`allow_external_data`); when on, a
+//! the declared type, each tensor must fit `Limits::max_tensor_bytes` and all of them together
+//! `Limits::max_file_bytes`. Loops unrolled at import count their nodes against
+//! `Limits::max_nodes` too. External data is off by default (`allow_external_data`); when on, a
 //! location must be a relative path without `..` that stays inside the model's folder, and the
 //! bytes read are bounded by the same limits. Constant `Gather` indices are range-checked.
 
@@ -70,25 +72,19 @@ pub use import::{import_model, input_types, summarize, ModelSummary, OpCount};
 pub use tensor::{dtype_name, dtype_of, elem_type_of, tensor_from_proto, Budget};
 
 use crate::ir::GraphError;
-use crate::{Graph, Tensor};
+use crate::{Graph, Limits, Tensor};
 
-/// Bounds on what an import may read and allocate. The defaults admit real models (up to a
-/// 2 GiB protobuf plus external data) and nothing unbounded.
-#[derive(Clone, Debug)]
+/// What an import may read and allocate ([`Limits`]: file and tensor bytes, nodes after
+/// unrolling, subgraph depth, values folded at import), and what it is told about the model's
+/// inputs. The defaults admit real models (up to a 2 GiB protobuf plus external data) and
+/// nothing unbounded; `ImportOptions::untrusted()` is for models from anyone.
+#[derive(Clone, Debug, Default)]
 pub struct ImportOptions {
-    /// Largest single tensor (initializer, constant or attribute tensor), in bytes of data.
-    pub max_tensor_bytes: u64,
-    /// Largest total: the file, its decoded form, and all tensor data (external included).
-    pub max_total_bytes: u64,
-    /// Most nodes, counted over the main graph, subgraphs and functions.
-    pub max_nodes: u64,
-    /// Deepest nesting of subgraphs (a graph attribute inside a node of a graph ...); the main
-    /// graph is depth 1.
-    pub max_depth: u32,
-    /// Read initializers stored outside the model file (`import_file` only).
+    /// The bounds on what the import reads, builds and folds.
+    pub limits: Limits,
+    /// Read initializers stored outside the model file (`import_file` only; regular files
+    /// inside the model's folder only).
     pub allow_external_data: bool,
-    /// Largest integer/bool result computed at import time (shape arithmetic).
-    pub fold_max_elements: u64,
     /// Concrete sizes for graph inputs, by name: those inputs get these static dims instead of
     /// their symbols, so every shape computation on them is static (a specialized import).
     pub input_shapes: HashMap<String, Vec<u64>>,
@@ -101,19 +97,10 @@ pub struct ImportOptions {
     pub probe: Option<String>,
 }
 
-impl Default for ImportOptions {
-    fn default() -> ImportOptions {
-        ImportOptions {
-            max_tensor_bytes: 4 << 30,
-            max_total_bytes: 16 << 30,
-            max_nodes: 1 << 20,
-            max_depth: 8,
-            allow_external_data: false,
-            fold_max_elements: 1 << 16,
-            input_shapes: HashMap::new(),
-            known_values: HashMap::new(),
-            probe: None,
-        }
+impl ImportOptions {
+    /// The defaults with [`Limits::untrusted`].
+    pub fn untrusted() -> ImportOptions {
+        ImportOptions { limits: Limits::untrusted(), ..ImportOptions::default() }
     }
 }
 
@@ -210,12 +197,12 @@ pub enum ImportError {
     /// Not a well-formed protobuf (truncated, garbage, or a bad field).
     #[error("not a valid ONNX protobuf: {0}")]
     Decode(String),
-    /// A size above a configured limit.
-    #[error("{what} is {size}, above the limit of {limit}")]
-    Limit { what: String, size: u64, limit: u64 },
+    /// A size above one of the import's [`Limits`] (named by `limit`, a field of `Limits`).
+    #[error("{what} is {size}, above `Limits::{limit}` = {max}")]
+    Limit { what: String, size: u64, limit: &'static str, max: u64 },
     /// Subgraphs (or messages) nested deeper than allowed.
-    #[error("{what} nested {depth} deep, above the limit of {limit}")]
-    TooDeep { what: &'static str, depth: u32, limit: u32 },
+    #[error("{what} nested {depth} deep, above {bound} = {limit}")]
+    TooDeep { what: &'static str, depth: u32, bound: &'static str, limit: u32 },
     /// A field the model cannot do without is absent or empty.
     #[error("missing {0}")]
     Missing(String),
@@ -293,23 +280,28 @@ pub fn import(bytes: &[u8], options: &ImportOptions) -> Result<Graph, ImportErro
 /// Imports an ONNX model file. External data, when `options.allow_external_data` is set, is
 /// read from files next to it (never outside its folder).
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
-    let bytes = read_bounded(path, options.max_total_bytes)?;
+    let bytes = read_bounded(path, &options.limits)?;
     let model = decode(&bytes, options)?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     import_model(&model, options, Some(&dir))
 }
 
-/// Reads a file, refusing one larger than `limit`, or anything but a regular file (a FIFO or
-/// a device would block or never end), before reading it.
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ImportError> {
+/// Reads a file, refusing one larger than `limits.max_file_bytes`, or anything but a regular
+/// file (a FIFO or a device would block or never end), before reading it.
+pub fn read_bounded(path: &Path, limits: &Limits) -> Result<Vec<u8>, ImportError> {
     let io = |e: std::io::Error| ImportError::Io { path: path.into(), message: e.to_string() };
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.is_file() {
         return Err(ImportError::Io { path: path.into(), message: "not a regular file".into() });
     }
     let len = meta.len();
-    if len > limit {
-        return Err(ImportError::Limit { what: format!("the size of `{}`", path.display()), size: len, limit });
+    if len > limits.max_file_bytes {
+        return Err(ImportError::Limit {
+            what: format!("the size of `{}`", path.display()),
+            size: len,
+            limit: "max_file_bytes",
+            max: limits.max_file_bytes,
+        });
     }
     std::fs::read(path).map_err(io)
 }

@@ -135,17 +135,18 @@ pub(super) fn check_unroll(imp: &Importer, iterations: u64, body: &GraphProto, w
     check_steps(iterations, what)?;
     let per = body_nodes(body).max(1);
     let total = iterations.saturating_mul(per);
-    if total > imp.opts.max_nodes {
+    let max = imp.opts.limits.max_nodes;
+    if total > max {
         return unsupported(format!(
-            "{what} unrolls its body to {total} nodes, above the limit of {}",
-            imp.opts.max_nodes
+            "{what} unrolls its body to {total} nodes, above {}",
+            crate::limits::named("max_nodes", max)
         ));
     }
     let built = imp.g.len() as u64;
-    if built.saturating_add(per) > imp.opts.max_nodes {
+    if built.saturating_add(per) > max {
         return unsupported(format!(
-            "{what}: the import has built {built} nodes, and another copy of its body would pass the limit of {}",
-            imp.opts.max_nodes
+            "{what}: the import has built {built} nodes, and another copy of its body would pass {}",
+            crate::limits::named("max_nodes", max)
         ));
     }
     Ok(())
@@ -179,11 +180,12 @@ pub(super) fn run_body<'m>(
     inputs: &[Slot],
     depth: u32,
 ) -> NResult<Vec<Slot>> {
-    if depth + 2 > imp.opts.max_depth {
+    if depth + 2 > imp.opts.limits.max_depth {
         return Err(NodeError::Subgraph(Box::new(ImportError::TooDeep {
             what: "subgraphs",
             depth: depth + 2,
-            limit: imp.opts.max_depth,
+            bound: "`Limits::max_depth`",
+            limit: imp.opts.limits.max_depth,
         })));
     }
     if g.input.len() != inputs.len() {

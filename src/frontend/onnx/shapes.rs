@@ -481,12 +481,13 @@ fn range_constant(imp: &mut Importer, node: &NodeProto, dtype: DType) -> NResult
         return invalid("delta is 0");
     }
     let n = ((limit - start) / delta).ceil().max(0.0);
-    let max = imp.opts.max_tensor_bytes / dtype.size_bytes() as u64;
+    let max = imp.opts.limits.max_tensor_bytes / dtype.size_bytes() as u64;
     if n.is_nan() || n > max as f64 {
         return Err(NodeError::Tensor(Box::new(super::ImportError::Limit {
             what: "the result of Range".into(),
             size: (n as u64).saturating_mul(dtype.size_bytes() as u64),
-            limit: imp.opts.max_tensor_bytes,
+            limit: "max_tensor_bytes",
+            max: imp.opts.limits.max_tensor_bytes,
         })));
     }
     let n = n as u64;

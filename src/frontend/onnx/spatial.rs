@@ -48,11 +48,12 @@ pub(super) fn static_dim(d: &Dim, what: &str) -> NResult<u64> {
 /// before it is built.
 pub(super) fn check_table(imp: &Importer, n: u64, elem_bytes: u64, what: &str) -> NResult<()> {
     let size = n.saturating_mul(elem_bytes);
-    if size > imp.opts.max_tensor_bytes {
+    if size > imp.opts.limits.max_tensor_bytes {
         return Err(NodeError::Tensor(Box::new(ImportError::Limit {
             what: what.to_string(),
             size,
-            limit: imp.opts.max_tensor_bytes,
+            limit: "max_tensor_bytes",
+            max: imp.opts.limits.max_tensor_bytes,
         })));
     }
     Ok(())

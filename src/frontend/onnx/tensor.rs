@@ -73,7 +73,7 @@ pub fn check_dims(what: &str, dims: &[i64]) -> Result<(Vec<usize>, u64), ImportE
     Ok((out, numel))
 }
 
-/// Running total of tensor bytes read in one import, against `max_total_bytes`.
+/// Running total of tensor bytes read in one import, against `Limits::max_file_bytes`.
 #[derive(Debug, Default)]
 pub struct Budget {
     pub used: u64,
@@ -81,19 +81,21 @@ pub struct Budget {
 
 impl Budget {
     pub fn spend(&mut self, name: &str, bytes: u64, options: &ImportOptions) -> Result<(), ImportError> {
-        if bytes > options.max_tensor_bytes {
+        if bytes > options.limits.max_tensor_bytes {
             return Err(ImportError::Limit {
                 what: format!("the data of tensor `{name}`"),
                 size: bytes,
-                limit: options.max_tensor_bytes,
+                limit: "max_tensor_bytes",
+                max: options.limits.max_tensor_bytes,
             });
         }
         self.used = self.used.saturating_add(bytes);
-        if self.used > options.max_total_bytes {
+        if self.used > options.limits.max_file_bytes {
             return Err(ImportError::Limit {
                 what: "the tensor data of the model".into(),
                 size: self.used,
-                limit: options.max_total_bytes,
+                limit: "max_file_bytes",
+                max: options.limits.max_file_bytes,
             });
         }
         Ok(())

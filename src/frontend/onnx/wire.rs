@@ -8,7 +8,7 @@
 //! packed `int64` list becomes eight), and nothing limits node counts or subgraph nesting.
 //! This walk knows which fields of each message read here are messages, and charges every
 //! message, string and repeated element its in-memory size, so the decoded size is bounded by
-//! `max_total_bytes` before any of it is allocated. It also rejects malformed encodings with a
+//! `Limits::max_file_bytes` before any of it is allocated. It also rejects malformed encodings with a
 //! message that says where.
 
 use std::mem::size_of;
@@ -183,9 +183,14 @@ fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
 impl Walk<'_> {
     fn charge(&mut self, n: u64) -> Result<(), ImportError> {
         self.bytes = self.bytes.saturating_add(n);
-        let limit = self.options.max_total_bytes;
-        if self.bytes > limit {
-            return Err(ImportError::Limit { what: "the decoded size of the model".into(), size: self.bytes, limit });
+        let max = self.options.limits.max_file_bytes;
+        if self.bytes > max {
+            return Err(ImportError::Limit {
+                what: "the decoded size of the model".into(),
+                size: self.bytes,
+                limit: "max_file_bytes",
+                max,
+            });
         }
         Ok(())
     }
@@ -193,19 +198,30 @@ impl Walk<'_> {
     /// Walks the message `msg` held in `buf[start..end]`. `base` is its offset in the file.
     fn message(&mut self, buf: &[u8], base: usize, msg: Msg, depth: u32, graphs: u32) -> Result<(), ImportError> {
         if depth > MAX_MESSAGE_DEPTH {
-            return Err(ImportError::TooDeep { what: "protobuf messages", depth, limit: MAX_MESSAGE_DEPTH });
+            return Err(ImportError::TooDeep {
+                what: "protobuf messages",
+                depth,
+                bound: "the fixed bound on message nesting",
+                limit: MAX_MESSAGE_DEPTH,
+            });
         }
         let graphs = if msg == Msg::Graph { graphs + 1 } else { graphs };
-        if graphs > self.options.max_depth {
-            return Err(ImportError::TooDeep { what: "subgraphs", depth: graphs, limit: self.options.max_depth });
+        if graphs > self.options.limits.max_depth {
+            return Err(ImportError::TooDeep {
+                what: "subgraphs",
+                depth: graphs,
+                bound: "`Limits::max_depth`",
+                limit: self.options.limits.max_depth,
+            });
         }
         if msg == Msg::Node {
             self.nodes += 1;
-            if self.nodes > self.options.max_nodes {
+            if self.nodes > self.options.limits.max_nodes {
                 return Err(ImportError::Limit {
                     what: "the number of nodes".into(),
                     size: self.nodes,
-                    limit: self.options.max_nodes,
+                    limit: "max_nodes",
+                    max: self.options.limits.max_nodes,
                 });
             }
         }
@@ -273,8 +289,9 @@ impl Walk<'_> {
 /// Checks that `bytes` are a well-formed encoding of `root` within the limits of `options`.
 pub fn check(bytes: &[u8], root: Root, options: &ImportOptions) -> Result<(), ImportError> {
     let len = bytes.len() as u64;
-    if len > options.max_total_bytes {
-        return Err(ImportError::Limit { what: "the model file".into(), size: len, limit: options.max_total_bytes });
+    let max = options.limits.max_file_bytes;
+    if len > max {
+        return Err(ImportError::Limit { what: "the model file".into(), size: len, limit: "max_file_bytes", max });
     }
     let mut walk = Walk { options, nodes: 0, bytes: 0 };
     let msg = match root {
