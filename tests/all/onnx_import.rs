@@ -404,6 +404,42 @@ fn symbolic_shape_chain() {
     assert_eq!(out[0].to_f64_vec(), vec![3.0]);
 }
 
+/// Distinct `dim_param`s get distinct symbols, even where they read alike once sanitized
+/// (`a-b`, `a.b`) or where a model names a dim as the importer names its fresh symbols
+/// (`unk1`): symbols that were one would refuse inputs whose sizes the model leaves free.
+#[test]
+fn distinct_dim_params_stay_distinct_symbols() {
+    let inputs = vec![
+        vi("p", FLOAT, &["?"]),
+        vi("q", FLOAT, &["unk1"]),
+        vi("r", FLOAT, &["a-b"]),
+        vi("s", FLOAT, &["a.b"]),
+        vi("u", FLOAT, &["a_b"]),
+        vi("v", FLOAT, &["a-b"]),
+    ];
+    let names = ["p", "q", "r", "s", "u", "v"];
+    let n = names.iter().map(|x| node("Identity", &[x], &[&format!("{x}_out")], vec![])).collect();
+    let outs = names.iter().map(|x| vi(&format!("{x}_out"), FLOAT, &[])).collect();
+    let bytes = encode(&model_proto(graph(n, inputs, outs, vec![]), 13));
+    let g = imp(&bytes);
+    let dims: Vec<String> = g.inputs().iter().map(|&v| g.ty(v).shape.dims()[0].to_string()).collect();
+    // `a-b` twice is one name, so one symbol; every other pair differs.
+    assert_eq!(dims[2], dims[5], "{dims:?}");
+    let mut distinct = dims[..5].to_vec();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5, "{dims:?}");
+    // The same symbols whichever way the types are read.
+    let model = ladder::frontend::onnx::decode(&bytes, &ImportOptions::default()).unwrap();
+    let types = ladder::frontend::onnx::input_types(&model, &ImportOptions::default()).unwrap();
+    let listed: Vec<String> = types.iter().map(|(_, t)| t.shape.dims()[0].to_string()).collect();
+    assert_eq!(listed, dims);
+    // Sizes the model leaves free run free.
+    let ins: Vec<Tensor> = [1usize, 2, 3, 4, 5, 3].iter().map(|&k| t(&[k], &vec![1.0; k])).collect();
+    let out = run(&g, &ins);
+    assert_eq!(out.iter().map(|o| o.shape()[0]).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 3]);
+}
+
 /// On static shapes the shape arithmetic is folded away: only the reshape remains.
 #[test]
 fn static_shape_chain_folds() {

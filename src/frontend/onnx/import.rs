@@ -77,6 +77,11 @@ pub struct Importer<'m> {
     budget: Budget,
     dir: Option<&'m Path>,
     blob_names: HashSet<String>,
+    /// The size symbol of each `dim_param` of the graph's inputs (`reserve_symbols`): one
+    /// symbol per distinct name, distinct names never sharing one.
+    symbols: HashMap<String, String>,
+    /// Every symbol given out, so a fresh one (`unk1` ...) is new.
+    taken: HashSet<String>,
     n_syms: usize,
     fold_fuel: u64,
 }
@@ -196,6 +201,7 @@ pub fn import_model(model: &ModelProto, opts: &ImportOptions, dir: Option<&Path>
     if !graph.sparse_initializer.is_empty() {
         return Err(ImportError::Graph("sparse initializers are not supported".into()));
     }
+    imp.reserve_symbols(graph);
     for input in &graph.input {
         if input.name.is_empty() {
             return Err(ImportError::Missing("the name of a graph input".into()));
@@ -243,6 +249,7 @@ pub fn input_types(model: &ModelProto, opts: &ImportOptions) -> Result<Vec<(Stri
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::Missing("the model's graph".into()))?;
     let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
     let mut imp = Importer::new(opts, "inputs", default_opset(model).unwrap_or(0), None);
+    imp.reserve_symbols(graph);
     let mut out = Vec::new();
     for input in graph.input.iter().filter(|i| !inits.contains(i.name.as_str())) {
         out.push((input.name.clone(), imp.value_type(input)?));
@@ -262,8 +269,56 @@ impl<'m> Importer<'m> {
             budget: Budget::default(),
             dir,
             blob_names: HashSet::new(),
+            symbols: HashMap::new(),
+            taken: HashSet::new(),
             n_syms: 0,
             fold_fuel: 1 << 26,
+        }
+    }
+
+    /// Gives every `dim_param` of `graph`'s inputs its symbol before any input is typed, so
+    /// that neither two names that read alike once sanitized (`a-b`, `a.b`) nor a fresh
+    /// symbol for an unnamed dim (`unk1`) and a name that happens to be `unk1` share one:
+    /// symbols that are one would force sizes to be equal that the model leaves free.
+    fn reserve_symbols(&mut self, graph: &GraphProto) {
+        use proto::tensor_shape_proto::dimension::Value as V;
+        let mut next: HashMap<String, usize> = HashMap::new();
+        let params = graph
+            .input
+            .iter()
+            .filter_map(|i| match i.r#type.as_ref()?.value.as_ref()? {
+                proto::type_proto::Value::TensorType(t) => t.shape.as_ref(),
+                _ => None,
+            })
+            .flat_map(|s| s.dim.iter())
+            .filter_map(|d| match &d.value {
+                Some(V::DimParam(p)) if !p.is_empty() => Some(p),
+                _ => None,
+            });
+        for p in params {
+            if self.symbols.contains_key(p) {
+                continue;
+            }
+            let base = symbol_name(p);
+            let mut name = base.clone();
+            while self.taken.contains(&name) {
+                let k = next.entry(base.clone()).or_insert(1);
+                *k += 1;
+                name = format!("{base}_{k}");
+            }
+            self.taken.insert(name.clone());
+            self.symbols.insert(p.clone(), name);
+        }
+    }
+
+    /// A size symbol no `dim_param` and no earlier fresh symbol has.
+    fn fresh_symbol(&mut self) -> String {
+        loop {
+            self.n_syms += 1;
+            let name = format!("unk{}", self.n_syms);
+            if self.taken.insert(name.clone()) {
+                return name;
+            }
         }
     }
 
@@ -299,12 +354,15 @@ impl<'m> Importer<'m> {
                     check_dims(&what, &[*n])?;
                     dims.push(Dim::new(*n as u64));
                 }
-                Some(V::DimParam(p)) if !p.is_empty() => dims.push(Dim::sym(&symbol_name(p))),
+                Some(V::DimParam(p)) if !p.is_empty() => {
+                    let name = self.symbols.get(p).cloned().unwrap_or_else(|| symbol_name(p));
+                    dims.push(Dim::sym(&name));
+                }
                 // No size, an empty name, or a negative value (`-1`, as Paddle's exporter
                 // writes a dynamic dim): a fresh symbol.
                 _ => {
-                    self.n_syms += 1;
-                    dims.push(Dim::sym(&format!("unk{}", self.n_syms)));
+                    let name = self.fresh_symbol();
+                    dims.push(Dim::sym(&name));
                 }
             }
         }
