@@ -62,6 +62,7 @@ pub mod ir;
 pub mod kernel;
 #[cfg(test)]
 mod layering;
+#[doc(hidden)]
 pub mod limits;
 #[doc(hidden)]
 pub mod models;
