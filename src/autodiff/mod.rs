@@ -29,10 +29,10 @@
 //! sits above the op table, and the layering forbids the op table naming a layer above it.
 //! So autodiff follows decomposition's precedent: decompositions live in `crate::decomp`,
 //! reached by `decomp::rule(op)`, and derivatives live here, reached by [`rule`], one match
-//! over `OpKind` that the compiler checks (a new prim without an arm is a missing rule that
-//! [`has_vjp`], and so `ladder ops`, reports). Nothing else keeps a list: `ladder ops`
-//! derives its `vjp` column from [`rule`] and, for high-level ops, from the ops their
-//! decompositions emit.
+//! over `OpKind` (a new prim without an arm is a missing rule, which `ladder ops` reports and
+//! `tests/all/autodiff.rs` fails on). Nothing else keeps a list: `ladder ops` derives its
+//! `vjp` column from [`rule`] and, for high-level ops, from the ops their decompositions emit
+//! (`numerics::grad::lowered_ops`).
 //!
 //! ## Non-differentiable ops (documented choices)
 //!
@@ -143,17 +143,6 @@ pub fn rule(op: OpKind) -> Option<VjpFn> {
 /// No contribution to any argument.
 fn none(_: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
     Ok(v.node.args.iter().map(|_| None).collect())
-}
-
-/// Whether `op` has a derivative: a rule in the table for prims and opaque ops; for a
-/// high-level op, a decomposition whose ops all have one (`emitted`: the ops its
-/// decomposition emits, which only the caller can find out, by decomposing instances).
-pub fn has_vjp(op: OpKind, emitted: &[OpKind]) -> bool {
-    match op.rung() {
-        Rung::Prim | Rung::Opaque => rule(op).is_some(),
-        Rung::High => crate::decomp::rule(op).is_some() && emitted.iter().all(|&e| rule(e).is_some()),
-        Rung::Source => false,
-    }
 }
 
 /// Why a joint graph could not be built.

@@ -404,6 +404,25 @@ pub fn to_f64(g: &Graph) -> Option<Graph> {
     Some(out)
 }
 
+/// The ops `op`'s lowering emits (functionalization, then decomposition; sources left out),
+/// found by lowering eight generated instances of it ([`crate::numerics::generate_case`]:
+/// attributes, dtypes and shapes vary; up to 64 seeds tried): what its derivative is made
+/// of. `None` when no instance lowers.
+pub fn lowered_ops(op: OpKind) -> Option<std::collections::BTreeSet<OpKind>> {
+    let mut ops = std::collections::BTreeSet::new();
+    let mut lowered = 0;
+    for seed in 0..64 {
+        if lowered == 8 {
+            break;
+        }
+        let Some(case) = crate::numerics::generate_case(op, &crate::gen::seeded_bytes(seed, 64)) else { continue };
+        let Ok(l) = crate::numerics::lower_to_prims(&case.graph) else { continue };
+        lowered += 1;
+        ops.extend(l.graph.nodes().map(|(_, n)| n.op).filter(|o| !matches!(o, OpKind::Input | OpKind::Const)));
+    }
+    (lowered > 0).then_some(ops)
+}
+
 /// The fuzz target's check (`fuzz/fuzz_targets/grad.rs`): a random graph from `bytes`
 /// (`crate::gen::random_graph`, every rung), made f64, on smooth data, differentiated with
 /// respect to every f64 input and compared with central differences, kinks and singular
