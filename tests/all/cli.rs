@@ -459,6 +459,35 @@ fn dump_stats_counts_nodes_per_op_and_rung() {
 }
 
 #[test]
+fn dump_joint_differentiates_a_loss() {
+    let dir = scratch("dump_joint");
+    let model = dir.join("m.lad");
+    std::fs::write(
+        &model,
+        "graph g(%x: f32[2, 3], %w: f32[3], %k: i64[2]) {\n  %h = mul(%x, %w)\n  %y = tanh(%h)\n  \
+         %l = sum(%y)\n  %z = neg(%x)\n  return %l, %z\n}\n",
+    )
+    .unwrap();
+    let m = s(&model);
+    // The first output, every float input.
+    let out = ok(&["dump", m, "--stage", "joint"]);
+    let ret = out.lines().find(|l| l.trim_start().starts_with("return")).unwrap();
+    assert!(ret.contains("as grad_x") && ret.contains("as grad_w") && !ret.contains("grad_k"), "{out}");
+    ladder::text::parse(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    // Chosen inputs; the stages below the joint rung lower the joint graph.
+    let out = ok(&["dump", m, "--stage", "simplified", "--loss", "l", "--wrt", "w"]);
+    assert!(out.contains("as grad_w") && !out.contains("grad_x"), "{out}");
+    let kernels = ok(&["dump", m, "--stage", "kernels", "--wrt", "w"]);
+    assert!(kernels.contains("kernel k0"), "{kernels}");
+    let dot = ok(&["dump", m, "--stage", "joint", "--format", "dot"]);
+    assert!(dot.starts_with("digraph") && dot.contains("grad_w"), "{dot}");
+    fails(&["dump", m, "--stage", "joint", "--loss", "z"], &["the loss `z`", "float scalar"]);
+    fails(&["dump", m, "--stage", "joint", "--wrt", "k"], &["input `k`", "only float inputs"]);
+    fails(&["dump", m, "--stage", "joint", "--loss", "nope"], &["no output named `nope`"]);
+    fails(&["dump", m, "--stage", "prims", "--wrt", "x"], &["--loss and --wrt go with --stage joint"]);
+}
+
+#[test]
 fn dump_clif_and_asm_show_each_kernel() {
     let dir = scratch("clif");
     let model = small_model(&dir);
