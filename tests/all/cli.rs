@@ -487,6 +487,17 @@ fn dump_joint_differentiates_a_loss() {
     fails(&["dump", m, "--stage", "prims", "--wrt", "x"], &["--loss and --wrt go with --stage joint"]);
 }
 
+/// The README's autodiff example is what the binary prints.
+#[test]
+fn readme_joint_example_is_current() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let command = "$ ladder dump --stage joint --wrt w,b tests/filetests/autodiff/joint_linear_tanh_mse.lad\n";
+    let start = readme.find(command).expect("the README shows the joint example") + command.len();
+    let shown = &readme[start..start + readme[start..].find("```").unwrap()];
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/filetests/autodiff/joint_linear_tanh_mse.lad");
+    assert_eq!(ok(&["dump", "--stage", "joint", "--wrt", "w,b", model]), shown);
+}
+
 #[test]
 fn dump_clif_and_asm_show_each_kernel() {
     let dir = scratch("clif");
