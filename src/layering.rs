@@ -10,8 +10,9 @@ pub const LAYERS: &[&[&str]] = &[
     &["ir", "limits", "ops", "interp", "tensor", "text"],
     // What is built on the IR alone: the kernel IR, decompositions, graph construction.
     &["kernel", "decomp", "builder", "gen", "models"],
-    // The graph passes (functionalize, decompose, simplify).
-    &["passes"],
+    // The graph passes (functionalize, decompose, simplify), and reverse-mode autodiff, which
+    // emits through decomposition's emitter and cleans up with dead-code elimination.
+    &["passes", "autodiff"],
     // Recovery, scheduling into kernel programs, the backends' code generators and kernels.
     &["recover", "sched", "backend"],
     // The one compile path, and drawings of its rungs.

@@ -39,6 +39,8 @@
 pub struct ReadmeDoctests;
 
 #[doc(hidden)]
+pub mod autodiff;
+#[doc(hidden)]
 pub mod backend;
 #[doc(hidden)]
 pub mod bench;

@@ -6,7 +6,11 @@
 //! - `decomp`: the op reaches the prims rung: a high-level op has a decomposition rule
 //!   (`ladder::decomp::rule`), or is an in-place op that functionalization turns into ops
 //!   that do; prims and opaque ops are there already.
-//! - `vjp`: a reverse-mode derivative rule exists.
+//! - `vjp`: a reverse-mode derivative exists: a prim or opaque op has a rule in the table
+//!   (`ladder::autodiff::rule`); a high-level op (in-place ones through their functional
+//!   forms) lowers, and every op its lowering emits has a rule (`autodiff` derives the
+//!   op's backward from its decomposition). What the lowering emits is found by lowering
+//!   generated instances of the op (`ladder::numerics::grad::lowered_ops`).
 //! - `cpu`: compiled CPU plans run it: every prim and opaque op (natively, or on the reference
 //!   kernel executor inside the plan), and every high-level op that lowers to prims.
 //! - `cpu_native`: the CPU scheduler puts the op (a prim, an opaque op, or a high-level op
@@ -15,8 +19,8 @@
 //!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
 //! - `vulkan`: the Vulkan backend can execute it.
 //!
-//! Autodiff and the Vulkan backend are not built yet, so their columns are false. Each stage,
-//! when it lands, answers here for the ops it covers.
+//! The Vulkan backend is not built yet, so its column is false. Each stage, when it lands,
+//! answers here for the ops it covers.
 
 use ladder::ops::{all_specs, OpKind, Rung};
 
@@ -42,7 +46,15 @@ pub fn coverage(kind: OpKind) -> Coverage {
         Rung::High => ladder::decomp::rule(kind).is_some(),
         Rung::Prim | Rung::Opaque | Rung::Source => true,
     };
+    let has_rule = |op: OpKind| ladder::autodiff::rule(op).is_some();
+    let vjp = match spec.rung {
+        Rung::Prim | Rung::Opaque => has_rule(kind),
+        Rung::High => {
+            decomp && ladder::numerics::grad::lowered_ops(kind).is_some_and(|ops| ops.into_iter().all(has_rule))
+        }
+        Rung::Source => false,
+    };
     let kept = ladder::ops::library::kept().contains(&kind);
     let cpu_native = (spec.rung != Rung::High || kept) && ladder::sched::compiles(kind);
-    Coverage { interp: true, decomp, vjp: false, cpu: decomp, cpu_native, vulkan: false }
+    Coverage { interp: true, decomp, vjp, cpu: decomp, cpu_native, vulkan: false }
 }

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use ladder::pipeline::{Lowering, Mode, Rung};
+use ladder::pipeline::{Differentiate, Lowering, Mode, Rung};
 use ladder::text::PrintOptions;
 
 use super::{model, Error};
@@ -31,10 +31,20 @@ pub struct DumpArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub elide: usize,
     /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
-    /// epilogue as comments), `prims` (decomposed), `simplified`, `recovered` (library-kernel
+    /// epilogue as comments), `prims` (decomposed), `joint` (the prims graph with a loss's
+    /// gradients as extra outputs: see `--loss`), `simplified`, `recovered` (library-kernel
     /// ops put back by pattern), or `kernels` (the scheduled kernel program).
     #[arg(long, value_name = "NAME", default_value = "parsed")]
     pub stage: String,
+    /// Differentiate this output (a float scalar; the first output when omitted): the
+    /// `joint` stage, and the stages below it, then carry the gradients of this loss as extra
+    /// outputs named `grad_<input>`. Goes with `--stage joint` or a later stage.
+    #[arg(long, value_name = "OUTPUT")]
+    pub loss: Option<String>,
+    /// The inputs to differentiate, comma-separated (every float input when omitted). Goes
+    /// with `--stage joint` or a later stage.
+    #[arg(long, value_name = "INPUT,...", value_delimiter = ',')]
+    pub wrt: Vec<String>,
     /// Print node counts per op (rows) and per rung (columns) instead of the graph.
     #[arg(long)]
     pub stats: bool,
@@ -69,10 +79,26 @@ pub struct DumpArgs {
     pub format: Format,
 }
 
+/// What the `joint` rung differentiates: `--loss` and `--wrt`, each defaulting (the first
+/// output, every float input) when the other is given or the stage is `joint`.
+fn differentiate(args: &DumpArgs, g: &ladder::Graph, rung: Rung) -> Result<Option<Differentiate>, Error> {
+    let asked = args.loss.is_some() || !args.wrt.is_empty();
+    if !asked && rung != Rung::Joint {
+        return Ok(None);
+    }
+    let Some(default) = Differentiate::first_output(g) else {
+        return Err(Error::Usage("the model has no output to differentiate".into()));
+    };
+    let loss = args.loss.clone().unwrap_or(default.loss);
+    let wrt = if args.wrt.is_empty() { default.wrt } else { args.wrt.clone() };
+    Ok(Some(Differentiate { loss, wrt }))
+}
+
 /// `g` lowered down to `rung` in the mode the arguments choose.
 fn lowered(args: &DumpArgs, g: &ladder::Graph, rung: Rung) -> Result<Lowering, Error> {
     let mode = if args.no_recover { Mode::Reference } else { Mode::Native };
-    ladder::pipeline::lower(g, mode, rung)
+    let differentiate = differentiate(args, g, rung)?;
+    ladder::pipeline::lower_with(g, mode, rung, differentiate.as_ref())
         .map_err(|e| Error::Usage(format!("cannot lower the model to stage `{}`: {e}", rung.name())))
 }
 
@@ -91,6 +117,9 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if (args.clif || args.asm) && rung != Rung::Kernels {
         return Err(Error::Arguments("--clif and --asm go with --stage kernels".into()));
+    }
+    if (args.loss.is_some() || !args.wrt.is_empty()) && (rung < Rung::Joint || args.stats) {
+        return Err(Error::Arguments("--loss and --wrt go with --stage joint or a later stage".into()));
     }
     if args.explain && !matches!(rung, Rung::Kernels | Rung::Recovered) {
         return Err(Error::Arguments("--explain goes with --stage kernels or --stage recovered".into()));

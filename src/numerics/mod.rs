@@ -23,6 +23,7 @@
 //!   1e30s), the element is *excused*: counted, not checked. The precondition is stated per op.
 
 mod cases;
+pub mod grad;
 
 pub use cases::{generate_case, random_data, Case, MAX_ATTEMPTS, MAX_DIM};
 
@@ -63,9 +64,8 @@ pub enum BoundKind {
     /// `mean(|x|)`, each element's prefix sum; `n` the scanned axis's length). Excused where `S`
     /// over the finite inputs (`n S` for `mean`) exceeds the range.
     Sum,
-    /// `prod`: `(n + 1) * eps * |ref|`. Excused unless every partial product, in any order,
-    /// stays in the normal range: `Π max(|x|, 1) <= max` and `Π min(|x|, 1) >= tiny` (zeros
-    /// left out).
+    /// `prod`: `(n + 1) * eps * |ref|`. Excused unless every partial product (any order) stays
+    /// normal: `Π max(|x|, 1) <= max` and `Π min(|x|, 1) >= tiny` (zeros left out).
     Prod,
     /// `bmm`, `linear`, `addmm`, `conv2d`: `(n + 2) * eps * S` with `S` the op on `|inputs|`
     /// (and `|alpha|`, `|beta|`); `n` the inner (accumulation) length. Excused where `S` over
@@ -113,9 +113,9 @@ pub enum BoundKind {
     Lstm,
 }
 
-/// The tolerance of `op`'s decomposition. Integer and bool results are always exact, whatever
-/// this says. Prims and sources are not decomposed; they get the bound their own evaluation
-/// in the dtype meets.
+/// The tolerance of `op`'s decomposition (derivatives: [`grad::grad_tolerance`]). Integer and
+/// bool results are always exact, whatever this says. Prims and sources are not decomposed;
+/// they get the bound their own evaluation in the dtype meets.
 pub fn tolerance(op: OpKind) -> Tolerance {
     use BoundKind as B;
     use OpKind::*;

@@ -4,18 +4,27 @@
 //! a plan runs.
 //!
 //! ```text
-//! parsed ─ functional ─ prims ─ simplified ─ recovered ─ kernels
-//!          (passes::lower's steps: functionalize, decompose, simplify, each verified)
+//! parsed ─ functional ─ prims ─ [joint] ─ simplified ─ recovered ─ kernels
+//!          (passes::lower's steps: functionalize, decompose, simplify, each verified;
+//!           joint: autodiff's forward + backward graph, when a loss is given)
 //! ```
 //!
 //! Two modes choose the lowering ([`Mode`]): the native plan's (the default: the ops a
 //! library kernel runs whole are kept by decomposition, and recovery puts back the ones it
 //! recognizes in prims) and the reference plan's (every op down to prims, nothing recovered:
-//! the oracle's lowering). A new rung (autodiff's joint graph, the partitioner's split) is
-//! one entry in [`RUNGS`], one field of [`Lowering`] and one arm of `Lowering::step`.
+//! the oracle's lowering). A new rung (the partitioner's split, next) is one entry in
+//! [`RUNGS`], one field of [`Lowering`] and one arm of `Lowering::step`.
+//!
+//! The `joint` rung is optional: given a [`Differentiate`] (a loss output and the inputs to
+//! differentiate; [`lower_with`]), it is the prims graph with the loss's gradients as extra
+//! outputs (`crate::autodiff::grad`), and the rungs below lower that graph, so the backward
+//! pass is simplified, recovered, fused and compiled like any graph. Without one (what
+//! [`lower`] and compiled plans do) it is skipped and the rungs below lower the prims graph.
+//! [`dump`] at `joint` differentiates the first output with respect to every float input.
 
 use std::fmt::Write;
 
+use crate::autodiff::{AdError, Joint};
 use crate::ir::verify::Stage;
 use crate::ir::Graph;
 use crate::passes::functionalize::{Functional, OutputAlias};
@@ -56,6 +65,8 @@ pub enum Rung {
     Functional,
     /// Decomposed (native mode keeps the ops a library kernel runs whole).
     Prims,
+    /// The prims graph with a loss's gradients as extra outputs (only when asked for).
+    Joint,
     /// Identities, constant folding, CSE, DCE.
     Simplified,
     /// Library-kernel ops put back by pattern (native mode; the reference mode has none).
@@ -78,6 +89,7 @@ pub const RUNGS: &[RungInfo] = &[
     RungInfo { rung: Rung::Parsed, name: "parsed" },
     RungInfo { rung: Rung::Functional, name: "functional" },
     RungInfo { rung: Rung::Prims, name: "prims" },
+    RungInfo { rung: Rung::Joint, name: "joint" },
     RungInfo { rung: Rung::Simplified, name: "simplified" },
     RungInfo { rung: Rung::Recovered, name: "recovered" },
     RungInfo { rung: Rung::Kernels, name: "kernels" },
@@ -116,6 +128,38 @@ pub enum PipelineError {
     /// The scheduler could not turn the graph into a kernel program.
     #[error("schedule: {0}")]
     Schedule(#[from] ScheduleError),
+    /// The joint graph could not be built (boxed: the error is large, and rare).
+    #[error("autodiff: {0}")]
+    Autodiff(Box<AdError>),
+    /// The joint rung was asked for a graph without outputs.
+    #[error("the joint rung differentiates an output, and the graph has none")]
+    NoLoss,
+}
+
+impl From<AdError> for PipelineError {
+    fn from(e: AdError) -> PipelineError {
+        PipelineError::Autodiff(Box::new(e))
+    }
+}
+
+/// What the `joint` rung differentiates: the output named `loss` (a float scalar) with
+/// respect to the inputs named in `wrt`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Differentiate {
+    /// The loss output's name.
+    pub loss: String,
+    /// The differentiated inputs' names.
+    pub wrt: Vec<String>,
+}
+
+impl Differentiate {
+    /// `g`'s first output with respect to every float input (`None` without outputs).
+    pub fn first_output(g: &Graph) -> Option<Differentiate> {
+        let loss = g.outputs().first()?.name.clone();
+        let wrt =
+            (0..g.inputs().len()).filter(|&i| g.ty(g.inputs()[i]).dtype.is_float()).map(|i| g.input_name(i)).collect();
+        Some(Differentiate { loss, wrt })
+    }
 }
 
 /// One graph's rungs, as far as it was lowered: `None` past the last rung reached (and
@@ -130,6 +174,10 @@ pub struct Lowering {
     pub functional: Option<Functional>,
     /// Every high-level op decomposed into prims (those native mode keeps whole aside).
     pub prims: Option<Graph>,
+    /// What the joint rung differentiates, if anything.
+    pub differentiate: Option<Differentiate>,
+    /// The prims graph and its loss's gradients (when `differentiate` asks for them).
+    pub joint: Option<Joint>,
     /// After constant folding, algebraic identities, CSE and dead-code elimination.
     pub simplified: Option<Graph>,
     /// The library ops recovery put back, with its matches (native mode).
@@ -141,9 +189,20 @@ pub struct Lowering {
 }
 
 /// `g` lowered in `mode` down to rung `until` (every rung above it too), verified after
-/// every step.
+/// every step; no joint rung.
 pub fn lower(g: &Graph, mode: Mode, until: Rung) -> Result<Lowering, PipelineError> {
-    match lower_partial(g, mode, until) {
+    lower_with(g, mode, until, None)
+}
+
+/// [`lower`], with the joint rung differentiating as `differentiate` says (the rungs below
+/// it then lower the joint graph).
+pub fn lower_with(
+    g: &Graph,
+    mode: Mode,
+    until: Rung,
+    differentiate: Option<&Differentiate>,
+) -> Result<Lowering, PipelineError> {
+    match lower_partial_with(g, mode, until, differentiate) {
         (l, None) => Ok(l),
         (_, Some(e)) => Err(e),
     }
@@ -152,11 +211,23 @@ pub fn lower(g: &Graph, mode: Mode, until: Rung) -> Result<Lowering, PipelineErr
 /// [`lower`] as far as it goes: the rungs reached (`reached` the last), and what stopped it
 /// before `until`, if anything did.
 pub fn lower_partial(g: &Graph, mode: Mode, until: Rung) -> (Lowering, Option<PipelineError>) {
+    lower_partial_with(g, mode, until, None)
+}
+
+/// [`lower_partial`] with the joint rung (see [`lower_with`]).
+pub fn lower_partial_with(
+    g: &Graph,
+    mode: Mode,
+    until: Rung,
+    differentiate: Option<&Differentiate>,
+) -> (Lowering, Option<PipelineError>) {
     let mut l = Lowering {
         mode,
         parsed: g.clone(),
         functional: None,
         prims: None,
+        differentiate: differentiate.cloned(),
+        joint: None,
         simplified: None,
         recovered: None,
         scheduled: None,
@@ -184,9 +255,17 @@ impl Lowering {
                 let functional = self.functional.as_ref().expect("the functional rung is reached first");
                 self.prims = Some(crate::passes::lower::prims(functional, self.mode.keep())?);
             }
+            Rung::Joint => {
+                if let Some(d) = &self.differentiate {
+                    let prims = self.prims.as_ref().expect("the prims rung is reached first");
+                    let wrt: Vec<&str> = d.wrt.iter().map(String::as_str).collect();
+                    self.joint = Some(crate::autodiff::grad(prims, &d.loss, &wrt)?);
+                }
+            }
             Rung::Simplified => {
                 let prims = self.prims.as_ref().expect("the prims rung is reached first");
-                self.simplified = Some(crate::passes::lower::simplified(prims, self.mode.keep())?);
+                let graph = self.joint.as_ref().map_or(prims, |j| &j.graph);
+                self.simplified = Some(crate::passes::lower::simplified(graph, self.mode.keep())?);
             }
             Rung::Recovered => {
                 if self.mode == Mode::Native {
@@ -205,6 +284,7 @@ impl Lowering {
         let reached = match self.reached {
             Rung::Kernels | Rung::Recovered => self.recovered.as_ref().map(|r| &r.graph).or(self.simplified.as_ref()),
             Rung::Simplified => self.simplified.as_ref(),
+            Rung::Joint => self.joint.as_ref().map(|j| &j.graph).or(self.prims.as_ref()),
             Rung::Prims => self.prims.as_ref(),
             Rung::Functional => self.functional.as_ref().map(|f| &f.graph),
             Rung::Parsed => None,
@@ -213,12 +293,13 @@ impl Lowering {
     }
 
     /// The graph of rung `r` (not `kernels`), when reached; the reference mode's `recovered`
-    /// rung is its simplified graph.
+    /// rung is its simplified graph; `joint` is `None` when nothing was differentiated.
     pub fn graph_at(&self, r: Rung) -> Option<&Graph> {
         match r {
             Rung::Parsed => Some(&self.parsed),
             Rung::Functional => self.functional.as_ref().map(|f| &f.graph),
             Rung::Prims => self.prims.as_ref(),
+            Rung::Joint => self.joint.as_ref().map(|j| &j.graph),
             Rung::Simplified => self.simplified.as_ref(),
             Rung::Recovered if self.reached >= Rung::Recovered => Some(self.graph()),
             Rung::Recovered | Rung::Kernels => None,
@@ -240,10 +321,15 @@ impl Lowering {
 }
 
 /// The text of rung `stage` of `g` lowered in `mode`; runs the passes only as far as that
-/// rung.
+/// rung. At `joint`, the first output is differentiated with respect to every float input
+/// ([`Differentiate::first_output`]).
 pub fn dump(g: &Graph, mode: Mode, stage: &str, options: &PrintOptions) -> Result<String, PipelineError> {
     let rung = Rung::from_name(stage)?;
-    let l = lower(g, mode, rung)?;
+    let differentiate = if rung == Rung::Joint { Differentiate::first_output(g) } else { None };
+    if rung == Rung::Joint && differentiate.is_none() {
+        return Err(PipelineError::NoLoss);
+    }
+    let l = lower_with(g, mode, rung, differentiate.as_ref())?;
     Ok(l.text(rung, options).expect("the rung was reached"))
 }
 

@@ -122,6 +122,9 @@ fn ops_json_lists_every_op_with_its_coverage() {
         } else {
             assert_eq!(op["cpu_native"], false, "{name}: other high-level ops never reach the scheduler");
         }
+        // Every op has a derivative: prims and opaque ops a rule, high-level ops through
+        // their decompositions.
+        assert_eq!(op["vjp"], true, "{name}: no derivative");
         assert!(op["arity"]["min"].is_u64(), "{name}: arity");
         assert!(op["attrs"].is_array(), "{name}: attrs");
         assert!(op["doc"].as_str().is_some_and(|d| !d.is_empty()), "{name}: doc");
@@ -453,6 +456,46 @@ fn dump_stats_counts_nodes_per_op_and_rung() {
     assert_eq!(row("masked_fill").split_whitespace().collect::<Vec<_>>()[1..3], ["0", "1"], "{out}");
     assert!(out.lines().next().unwrap().contains("parsed") && out.contains("functional"), "{out}");
     assert!(row("total").split_whitespace().count() >= 3, "{out}");
+}
+
+#[test]
+fn dump_joint_differentiates_a_loss() {
+    let dir = scratch("dump_joint");
+    let model = dir.join("m.lad");
+    std::fs::write(
+        &model,
+        "graph g(%x: f32[2, 3], %w: f32[3], %k: i64[2]) {\n  %h = mul(%x, %w)\n  %y = tanh(%h)\n  \
+         %l = sum(%y)\n  %z = neg(%x)\n  return %l, %z\n}\n",
+    )
+    .unwrap();
+    let m = s(&model);
+    // The first output, every float input.
+    let out = ok(&["dump", m, "--stage", "joint"]);
+    let ret = out.lines().find(|l| l.trim_start().starts_with("return")).unwrap();
+    assert!(ret.contains("as grad_x") && ret.contains("as grad_w") && !ret.contains("grad_k"), "{out}");
+    ladder::text::parse(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    // Chosen inputs; the stages below the joint rung lower the joint graph.
+    let out = ok(&["dump", m, "--stage", "simplified", "--loss", "l", "--wrt", "w"]);
+    assert!(out.contains("as grad_w") && !out.contains("grad_x"), "{out}");
+    let kernels = ok(&["dump", m, "--stage", "kernels", "--wrt", "w"]);
+    assert!(kernels.contains("kernel k0"), "{kernels}");
+    let dot = ok(&["dump", m, "--stage", "joint", "--format", "dot"]);
+    assert!(dot.starts_with("digraph") && dot.contains("grad_w"), "{dot}");
+    fails(&["dump", m, "--stage", "joint", "--loss", "z"], &["the loss `z`", "float scalar"]);
+    fails(&["dump", m, "--stage", "joint", "--wrt", "k"], &["input `k`", "only float inputs"]);
+    fails(&["dump", m, "--stage", "joint", "--loss", "nope"], &["no output named `nope`"]);
+    fails(&["dump", m, "--stage", "prims", "--wrt", "x"], &["--loss and --wrt go with --stage joint"]);
+}
+
+/// The README's autodiff example is what the binary prints.
+#[test]
+fn readme_joint_example_is_current() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let command = "$ ladder dump --stage joint --wrt w,b tests/filetests/autodiff/joint_linear_tanh_mse.lad\n";
+    let start = readme.find(command).expect("the README shows the joint example") + command.len();
+    let shown = &readme[start..start + readme[start..].find("```").unwrap()];
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/filetests/autodiff/joint_linear_tanh_mse.lad");
+    assert_eq!(ok(&["dump", "--stage", "joint", "--wrt", "w,b", model]), shown);
 }
 
 #[test]

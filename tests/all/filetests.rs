@@ -35,8 +35,9 @@
 //!   (each check on a line after the previous check's line).
 //! - `; stage: parsed`: which output `check` lines look at; `parsed` (the default) is the
 //!   canonical text `ladder::text::print(&parse(file))`; the others are the rungs of
-//!   `ladder::pipeline::RUNGS` (`functional`, `prims`, `simplified`, `recovered`, `kernels`),
-//!   as `ladder dump --stage` prints them.
+//!   `ladder::pipeline::RUNGS` (`functional`, `prims`, `joint`, `simplified`, `recovered`,
+//!   `kernels`), as `ladder dump --stage` prints them (`joint`: the first output
+//!   differentiated with respect to every float input).
 //! - `; mode: reference`: lower as the reference plan does (every op to prims, nothing
 //!   recovered) for the `stage` output; `native` (the default) lowers as the native plan.
 //! - `; error: <substring>`: the file must fail to parse with that in the message;

@@ -33,8 +33,9 @@ const LONG_FILES: &[(&str, usize)] = &[
 
 /// The public modules of the crate root.
 const PUB_MODS: &[&str] = &[
-    "backend", "bench", "builder", "decomp", "dot", "frontend", "fuzzing", "gen", "interp", "ir", "kernel", "limits",
-    "models", "numerics", "ops", "passes", "pipeline", "recover", "runtime", "sched", "session", "tensor", "text",
+    "autodiff", "backend", "bench", "builder", "decomp", "dot", "frontend", "fuzzing", "gen", "interp", "ir", "kernel",
+    "limits", "models", "numerics", "ops", "passes", "pipeline", "recover", "runtime", "sched", "session", "tensor",
+    "text",
 ];
 
 /// The integration-test binaries, `tests/NAME/main.rs`: `all`, and `alloc` for the tests that

@@ -1,0 +1,453 @@
+//! Gradient checks: the derivatives `crate::autodiff` builds against central finite
+//! differences in f64, with the tolerance and input domain each op is held to.
+//!
+//! A check takes a graph (any rung; its differentiated inputs f64), its inputs and the inputs
+//! to differentiate. It forms a scalar loss from the graph's float outputs, `Σ_o Σ (o · r_o)`
+//! with `r_o` a fixed random tensor per output (an extra input, so every element of every
+//! output is weighted differently: a random cotangent, not only ones), lowers that loss graph
+//! to prims ([`GradCase::joint`]), builds its joint graph and runs it on the interpreter in
+//! precise mode; then perturbs each element of each differentiated input by `±h` and runs the
+//! loss graph itself (the high-level ops, evaluated as the oracle defines them) to form
+//! `(L(x + h) - L(x - h)) / 2h` ([`GradCase::compare`]).
+//!
+//! Agreement: `|ad - fd| <= atol + rtol · max(|ad|, |fd|) + 8 ε |L| / h` per element, with
+//! [`grad_tolerance`]'s numbers for the op under test (the last term is what the quotient
+//! cannot resolve: the loss's rounding over the step). Central differences with
+//! `h = 1e-5 · max(1, |x|)` have a truncation error of about `h² |f'''| / 6` and a rounding
+//! error of about `ε |L| / h` (`ε = 2^-52`), both below `1e-9` relative for the smooth inputs
+//! the domains produce; the tolerances leave margins of several hundred (NUMERICS.md,
+//! "Gradients", has the table and the measurements).
+//!
+//! Inputs stay away from kinks and domain edges: [`grad_domain`] says per op and argument
+//! where data is drawn ([`Domain`]), and every domain keeps `|x| >= 0.1`, away from the kinks
+//! at 0 (abs, relu, sign, max/min against 0). Where a random graph cannot avoid a kink
+//! ([`Kinks::Skip`], for the fuzz target), an element whose difference quotient changes when
+//! `h` shrinks fourfold is counted as a kink and not compared.
+
+use std::fmt;
+
+use crate::autodiff::{grad, AdError, Joint};
+use crate::decomp::Emitter;
+use crate::interp::{self, Options};
+use crate::ir::{DType, Graph, TensorType, Value};
+use crate::ops::OpKind;
+use crate::tensor::{Tensor, TensorData};
+
+/// How closely a derivative must match central differences.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GradTolerance {
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+/// The tolerance a derivative through `op` is held to (see NUMERICS.md, "Gradients").
+pub fn grad_tolerance(op: OpKind) -> GradTolerance {
+    use OpKind::*;
+    let (rtol, atol) = match op {
+        // Contractions, normalisations, attention, losses, scans and recurrences: sums of
+        // many products, whose difference quotients carry the most rounding (measured below
+        // 3e-8 relative; `LADDER_GRAD_MARGINS=1` makes tests/all/autodiff.rs print margins).
+        Matmul | Conv | Bmm | Linear | Addmm | Conv2d | ScaledDotProductAttention | Lstm | Cumsum => (1e-5, 1e-7),
+        LayerNorm | GroupNorm | RmsNorm | BatchNorm | Var | Std | Softmax | LogSoftmax | Logsumexp | CrossEntropy
+        | MseLoss | SliceScatter | SliceAssignInplace | Silu | Elu | LeakyRelu | Softplus => (1e-5, 1e-7),
+        // Everything else: pointwise chains and data movement (measured below 1e-9 relative).
+        _ => (1e-6, 1e-8),
+    };
+    GradTolerance { rtol, atol }
+}
+
+/// Where a check draws an argument's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    /// `±[0.1, 2]`: away from the kinks at 0.
+    Any,
+    /// `[0.5, 2]`: logarithms, roots, the base of `pow`, variances.
+    Positive,
+    /// `±[0.5, 2]`: divisors, factors of a product.
+    AwayFromZero,
+}
+
+/// The domain of argument `arg` of `op` in a gradient check.
+pub fn grad_domain(op: OpKind, arg: usize) -> Domain {
+    use OpKind::*;
+    match (op, arg) {
+        (Log | Log1p | Sqrt | Rsqrt, _) | (Pow, 0) => Domain::Positive,
+        // batch_norm(x, running_mean, running_var, ...).
+        (BatchNorm, 2) => Domain::Positive,
+        (Reciprocal | ReduceProd | Prod, _) | (Div | Rem | DivInplace, 1) => Domain::AwayFromZero,
+        _ => Domain::Any,
+    }
+}
+
+/// A splitmix64 stream: the checks' data and weights.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    /// One value of `domain`.
+    pub fn draw(&mut self, domain: Domain) -> f64 {
+        let sign = if self.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+        match domain {
+            Domain::Any => sign * (0.1 + 1.9 * self.unit()),
+            Domain::Positive => 0.5 + 1.5 * self.unit(),
+            Domain::AwayFromZero => sign * (0.5 + 1.5 * self.unit()),
+        }
+    }
+
+    /// An f64 tensor of `shape` drawn from `domain`.
+    pub fn tensor(&mut self, domain: Domain, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        let values: Vec<f64> = (0..n).map(|_| self.draw(domain)).collect();
+        Tensor::new(shape.to_vec(), TensorData::F64(values)).unwrap_or_else(|e| panic!("a bad tensor: {e}"))
+    }
+}
+
+/// What to do where a random graph sits on a kink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kinks {
+    /// Every element is compared (the data was drawn away from kinks).
+    Compare,
+    /// Elements whose difference quotient is unstable in `h` are counted, not compared.
+    Skip,
+}
+
+/// Why a check did not pass.
+#[derive(Debug)]
+pub enum GradFailure {
+    /// The case cannot be checked (no float output, no float input to differentiate, a
+    /// forward run that fails or a non-finite loss): not a defect.
+    Unfit(String),
+    /// The loss graph did not lower to prims.
+    Lower(crate::passes::LowerError),
+    /// The joint graph could not be built.
+    Grad(AdError),
+    /// The joint graph failed to run.
+    Run(String),
+    /// A derivative disagrees with the difference quotient.
+    Mismatch { input: String, element: usize, ad: f64, fd: f64, tolerance: GradTolerance },
+}
+
+impl fmt::Display for GradFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GradFailure::Unfit(why) => write!(f, "not checkable: {why}"),
+            GradFailure::Lower(why) => write!(f, "lowering the loss graph: {why}"),
+            GradFailure::Grad(why) => write!(f, "building the joint graph: {why}"),
+            GradFailure::Run(why) => write!(f, "running the joint graph: {why}"),
+            GradFailure::Mismatch { input, element, ad, fd, tolerance } => write!(
+                f,
+                "d loss / d {input}[{element}]: autodiff {ad:e}, central difference {fd:e} (|diff| {:e} > {:e} + {:e} · max)",
+                (ad - fd).abs(),
+                tolerance.atol,
+                tolerance.rtol
+            ),
+        }
+    }
+}
+
+/// What a passing check compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GradCheck {
+    /// Elements compared.
+    pub compared: usize,
+    /// Elements skipped ([`Kinks::Skip`]): kinks, and singular points (a non-finite
+    /// derivative where the difference quotient is finite: the derivative of a branch a
+    /// `where` does not take, infinite there, times the zero cotangent it gets).
+    pub kinks: usize,
+    /// The largest `|ad - fd|` over its allowance among the compared elements (below 1).
+    pub worst: f64,
+}
+
+/// A graph with a loss formed from its float outputs, ready to differentiate and check.
+#[derive(Clone, Debug)]
+pub struct GradCase {
+    /// The graph's inputs, then one weight per float output; one output, `loss`.
+    pub loss_graph: Graph,
+    /// The inputs of `loss_graph`.
+    pub inputs: Vec<Tensor>,
+    /// The differentiated inputs (indices into both graphs' inputs).
+    pub wrt: Vec<usize>,
+}
+
+/// The name of the loss output of [`GradCase::loss_graph`].
+pub const LOSS: &str = "loss";
+
+impl GradCase {
+    /// The loss graph of `g` on `inputs` (weights from `seed`), differentiating the inputs
+    /// `wrt` (each must be f64).
+    pub fn new(g: &Graph, inputs: &[Tensor], wrt: &[usize], seed: u64) -> Result<GradCase, GradFailure> {
+        let unfit = |why: String| GradFailure::Unfit(why);
+        for &i in wrt {
+            if g.ty(g.inputs()[i]).dtype != DType::F64 {
+                return Err(unfit(format!("input {} is not f64", g.input_name(i))));
+            }
+        }
+        if wrt.is_empty() {
+            return Err(unfit("no input to differentiate".into()));
+        }
+        let precise = Options { precise: true, ..Options::default() };
+        let out = interp::run(g, inputs, &precise).map_err(|e| unfit(format!("the forward run fails: {e}")))?;
+        let mut lg = g.clone();
+        lg.outputs.clear();
+        let mut inputs = inputs.to_vec();
+        let mut rng = Rng::new(seed ^ 0x5EED_0FC0_7A4E_47A1);
+        let mut terms: Vec<Value> = Vec::new();
+        for (k, (o, t)) in g.outputs().iter().zip(&out.outputs).enumerate() {
+            let ty = g.ty(o.value).clone();
+            if !ty.dtype.is_float() {
+                continue;
+            }
+            let w = lg.add_input(&format!("__weight{k}"), ty).map_err(|e| unfit(e.to_string()))?;
+            let weights: Vec<f64> = (0..t.numel()).map(|_| rng.draw(Domain::Any)).collect();
+            let wt = Tensor::from_f64_as(g.ty(o.value).dtype, t.shape(), &weights).map_err(|e| unfit(e.to_string()))?;
+            inputs.push(wt);
+            let mut e = Emitter { g: &mut lg };
+            let build = |e: &mut Emitter| -> Result<Value, crate::decomp::DecompError> {
+                let p = e.mul(o.value, w)?;
+                let p = e.convert(p, DType::F64)?;
+                let axes: Vec<usize> = (0..e.rank(p)).collect();
+                e.reduce(OpKind::ReduceSum, p, &axes, false)
+            };
+            terms.push(build(&mut e).map_err(|e| unfit(e.to_string()))?);
+        }
+        let Some((&first, rest)) = terms.split_first() else { return Err(unfit("no float output".into())) };
+        let mut e = Emitter { g: &mut lg };
+        let mut loss = first;
+        for &t in rest {
+            loss = e.add(loss, t).map_err(|e| unfit(e.to_string()))?;
+        }
+        lg.add_output(LOSS, loss).map_err(|e| unfit(e.to_string()))?;
+        let case = GradCase { loss_graph: lg, inputs, wrt: wrt.to_vec() };
+        let l = case.loss(&case.inputs)?;
+        if !l.is_finite() {
+            return Err(unfit(format!("the loss is {l}")));
+        }
+        Ok(case)
+    }
+
+    /// The loss on `inputs`, evaluated in precise mode.
+    pub fn loss(&self, inputs: &[Tensor]) -> Result<f64, GradFailure> {
+        let precise = Options { precise: true, ..Options::default() };
+        let out = interp::run(&self.loss_graph, inputs, &precise)
+            .map_err(|e| GradFailure::Unfit(format!("the loss does not evaluate: {e}")))?;
+        Ok(out.outputs[0].to_f64_vec()[0])
+    }
+
+    /// The loss graph lowered to prims (keeping the high-level ops in `keep` whole, as the
+    /// native pipeline keeps `ops::library::kept`), then its joint graph.
+    pub fn joint(&self, keep: &[OpKind]) -> Result<Joint, GradFailure> {
+        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
+        let prims = crate::passes::lower::prims(&lowered, keep).map_err(GradFailure::Lower)?;
+        let names: Vec<String> = self.wrt.iter().map(|&i| self.loss_graph.input_name(i)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        grad(&prims, LOSS, &names).map_err(GradFailure::Grad)
+    }
+
+    /// The joint graph's gradients on the case's inputs, in precise mode: one per
+    /// differentiated input, flattened.
+    pub fn gradients(&self, joint: &Joint) -> Result<Vec<Vec<f64>>, GradFailure> {
+        let precise = Options { precise: true, ..Options::default() };
+        let out = interp::run(&joint.graph, &self.inputs, &precise).map_err(|e| GradFailure::Run(e.to_string()))?;
+        Ok((0..self.wrt.len()).map(|i| out.outputs[joint.grad_output(i)].to_f64_vec()).collect())
+    }
+
+    /// Central differences of the loss in one element of input `input`, with step `h`.
+    fn difference(&self, input: usize, element: usize, h: f64) -> Result<f64, GradFailure> {
+        let mut inputs = self.inputs.clone();
+        let mut values = inputs[input].to_f64_vec();
+        let x = values[element];
+        let shape = inputs[input].shape().to_vec();
+        values[element] = x + h;
+        inputs[input] =
+            Tensor::new(shape.clone(), TensorData::F64(values.clone())).map_err(|e| GradFailure::Run(e.to_string()))?;
+        let up = self.loss(&inputs)?;
+        values[element] = x - h;
+        inputs[input] = Tensor::new(shape, TensorData::F64(values)).map_err(|e| GradFailure::Run(e.to_string()))?;
+        let down = self.loss(&inputs)?;
+        Ok((up - down) / (2.0 * h))
+    }
+
+    /// Compares `joint`'s gradients with central differences, element by element.
+    pub fn compare(&self, joint: &Joint, tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
+        let grads = self.gradients(joint)?;
+        let base = self.loss(&self.inputs)?;
+        let mut check = GradCheck::default();
+        for (k, (&input, ad)) in self.wrt.iter().zip(&grads).enumerate() {
+            let values = self.inputs[input].to_f64_vec();
+            debug_assert_eq!(values.len(), ad.len(), "gradient {k} has its input's shape");
+            for (element, (&x, &ad)) in values.iter().zip(ad).enumerate() {
+                let h = 1e-5 * x.abs().max(1.0);
+                let fd = self.difference(input, element, h)?;
+                // The quotient cannot resolve less than the rounding of the loss over `2h`.
+                let noise = 8.0 * f64::EPSILON * base.abs() / h;
+                let allowance = |fd: f64| tolerance.atol + noise + tolerance.rtol * ad.abs().max(fd.abs());
+                let close = |fd: f64| (ad - fd).abs() <= allowance(fd);
+                if close(fd) {
+                    check.compared += 1;
+                    check.worst = check.worst.max((ad - fd).abs() / allowance(fd));
+                    continue;
+                }
+                if kinks == Kinks::Skip {
+                    if !ad.is_finite() {
+                        check.kinks += 1;
+                        continue;
+                    }
+                    let finer = self.difference(input, element, h / 4.0)?;
+                    let stable = (finer - fd).abs() <= tolerance.atol + tolerance.rtol * finer.abs().max(fd.abs());
+                    if !stable || !fd.is_finite() {
+                        check.kinks += 1;
+                        continue;
+                    }
+                }
+                return Err(GradFailure::Mismatch {
+                    input: self.loss_graph.input_name(input),
+                    element,
+                    ad,
+                    fd,
+                    tolerance,
+                });
+            }
+        }
+        Ok(check)
+    }
+
+    /// [`GradCase::joint`] then [`GradCase::compare`].
+    pub fn check(&self, keep: &[OpKind], tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
+        let joint = self.joint(keep)?;
+        self.compare(&joint, tolerance, kinks)
+    }
+}
+
+/// `g` with its float inputs and float constants made f64 and every node rebuilt on them
+/// (attributes unchanged; each node's type inferred again). `None` when some node rejects
+/// the new types.
+pub fn to_f64(g: &Graph) -> Option<Graph> {
+    let mut out = Graph::new(&g.name);
+    let mut map: Vec<Option<Value>> = vec![None; g.len()];
+    for (i, &v) in g.inputs().iter().enumerate() {
+        let ty = g.ty(v);
+        let dtype = if ty.dtype.is_float() { DType::F64 } else { ty.dtype };
+        map[v.as_u32() as usize] =
+            Some(out.add_input(&g.input_name(i), TensorType::new(dtype, ty.shape.clone())).ok()?);
+    }
+    for (v, node) in g.nodes() {
+        let new = match node.op {
+            OpKind::Input => continue,
+            OpKind::Const => {
+                let blob = g.blob(g.const_blob(v)?);
+                let t = &blob.tensor;
+                let t = if t.dtype().is_float() {
+                    Tensor::new(t.shape().to_vec(), TensorData::F64(t.to_f64_vec())).ok()?
+                } else {
+                    (**t).clone()
+                };
+                let id = match out.blob_by_name(&blob.name) {
+                    Some(id) => id,
+                    None => out.add_blob(&blob.name, std::sync::Arc::new(t)).ok()?,
+                };
+                out.add_const(id)
+            }
+            op => {
+                let args: Vec<Value> = node.args.iter().map(|a| map[a.as_u32() as usize]).collect::<Option<_>>()?;
+                out.add_node(op, &args, node.attrs.clone()).ok()?
+            }
+        };
+        map[v.as_u32() as usize] = Some(new);
+    }
+    for o in g.outputs() {
+        out.add_output(&o.name, map[o.value.as_u32() as usize]?).ok()?;
+    }
+    Some(out)
+}
+
+/// The ops `op`'s lowering emits (functionalization, then decomposition; sources left out),
+/// found by lowering eight generated instances of it ([`crate::numerics::generate_case`]:
+/// attributes, dtypes and shapes vary; up to 64 seeds tried): what its derivative is made
+/// of. `None` when no instance lowers.
+pub fn lowered_ops(op: OpKind) -> Option<std::collections::BTreeSet<OpKind>> {
+    let mut ops = std::collections::BTreeSet::new();
+    let mut lowered = 0;
+    for seed in 0..64 {
+        if lowered == 8 {
+            break;
+        }
+        let Some(case) = crate::numerics::generate_case(op, &crate::gen::seeded_bytes(seed, 64)) else { continue };
+        let Ok(l) = crate::numerics::lower_to_prims(&case.graph) else { continue };
+        lowered += 1;
+        ops.extend(l.graph.nodes().map(|(_, n)| n.op).filter(|o| !matches!(o, OpKind::Input | OpKind::Const)));
+    }
+    (lowered > 0).then_some(ops)
+}
+
+/// The fuzz target's check (`fuzz/fuzz_targets/grad.rs`): a random graph from `bytes`
+/// (`crate::gen::random_graph`, every rung), made f64, on smooth data, differentiated with
+/// respect to every f64 input and compared with central differences, kinks and singular
+/// points skipped. `Ok(None)`: the graph is not checkable (no float output or input, a
+/// forward run that fails, a non-finite loss, a decomposition or derivative that refuses a
+/// symbolic case it cannot express). `Err`: a defect, with the graph's text.
+pub fn check_random_graph(bytes: &[u8]) -> Result<Option<GradCheck>, String> {
+    use crate::decomp::DecompError;
+    use crate::gen::{random_graph, random_tensor, GenConfig, Source};
+    use crate::passes::{DecomposeError, LowerError};
+    let mut src = Source::new(bytes);
+    let g = random_graph(&mut src, &GenConfig { odd_names: false, ..GenConfig::default() });
+    let Some(g) = to_f64(&g) else { return Ok(None) };
+    let seed = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    let mut rng = Rng::new(seed);
+    let bind = |s: &str| Some(2 + s.len() as u64 % 2);
+    let mut inputs = Vec::with_capacity(g.inputs().len());
+    for &v in g.inputs() {
+        let ty = g.ty(v);
+        let Ok(shape) =
+            ty.shape.dims().iter().map(|d| d.eval(&bind).map(|n| n as usize)).collect::<Result<Vec<_>, _>>()
+        else {
+            return Ok(None);
+        };
+        inputs.push(if ty.dtype == DType::F64 {
+            rng.tensor(Domain::Any, &shape)
+        } else {
+            random_tensor(&mut src, ty.dtype, &shape)
+        });
+    }
+    let wrt: Vec<usize> = (0..g.inputs().len()).filter(|&i| g.ty(g.inputs()[i]).dtype == DType::F64).collect();
+    let text = || crate::text::print(&g);
+    let case = match GradCase::new(&g, &inputs, &wrt, seed) {
+        Ok(case) => case,
+        Err(GradFailure::Unfit(_)) => return Ok(None),
+        Err(e) => return Err(format!("{e}\n{}", text())),
+    };
+    let tolerance = GradTolerance { rtol: 1e-4, atol: 1e-6 };
+    match case.check(&[], tolerance, Kinks::Skip) {
+        Ok(check) => Ok(Some(check)),
+        Err(GradFailure::Unfit(_)) => Ok(None),
+        // A decomposition or a rule that cannot express a symbolic case says so.
+        Err(GradFailure::Lower(LowerError::Decompose(DecomposeError::Node {
+            error: DecompError::Unsupported { .. },
+            ..
+        }))) => Ok(None),
+        Err(GradFailure::Grad(AdError::Rule { error: DecompError::Unsupported { .. }, .. })) => Ok(None),
+        Err(e) => Err(format!("{e}\n{}", text())),
+    }
+}
