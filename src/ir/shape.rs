@@ -24,8 +24,8 @@
 //!
 //! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative, or a size that
 //! overflows, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
-//! [`MAX_NODES`]): building a larger one is [`DimError::TooComplex`], so hostile input cannot
-//! make the algebra expand without limit.
+//! [`MAX_NODES`], [`MAX_DEPTH`]): building a larger one is [`DimError::TooComplex`], so hostile
+//! input cannot make the algebra expand without limit, and every dim's text parses back.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,6 +42,10 @@ pub const MAX_TERMS: usize = 64;
 pub const MAX_DEGREE: usize = 8;
 /// Most atoms and terms one expression may hold, nested ones included.
 pub const MAX_NODES: usize = 512;
+/// Deepest nesting of quotients and `min`/`max` calls one expression may have. Each level
+/// prints as at most two levels of parentheses or calls, so a dim's text stays within the
+/// parser's nesting limit (`text::MAX_DIM_NESTING`, 64 levels) and parses back.
+pub const MAX_DEPTH: usize = 32;
 
 /// One dimension: a non-negative constant or a symbolic expression.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -95,7 +99,7 @@ impl fmt::Display for DimError {
             DimError::UnboundSymbol(s) => write!(f, "symbol `{s}` has no value"),
             DimError::TooComplex => write!(
                 f,
-                "size expression too complex (more than {MAX_TERMS} terms, {MAX_DEGREE} factors in a term or {MAX_NODES} parts)"
+                "size expression too complex (more than {MAX_TERMS} terms, {MAX_DEGREE} factors in a term, {MAX_NODES} parts or {MAX_DEPTH} levels of nesting)"
             ),
         }
     }
@@ -208,7 +212,7 @@ impl Poly {
 
     /// The size bounds of the module doc.
     fn check(self) -> Result<Poly, DimError> {
-        if self.terms.len() > MAX_TERMS || self.nodes() > MAX_NODES {
+        if self.terms.len() > MAX_TERMS || self.nodes() > MAX_NODES || self.depth() > MAX_DEPTH {
             return Err(DimError::TooComplex);
         }
         Ok(self)
@@ -216,6 +220,12 @@ impl Poly {
 
     fn nodes(&self) -> usize {
         self.terms.keys().map(|m| 1 + m.iter().map(Atom::nodes).sum::<usize>()).sum()
+    }
+
+    /// Levels of quotients and `min`/`max` calls nested in the polynomial (0 when its
+    /// factors are symbols only).
+    fn depth(&self) -> usize {
+        self.terms.keys().flatten().map(Atom::depth).max().unwrap_or(0)
     }
 
     /// `floor(self / d)` in canonical form.
@@ -393,6 +403,14 @@ impl Poly {
 }
 
 impl Atom {
+    fn depth(&self) -> usize {
+        match self {
+            Atom::Sym(_) => 0,
+            Atom::FloorDiv(p, _) => 1 + p.depth(),
+            Atom::Min(args) | Atom::Max(args) => 1 + args.iter().map(Poly::depth).max().unwrap_or(0),
+        }
+    }
+
     fn nodes(&self) -> usize {
         match self {
             Atom::Sym(_) => 1,
@@ -843,6 +861,31 @@ mod tests {
         assert_eq!(b.sub(&b).unwrap(), Dim::new(0));
         assert_eq!(Dim::new(3).sub(&Dim::new(4)), Err(DimError::Negative));
         assert_eq!(b.add(&Dim::new(1)).unwrap().div_exact(&b), Err(DimError::NotDivisible));
+    }
+
+    /// The deepest dim the algebra builds prints as text the parser reads back: each level a
+    /// quotient with a coefficient and a sum inside, `2*((2*(...) + b) / 3)`, the most
+    /// parentheses a level prints. One level more is too complex.
+    #[test]
+    fn the_deepest_dim_round_trips_through_text() {
+        let b = Dim::sym("b");
+        let level = |x: &Dim| x.add(&b)?.floor_div(&Dim::new(3))?.mul(&Dim::new(2));
+        let mut x = Dim::sym("n");
+        for _ in 0..MAX_DEPTH {
+            x = level(&x).unwrap();
+        }
+        let text = x.to_string();
+        let deepest = text
+            .chars()
+            .scan(0i32, |d, c| {
+                *d += i32::from(c == '(') - i32::from(c == ')');
+                Some(*d)
+            })
+            .max();
+        assert_eq!(deepest, Some(2 * MAX_DEPTH as i32), "{text}");
+        let g = crate::text::parse(&format!("graph g(%x: f32[{text}]) {{\n  return %x\n}}\n")).unwrap();
+        assert_eq!(g.ty(g.inputs()[0]).shape.dims()[0], x);
+        assert_eq!(level(&x), Err(DimError::TooComplex));
     }
 
     #[test]

@@ -227,3 +227,23 @@ fn hostile_sizes_are_bounded() {
     assert!(err.to_string().contains("nested deeper"), "{err}");
     assert!(ladder::text::parse("graph g(%x: f32[n / 0]) {\n  return %x\n}\n").is_err());
 }
+
+/// Found by the `shape_algebra` fuzz target: `min`/`max` calls nested without bound printed as
+/// text nested deeper than the parser reads (64 levels). The algebra bounds the nesting so
+/// that every dim's text parses back; deeper is too complex.
+#[test]
+fn nested_extrema_stay_within_the_text_forms_nesting() {
+    let (b, m) = (Dim::sym("b"), Dim::sym("m"));
+    let mut x = n();
+    let mut levels = 0;
+    let err = loop {
+        match x.min(&b).and_then(|y| y.max(&m)) {
+            Ok(y) => x = y,
+            Err(e) => break e,
+        }
+        levels += 2;
+        assert_eq!(parse_dim(&x.to_string()), x, "{x}");
+    };
+    assert_eq!(err, DimError::TooComplex);
+    assert!((30..=32).contains(&levels), "{levels} levels");
+}
