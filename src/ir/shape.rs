@@ -22,8 +22,8 @@
 //! substitute `s = 1 + t` for each symbol (and each atom's lower bound likewise) and call an
 //! expression non-negative when every coefficient of the result is; sound, not complete.
 //!
-//! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative, or a size that
-//! overflows, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
+//! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative or past
+//! `i64::MAX`, or whose evaluation passes 128 bits, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
 //! [`MAX_NODES`], [`MAX_DEPTH`]): building a larger one is [`DimError::TooComplex`], so hostile
 //! input cannot make the algebra expand without limit, and every dim's text parses back.
 
@@ -334,7 +334,18 @@ impl Poly {
         others.values().all(|&c| c >= 0).then_some(constant)
     }
 
+    /// The value, a size: at most `i64::MAX` in magnitude.
     fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
+        let total = self.eval_wide(lookup)?;
+        if total.unsigned_abs() > i64::MAX as u128 {
+            return Err(DimError::Overflow);
+        }
+        Ok(total)
+    }
+
+    /// The value in `i128`. Parts of an expression may pass `i64::MAX` where the whole does
+    /// not: folding `(n / a + b) / d` into `(n + a*b) / (a*d)` multiplies `b` by `a`.
+    fn eval_wide(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
         let mut total: i128 = 0;
         for (m, &c) in &self.terms {
             let mut v = c as i128;
@@ -342,10 +353,6 @@ impl Poly {
                 v = ovf(v.checked_mul(a.eval(lookup)?))?;
             }
             total = ovf(total.checked_add(v))?;
-        }
-        // Sizes are at most i64::MAX; a larger intermediate could overflow a product later.
-        if total.unsigned_abs() > i64::MAX as u128 {
-            return Err(DimError::Overflow);
         }
         Ok(total)
     }
@@ -434,9 +441,9 @@ impl Atom {
                 let v = lookup(s).ok_or_else(|| DimError::UnboundSymbol(s.to_string()))?;
                 Ok(v as i128)
             }
-            Atom::FloorDiv(p, d) => Ok(p.eval(lookup)?.div_euclid(*d as i128)),
+            Atom::FloorDiv(p, d) => Ok(p.eval_wide(lookup)?.div_euclid(*d as i128)),
             Atom::Min(args) | Atom::Max(args) => {
-                let vals = args.iter().map(|a| a.eval(lookup)).collect::<Result<Vec<_>, _>>()?;
+                let vals = args.iter().map(|a| a.eval_wide(lookup)).collect::<Result<Vec<_>, _>>()?;
                 let pick = if matches!(self, Atom::Min(_)) { vals.iter().min() } else { vals.iter().max() };
                 pick.copied().ok_or(DimError::Overflow)
             }

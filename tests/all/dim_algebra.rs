@@ -228,6 +228,22 @@ fn hostile_sizes_are_bounded() {
     assert!(ladder::text::parse("graph g(%x: f32[n / 0]) {\n  return %x\n}\n").is_err());
 }
 
+/// Found by the `shape_algebra` fuzz target: folding `(n / a + b) / d` into
+/// `(n + a*b) / (a*d)` made a part of the expression pass `i64::MAX` where its value did not,
+/// and evaluation called that an overflow; parts evaluate in `i128` now, only the value is
+/// bounded.
+#[test]
+fn folded_quotients_evaluate_past_64_bits_inside() {
+    let a = 217_306_378_606_149_987u64;
+    let q = n().floor_div(&c(a)).unwrap().add(&Dim::sym("b")).unwrap().floor_div(&c(3)).unwrap();
+    assert_eq!(q.to_string(), "(217306378606149987*b + n) / 651919135818449961");
+    let at = |b: u64| move |s: &str| Some(if s == "b" { b } else { 2 });
+    assert_eq!(q.eval(&at(100)), Ok(33));
+    // The value itself is still bounded: past i64::MAX is an overflow.
+    let big = q.mul(&c(1 << 62)).unwrap();
+    assert_eq!(big.eval(&at(100)), Err(DimError::Overflow));
+}
+
 /// Found by the `shape_algebra` fuzz target: `min`/`max` calls nested without bound printed as
 /// text nested deeper than the parser reads (64 levels). The algebra bounds the nesting so
 /// that every dim's text parses back; deeper is too complex.
