@@ -36,6 +36,7 @@ mod dot;
 mod dtypes_int;
 mod filetests;
 mod functionalize;
+mod fuzz_dims;
 mod fuzz_native;
 mod fuzz_seeds;
 mod gemm_epilogue;
