@@ -268,31 +268,35 @@ impl Poly {
 
     /// `min` (`is_min`) or `max` of `args`, in canonical form.
     fn extremum(args: Vec<Poly>, is_min: bool) -> Result<Poly, DimError> {
-        let mut flat: Vec<Poly> = Vec::new();
-        for a in args {
+        // Each argument with the call it was flattened from: the arguments of one canonical
+        // call dominate none of each other, so only pairs across calls need comparing (which
+        // keeps adding one argument at a time to a call of k linear in k, not quadratic).
+        let mut flat: Vec<(Poly, Option<usize>)> = Vec::new();
+        for (call, a) in args.into_iter().enumerate() {
             match a.single_atom() {
-                Some(Atom::Min(inner)) if is_min => flat.extend(inner.iter().cloned()),
-                Some(Atom::Max(inner)) if !is_min => flat.extend(inner.iter().cloned()),
-                _ => flat.push(a),
+                Some(Atom::Min(inner)) if is_min => flat.extend(inner.iter().map(|p| (p.clone(), Some(call)))),
+                Some(Atom::Max(inner)) if !is_min => flat.extend(inner.iter().map(|p| (p.clone(), Some(call)))),
+                _ => flat.push((a, None)),
             }
         }
-        flat.sort();
-        flat.dedup();
+        flat.sort_by(|a, b| a.0.cmp(&b.0));
+        flat.dedup_by(|a, b| a.0 == b.0);
         // Drop every argument another one provably bounds (the first of equal ones stays).
         let mut keep = vec![true; flat.len()];
         for i in 0..flat.len() {
             for j in 0..flat.len() {
-                if i == j || !keep[j] || !keep[i] {
+                let same_call = flat[i].1.is_some() && flat[i].1 == flat[j].1;
+                if i == j || same_call || !keep[j] || !keep[i] {
                     continue;
                 }
                 // For min, i goes when j <= i; for max, when j >= i.
-                let diff = if is_min { flat[i].sub(&flat[j])? } else { flat[j].sub(&flat[i])? };
+                let diff = if is_min { flat[i].0.sub(&flat[j].0)? } else { flat[j].0.sub(&flat[i].0)? };
                 if diff.lower_bound().is_some_and(|lb| lb >= 0) {
                     keep[i] = false;
                 }
             }
         }
-        let mut args: Vec<Poly> = flat.into_iter().zip(keep).filter_map(|(a, k)| k.then_some(a)).collect();
+        let mut args: Vec<Poly> = flat.into_iter().zip(keep).filter_map(|((a, _), k)| k.then_some(a)).collect();
         if args.len() == 1 {
             return Ok(args.remove(0));
         }
