@@ -26,7 +26,7 @@
 //! division error only for a zero or symbolic divisor); the dim's text parses back
 //! to an equal dim; the `Dim` and `SizeExpr` builds agree, and so does the parsed text; every
 //! comparison the algebra proves (`prove_le`, `lower_bound`, equality of canonical forms)
-//! holds at every point. Input is capped at [`MAX_DIMS_INPUT`] bytes and the stack at
+//! between a new expression, its operands and the two entries beneath it holds at every point. Input is capped at [`MAX_DIMS_INPUT`] bytes and the stack at
 //! [`MAX_STACK`] entries, so every input is checked in bounded time.
 
 use std::cell::Cell;
@@ -35,9 +35,11 @@ use std::fmt::Write as _;
 use crate::ir::{Dim, DimError, SizeExpr};
 
 /// Bytes of input [`check_dims`] reads; the rest is ignored.
-pub const MAX_DIMS_INPUT: usize = 512;
+pub const MAX_DIMS_INPUT: usize = 256;
 /// Most expressions on the stack; a push onto a full stack drops the oldest.
 pub const MAX_STACK: usize = 12;
+/// Entries beneath the top that a new one is compared with (besides its operands).
+const NEIGHBOURS: usize = 2;
 /// The size symbols of the programs.
 pub const SYMBOLS: [&str; 4] = ["a", "b", "n", "seq"];
 /// Longest text kept for an expression; a longer one is not written (the `text` instruction
@@ -401,12 +403,14 @@ impl Machine<'_> {
         panic!("{out}");
     }
 
-    fn push(&mut self, e: Entry) {
+    /// Pushes `e` and checks it, comparing it with the entries it was made from
+    /// (`operands`) and the [`NEIGHBOURS`] beneath it.
+    fn push(&mut self, e: Entry, operands: &[&Entry]) {
         if self.stack.len() == MAX_STACK {
             self.stack.remove(0);
         }
         self.stack.push(e);
-        self.check_top();
+        self.check_top(operands);
     }
 
     fn leaf_sym(&self, i: usize) -> Entry {
@@ -441,27 +445,27 @@ impl Machine<'_> {
         if self.stack.len() < need {
             // Too few operands: the instruction pushes a symbol instead.
             let e = self.leaf_sym(self.step % SYMBOLS.len());
-            return self.push(e);
+            return self.push(e, &[]);
         }
         match op {
             DimOp::Sym(i) => {
                 let e = self.leaf_sym(i);
-                self.push(e);
+                self.push(e, &[]);
             }
             DimOp::Const(c) => {
                 let e = self.leaf_const(c);
-                self.push(e);
+                self.push(e, &[]);
             }
             DimOp::Sum => {
                 let mut acc = self.leaf_sym(0);
                 for i in 1..SYMBOLS.len() {
                     acc = self.binary(DimOp::Add, &acc, &self.leaf_sym(i));
                 }
-                self.push(acc);
+                self.push(acc, &[]);
             }
             DimOp::Dup => {
                 let e = self.stack[self.stack.len() - 1].clone();
-                self.push(e);
+                self.push(e, &[]);
             }
             DimOp::Drop => {
                 self.stack.pop();
@@ -472,8 +476,8 @@ impl Machine<'_> {
             }
             DimOp::Text => {
                 let e = self.stack.pop().expect("checked above");
-                let e = self.parse_text(e);
-                self.push(e);
+                let parsed = self.parse_text(e.clone());
+                self.push(parsed, &[&e]);
             }
             DimOp::Pow(k) => {
                 let x = self.stack.pop().expect("checked above");
@@ -490,13 +494,13 @@ impl Machine<'_> {
                     }
                     acc = next;
                 }
-                self.push(acc);
+                self.push(acc, &[&x]);
             }
             _ => {
                 let y = self.stack.pop().expect("checked above");
                 let x = self.stack.pop().expect("checked above");
                 let e = self.binary(op, &x, &y);
-                self.push(e);
+                self.push(e, &[&x, &y]);
             }
         }
     }
@@ -653,12 +657,15 @@ impl Machine<'_> {
     }
 
     /// Every check of the module doc on the entry just pushed.
-    fn check_top(&self) {
+    fn check_top(&self, operands: &[&Entry]) {
         let top = self.stack.last().expect("just pushed");
         self.check_build("Dim", top, top.dim.as_ref().err());
         self.check_build("SizeExpr", top, top.sx.as_ref().err());
         if let Ok(d) = &top.dim {
-            self.check_dim(top, d);
+            let n = self.stack.len();
+            let neighbours = self.stack[n.saturating_sub(1 + NEIGHBOURS)..n - 1].iter();
+            let others: Vec<&Entry> = operands.iter().copied().chain(neighbours).collect();
+            self.check_dim(top, d, &others);
         }
         if let Ok(s) = &top.sx {
             for (i, &r) in top.refs.iter().enumerate() {
@@ -703,7 +710,7 @@ impl Machine<'_> {
         }
     }
 
-    fn check_dim(&self, top: &Entry, d: &Dim) {
+    fn check_dim(&self, top: &Entry, d: &Dim, others: &[&Entry]) {
         self.count(|s| s.dims += 1);
         let lb = d.lower_bound();
         for (i, &r) in top.refs.iter().enumerate() {
@@ -728,8 +735,10 @@ impl Machine<'_> {
                 }
             }
         }
-        // The text form round-trips (a constant past i64::MAX has no text form to parse).
-        if d.as_const().is_none_or(|c| c <= i64::MAX as u64) {
+        // The text form round-trips (a constant past i64::MAX has no text form to parse; an
+        // operand's dim was checked already).
+        let seen = others.iter().any(|o| o.dim.as_ref() == Ok(d));
+        if !seen && d.as_const().is_none_or(|c| c <= i64::MAX as u64) {
             let text = d.to_string();
             match parse_dim(&text) {
                 Ok(back) if back == *d => {}
@@ -737,10 +746,9 @@ impl Machine<'_> {
                 Err(e) => self.fail(format!("dim {d} prints as `{text}`, which does not parse: {e:?}")),
             }
         }
-        // What the algebra proves about this dim and every other on the stack holds at every
-        // point where both have values.
-        let n = self.stack.len();
-        for other in &self.stack[..n - 1] {
+        // What the algebra proves about this dim and the others holds at every point where
+        // both have values.
+        for other in others {
             let Ok(o) = &other.dim else { continue };
             let pairs = top.refs.iter().zip(&other.refs).enumerate();
             let vals: Vec<(usize, i128, i128)> = pairs

@@ -31,7 +31,7 @@ fn seed_programs() -> Vec<Seed> {
         std::iter::once(A).chain((0..40).flat_map(|i| [Sym(i % 4), Add, Const(3), FloorDiv])).collect();
     // min(max(min(max(a, b), n), b), n)...: no argument dominates another, so the nodes grow
     // until the algebra refuses.
-    let alternating_extrema: Vec<DimOp> = std::iter::once(A).chain((0..100).flat_map(|_| [B, Min, N, Max])).collect();
+    let alternating_extrema: Vec<DimOp> = std::iter::once(A).chain((0..60).flat_map(|_| [B, Min, N, Max])).collect();
     vec![
         ("symbol", &SMALL, vec![A]),
         (
