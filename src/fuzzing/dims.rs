@@ -306,9 +306,9 @@ struct Entry {
     /// At each point, a bound on the magnitude of every coefficient, term and part value that
     /// evaluating the canonical form meets (saturating; `u128::MAX` for "no bound known").
     bound: Vec<u128>,
-    /// Made by a division whose divisor's dim is symbolic (which only an exact division
-    /// allows).
-    symbolic_divisor: bool,
+    /// Made by a division whose divisor is zero or symbolic (the first is an error, the
+    /// second allowed only when the division is exact).
+    zero_or_symbolic_divisor: bool,
 }
 
 struct Machine<'p> {
@@ -421,7 +421,7 @@ impl Machine<'_> {
             text: Some((name.to_string(), Prec::Atom)),
             refs: self.points.iter().map(|p| Ref::Val(i128::from(p[i]))).collect(),
             bound: self.points.iter().map(|p| u128::from(p[i])).collect(),
-            symbolic_divisor: false,
+            zero_or_symbolic_divisor: false,
         }
     }
 
@@ -432,7 +432,7 @@ impl Machine<'_> {
             text: Some((c.to_string(), Prec::Atom)),
             refs: vec![Ref::Val(i128::from(c)); self.points.len()],
             bound: vec![u128::from(c); self.points.len()],
-            symbolic_divisor: false,
+            zero_or_symbolic_divisor: false,
         }
     }
 
@@ -568,8 +568,10 @@ impl Machine<'_> {
             })
             .collect();
         let division = matches!(op, DimOp::FloorDiv | DimOp::CeilDiv | DimOp::Rem);
-        let symbolic_divisor = division && y.dim.as_ref().is_ok_and(|d| !d.is_static());
-        Entry { dim, sx, text, refs, bound, symbolic_divisor }
+        let positive = |c: Option<u64>| c.is_some_and(|c| c > 0);
+        let zero_or_symbolic_divisor =
+            division && !positive(y.dim.as_ref().ok().and_then(Dim::as_const)) && !positive(d);
+        Entry { dim, sx, text, refs, bound, zero_or_symbolic_divisor }
     }
 
     /// The signed build of a binary operation, dividing only by constants.
@@ -703,9 +705,7 @@ impl Machine<'_> {
             // Past the magnitude bound at the all-ones point (the coefficients' bound).
             DimError::Overflow if top.bound[0] > LIMIT => {}
             DimError::Negative if top.refs.iter().all(|r| !matches!(r, Ref::Val(v) if *v >= 0)) => {}
-            // A zero or symbolic divisor (the refs show a zero divisor as DivZero everywhere).
-            DimError::NotDivisible if top.refs.iter().all(|r| *r == Ref::DivZero) => {}
-            DimError::NotDivisible if top.symbolic_divisor => {}
+            DimError::NotDivisible if top.zero_or_symbolic_divisor => {}
             _ => self.fail(format!("the {lane} build failed with {e:?}")),
         }
     }
