@@ -10,7 +10,8 @@
 //! Expressions are kept in a canonical form, so two dims are equal exactly when their forms
 //! are: `batch*seq` equals `seq*batch`, `(2*n + 2) / 2` is `n + 1`, `min(n, n + 1)` is `n`.
 //! The rules, applied while an expression is built:
-//! - a polynomial keeps its terms sorted and drops zero coefficients;
+//! - a polynomial keeps its terms sorted and drops zero coefficients (each within
+//!   `±i64::MAX`, so that it prints as a literal the parser reads);
 //! - `p / d` splits off every multiple of `d` (`(2*n + 3) / 2 = n + 1 + 1 / 2 = n + 1`): the
 //!   numerator left has coefficients in `[0, d)`, and is `0` when it is a constant; a common
 //!   factor of that numerator and `d` is cancelled, and `(p / a + q) / b` is
@@ -160,12 +161,14 @@ impl Poly {
         found
     }
 
+    /// Adds `c` times the monomial `m`. A coefficient of `i64::MIN` is an overflow: the text
+    /// form writes `- 9223372036854775808*n`, and no literal past `i64::MAX` parses.
     fn add_term(&mut self, m: Vec<Atom>, c: i64) -> Result<(), DimError> {
         if c == 0 {
             return Ok(());
         }
         let e = self.terms.entry(m).or_insert(0);
-        *e = ovf(e.checked_add(c))?;
+        *e = ovf(e.checked_add(c).filter(|&sum| sum != i64::MIN))?;
         if *e == 0 {
             self.terms.retain(|_, c| *c != 0);
         }

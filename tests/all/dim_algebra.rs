@@ -263,3 +263,17 @@ fn nested_extrema_stay_within_the_text_forms_nesting() {
     assert_eq!(err, DimError::TooComplex);
     assert!((30..=32).contains(&levels), "{levels} levels");
 }
+
+/// Found by the `shape_algebra` fuzz target: a coefficient of `i64::MIN` printed as
+/// `- 9223372036854775808*a`, which the parser (no literal past `i64::MAX`) did not read
+/// back. Coefficients stay within `±i64::MAX`: reaching `i64::MIN` is an overflow.
+#[test]
+fn coefficients_stay_printable() {
+    let (a, b) = (Dim::sym("a"), Dim::sym("b"));
+    let most = b.sub(&a.mul(&c(i64::MAX as u64)).unwrap()).unwrap();
+    assert_eq!(most.to_string(), "b - 9223372036854775807*a");
+    assert_eq!(parse_dim(&most.to_string()), most);
+    assert_eq!(most.sub(&a), Err(DimError::Overflow));
+    let e = ladder::text::parse(&format!("graph g(%x: f32[{most} - a]) {{\n  return %x\n}}\n")).unwrap_err();
+    assert!(e.message.contains("overflowed"), "{e}");
+}
