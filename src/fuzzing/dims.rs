@@ -705,6 +705,9 @@ impl Machine<'_> {
             // Past the magnitude bound at the all-ones point (the coefficients' bound).
             DimError::Overflow if top.bound[0] > LIMIT => {}
             DimError::Negative if top.refs.iter().all(|r| !matches!(r, Ref::Val(v) if *v >= 0)) => {}
+            // A symbolic divisor's quotient may be a negative constant on the way: `a mod (0 - a)`
+            // divides `a` by `0 - a` exactly, to -1.
+            DimError::Negative if top.zero_or_symbolic_divisor => {}
             DimError::NotDivisible if top.zero_or_symbolic_divisor => {}
             _ => self.fail(format!("the {lane} build failed with {e:?}")),
         }

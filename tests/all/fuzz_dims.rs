@@ -208,4 +208,7 @@ fn regressions_found_by_fuzzing() {
     // show the zero.
     let huge = [u64::MAX; 4];
     check_dims(&encode_dims(&[huge], &[Text, A, A, Mul, Dup, Sub, FloorDiv]));
+    // `a mod (0 - a)`: dividing `a` by `0 - a` exactly gives the constant -1, which as a dim is
+    // an error, though the remainder (0) is not negative.
+    check_dims(&encode_dims(&SMALL, &[A, Const(0), A, Sub, Rem]));
 }
