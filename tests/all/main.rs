@@ -40,6 +40,7 @@ mod fuzz_dims;
 mod fuzz_native;
 mod fuzz_seeds;
 mod gemm_epilogue;
+mod hostile_inputs;
 mod interp_limits;
 mod interp_random;
 mod kernels_exact;
