@@ -7,13 +7,17 @@
 //!
 //! [`check_native`] (in `differential`) is the `interp_cpu` target's check: the CPU backend
 //! against the interpreter, one compiled plan per case structure and many data sets per plan.
+//! [`check_dims`] (in `dims`) is the `shape_algebra` target's: size expressions built from a
+//! byte program against integer arithmetic.
 
 mod differential;
+mod dims;
 
 pub use differential::{
     check_native, check_native_with, CacheStats, Compiled, DiffOutcome, PlanCache, DATA_SET_BYTES,
     GLOBAL_CACHE_ENTRIES, MAX_DATA_SETS, STRUCTURE_BYTES,
 };
+pub use dims::{check_dims, decode_dims, encode_dims, DimOp, DimProgram, DimStats, MAX_DIMS_INPUT};
 
 use crate::interp::{self, Options};
 use crate::ir::verify::{verify, Stage};

@@ -7,8 +7,8 @@ usage() {
     cat <<'EOF'
 Usage: tools/fuzz_campaign.sh [OPTIONS] [SECONDS [SUMMARY]]
 
-Runs every fuzz target listed in fuzz/Cargo.toml, one after another, for SECONDS each
-(default 60):
+Runs every fuzz target listed in fuzz/Cargo.toml (parse_text, decomp, onnx_import,
+interp_cpu, shape_algebra), one after another, for SECONDS each (default 60):
 
     cargo +nightly fuzz run TARGET fuzz/corpus/TARGET -- -max_total_time=SECONDS ...
 

@@ -164,8 +164,9 @@ impl Win {
     }
 }
 
-/// Most taps a pooling window may have over both spatial dims (the decomposition emits one
-/// slice per tap), as the ONNX importer allows.
+/// Most kernel offsets a pooling window may have over its two spatial dims together (the
+/// sum of its kernel sizes: the decomposition emits one strided slice per offset of each dim),
+/// as the ONNX importer allows.
 pub const MAX_POOL_TAPS: u64 = 4096;
 
 /// The two spatial dims' window geometry of a pool node.
@@ -213,7 +214,10 @@ fn pool_windows(node: &Node, input: &Shape) -> Result<[Win; 2], DecompError> {
     if w[0].kernel + w[1].kernel > MAX_POOL_TAPS {
         return Err(unsupported(
             op,
-            format!("a window of {} x {} (at most {MAX_POOL_TAPS} taps over both dims)", w[0].kernel, w[1].kernel),
+            format!(
+                "a window of {} x {} (its kernel sizes may sum to at most {MAX_POOL_TAPS}: one slice per offset)",
+                w[0].kernel, w[1].kernel
+            ),
         ));
     }
     Ok(w)

@@ -10,7 +10,8 @@
 //! Expressions are kept in a canonical form, so two dims are equal exactly when their forms
 //! are: `batch*seq` equals `seq*batch`, `(2*n + 2) / 2` is `n + 1`, `min(n, n + 1)` is `n`.
 //! The rules, applied while an expression is built:
-//! - a polynomial keeps its terms sorted and drops zero coefficients;
+//! - a polynomial keeps its terms sorted and drops zero coefficients (each within
+//!   `±i64::MAX`, so that it prints as a literal the parser reads);
 //! - `p / d` splits off every multiple of `d` (`(2*n + 3) / 2 = n + 1 + 1 / 2 = n + 1`): the
 //!   numerator left has coefficients in `[0, d)`, and is `0` when it is a constant; a common
 //!   factor of that numerator and `d` is cancelled, and `(p / a + q) / b` is
@@ -22,10 +23,10 @@
 //! substitute `s = 1 + t` for each symbol (and each atom's lower bound likewise) and call an
 //! expression non-negative when every coefficient of the result is; sound, not complete.
 //!
-//! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative, or a size that
-//! overflows, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
-//! [`MAX_NODES`]): building a larger one is [`DimError::TooComplex`], so hostile input cannot
-//! make the algebra expand without limit.
+//! Evaluation is exact in 128-bit arithmetic; a dim whose value is negative or past
+//! `i64::MAX`, or whose evaluation passes 128 bits, is an error. Expressions are bounded ([`MAX_TERMS`], [`MAX_DEGREE`],
+//! [`MAX_NODES`], [`MAX_DEPTH`]): building a larger one is [`DimError::TooComplex`], so hostile
+//! input cannot make the algebra expand without limit, and every dim's text parses back.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,6 +43,10 @@ pub const MAX_TERMS: usize = 64;
 pub const MAX_DEGREE: usize = 8;
 /// Most atoms and terms one expression may hold, nested ones included.
 pub const MAX_NODES: usize = 512;
+/// Deepest nesting of quotients and `min`/`max` calls one expression may have. Each level
+/// prints as at most two levels of parentheses or calls, so a dim's text stays within the
+/// parser's nesting limit (`text::MAX_DIM_NESTING`, 64 levels) and parses back.
+pub const MAX_DEPTH: usize = 32;
 
 /// One dimension: a non-negative constant or a symbolic expression.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -95,7 +100,7 @@ impl fmt::Display for DimError {
             DimError::UnboundSymbol(s) => write!(f, "symbol `{s}` has no value"),
             DimError::TooComplex => write!(
                 f,
-                "size expression too complex (more than {MAX_TERMS} terms, {MAX_DEGREE} factors in a term or {MAX_NODES} parts)"
+                "size expression too complex (more than {MAX_TERMS} terms, {MAX_DEGREE} factors in a term, {MAX_NODES} parts or {MAX_DEPTH} levels of nesting)"
             ),
         }
     }
@@ -156,12 +161,14 @@ impl Poly {
         found
     }
 
+    /// Adds `c` times the monomial `m`. A coefficient of `i64::MIN` is an overflow: the text
+    /// form writes `- 9223372036854775808*n`, and no literal past `i64::MAX` parses.
     fn add_term(&mut self, m: Vec<Atom>, c: i64) -> Result<(), DimError> {
         if c == 0 {
             return Ok(());
         }
         let e = self.terms.entry(m).or_insert(0);
-        *e = ovf(e.checked_add(c))?;
+        *e = ovf(e.checked_add(c).filter(|&sum| sum != i64::MIN))?;
         if *e == 0 {
             self.terms.retain(|_, c| *c != 0);
         }
@@ -208,7 +215,7 @@ impl Poly {
 
     /// The size bounds of the module doc.
     fn check(self) -> Result<Poly, DimError> {
-        if self.terms.len() > MAX_TERMS || self.nodes() > MAX_NODES {
+        if self.terms.len() > MAX_TERMS || self.nodes() > MAX_NODES || self.depth() > MAX_DEPTH {
             return Err(DimError::TooComplex);
         }
         Ok(self)
@@ -216,6 +223,12 @@ impl Poly {
 
     fn nodes(&self) -> usize {
         self.terms.keys().map(|m| 1 + m.iter().map(Atom::nodes).sum::<usize>()).sum()
+    }
+
+    /// Levels of quotients and `min`/`max` calls nested in the polynomial (0 when its
+    /// factors are symbols only).
+    fn depth(&self) -> usize {
+        self.terms.keys().flatten().map(Atom::depth).max().unwrap_or(0)
     }
 
     /// `floor(self / d)` in canonical form.
@@ -258,31 +271,35 @@ impl Poly {
 
     /// `min` (`is_min`) or `max` of `args`, in canonical form.
     fn extremum(args: Vec<Poly>, is_min: bool) -> Result<Poly, DimError> {
-        let mut flat: Vec<Poly> = Vec::new();
-        for a in args {
+        // Each argument with the call it was flattened from: the arguments of one canonical
+        // call dominate none of each other, so only pairs across calls need comparing (which
+        // keeps adding one argument at a time to a call of k linear in k, not quadratic).
+        let mut flat: Vec<(Poly, Option<usize>)> = Vec::new();
+        for (call, a) in args.into_iter().enumerate() {
             match a.single_atom() {
-                Some(Atom::Min(inner)) if is_min => flat.extend(inner.iter().cloned()),
-                Some(Atom::Max(inner)) if !is_min => flat.extend(inner.iter().cloned()),
-                _ => flat.push(a),
+                Some(Atom::Min(inner)) if is_min => flat.extend(inner.iter().map(|p| (p.clone(), Some(call)))),
+                Some(Atom::Max(inner)) if !is_min => flat.extend(inner.iter().map(|p| (p.clone(), Some(call)))),
+                _ => flat.push((a, None)),
             }
         }
-        flat.sort();
-        flat.dedup();
+        flat.sort_by(|a, b| a.0.cmp(&b.0));
+        flat.dedup_by(|a, b| a.0 == b.0);
         // Drop every argument another one provably bounds (the first of equal ones stays).
         let mut keep = vec![true; flat.len()];
         for i in 0..flat.len() {
             for j in 0..flat.len() {
-                if i == j || !keep[j] || !keep[i] {
+                let same_call = flat[i].1.is_some() && flat[i].1 == flat[j].1;
+                if i == j || same_call || !keep[j] || !keep[i] {
                     continue;
                 }
                 // For min, i goes when j <= i; for max, when j >= i.
-                let diff = if is_min { flat[i].sub(&flat[j])? } else { flat[j].sub(&flat[i])? };
+                let diff = if is_min { flat[i].0.sub(&flat[j].0)? } else { flat[j].0.sub(&flat[i].0)? };
                 if diff.lower_bound().is_some_and(|lb| lb >= 0) {
                     keep[i] = false;
                 }
             }
         }
-        let mut args: Vec<Poly> = flat.into_iter().zip(keep).filter_map(|(a, k)| k.then_some(a)).collect();
+        let mut args: Vec<Poly> = flat.into_iter().zip(keep).filter_map(|((a, _), k)| k.then_some(a)).collect();
         if args.len() == 1 {
             return Ok(args.remove(0));
         }
@@ -324,7 +341,18 @@ impl Poly {
         others.values().all(|&c| c >= 0).then_some(constant)
     }
 
+    /// The value, a size: at most `i64::MAX` in magnitude.
     fn eval(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
+        let total = self.eval_wide(lookup)?;
+        if total.unsigned_abs() > i64::MAX as u128 {
+            return Err(DimError::Overflow);
+        }
+        Ok(total)
+    }
+
+    /// The value in `i128`. Parts of an expression may pass `i64::MAX` where the whole does
+    /// not: folding `(n / a + b) / d` into `(n + a*b) / (a*d)` multiplies `b` by `a`.
+    fn eval_wide(&self, lookup: &dyn Fn(&str) -> Option<u64>) -> Result<i128, DimError> {
         let mut total: i128 = 0;
         for (m, &c) in &self.terms {
             let mut v = c as i128;
@@ -332,10 +360,6 @@ impl Poly {
                 v = ovf(v.checked_mul(a.eval(lookup)?))?;
             }
             total = ovf(total.checked_add(v))?;
-        }
-        // Sizes are at most i64::MAX; a larger intermediate could overflow a product later.
-        if total.unsigned_abs() > i64::MAX as u128 {
-            return Err(DimError::Overflow);
         }
         Ok(total)
     }
@@ -393,6 +417,14 @@ impl Poly {
 }
 
 impl Atom {
+    fn depth(&self) -> usize {
+        match self {
+            Atom::Sym(_) => 0,
+            Atom::FloorDiv(p, _) => 1 + p.depth(),
+            Atom::Min(args) | Atom::Max(args) => 1 + args.iter().map(Poly::depth).max().unwrap_or(0),
+        }
+    }
+
     fn nodes(&self) -> usize {
         match self {
             Atom::Sym(_) => 1,
@@ -416,9 +448,9 @@ impl Atom {
                 let v = lookup(s).ok_or_else(|| DimError::UnboundSymbol(s.to_string()))?;
                 Ok(v as i128)
             }
-            Atom::FloorDiv(p, d) => Ok(p.eval(lookup)?.div_euclid(*d as i128)),
+            Atom::FloorDiv(p, d) => Ok(p.eval_wide(lookup)?.div_euclid(*d as i128)),
             Atom::Min(args) | Atom::Max(args) => {
-                let vals = args.iter().map(|a| a.eval(lookup)).collect::<Result<Vec<_>, _>>()?;
+                let vals = args.iter().map(|a| a.eval_wide(lookup)).collect::<Result<Vec<_>, _>>()?;
                 let pick = if matches!(self, Atom::Min(_)) { vals.iter().min() } else { vals.iter().max() };
                 pick.copied().ok_or(DimError::Overflow)
             }
@@ -843,6 +875,31 @@ mod tests {
         assert_eq!(b.sub(&b).unwrap(), Dim::new(0));
         assert_eq!(Dim::new(3).sub(&Dim::new(4)), Err(DimError::Negative));
         assert_eq!(b.add(&Dim::new(1)).unwrap().div_exact(&b), Err(DimError::NotDivisible));
+    }
+
+    /// The deepest dim the algebra builds prints as text the parser reads back: each level a
+    /// quotient with a coefficient and a sum inside, `2*((2*(...) + b) / 3)`, the most
+    /// parentheses a level prints. One level more is too complex.
+    #[test]
+    fn the_deepest_dim_round_trips_through_text() {
+        let b = Dim::sym("b");
+        let level = |x: &Dim| x.add(&b)?.floor_div(&Dim::new(3))?.mul(&Dim::new(2));
+        let mut x = Dim::sym("n");
+        for _ in 0..MAX_DEPTH {
+            x = level(&x).unwrap();
+        }
+        let text = x.to_string();
+        let deepest = text
+            .chars()
+            .scan(0i32, |d, c| {
+                *d += i32::from(c == '(') - i32::from(c == ')');
+                Some(*d)
+            })
+            .max();
+        assert_eq!(deepest, Some(2 * MAX_DEPTH as i32), "{text}");
+        let g = crate::text::parse(&format!("graph g(%x: f32[{text}]) {{\n  return %x\n}}\n")).unwrap();
+        assert_eq!(g.ty(g.inputs()[0]).shape.dims()[0], x);
+        assert_eq!(level(&x), Err(DimError::TooComplex));
     }
 
     #[test]

@@ -423,7 +423,7 @@ fn huge_pool_windows_are_refused() {
         (
             "avg_pool2d",
             "{kernel=[3000, 3000], padding=[1500, 1500]}",
-            "a window of 3000 x 3000 (at most 4096 taps over both dims)",
+            "a window of 3000 x 3000 (its kernel sizes may sum to at most 4096: one slice per offset)",
         ),
     ] {
         let e = decompose_err(&graph("%x: f32[1, 1, 4, 4]", &format!("{op}(%x) {attrs}")));

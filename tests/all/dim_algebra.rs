@@ -227,3 +227,53 @@ fn hostile_sizes_are_bounded() {
     assert!(err.to_string().contains("nested deeper"), "{err}");
     assert!(ladder::text::parse("graph g(%x: f32[n / 0]) {\n  return %x\n}\n").is_err());
 }
+
+/// Found by the `shape_algebra` fuzz target: folding `(n / a + b) / d` into
+/// `(n + a*b) / (a*d)` made a part of the expression pass `i64::MAX` where its value did not,
+/// and evaluation called that an overflow; parts evaluate in `i128` now, only the value is
+/// bounded.
+#[test]
+fn folded_quotients_evaluate_past_64_bits_inside() {
+    let a = 217_306_378_606_149_987u64;
+    let q = n().floor_div(&c(a)).unwrap().add(&Dim::sym("b")).unwrap().floor_div(&c(3)).unwrap();
+    assert_eq!(q.to_string(), "(217306378606149987*b + n) / 651919135818449961");
+    let at = |b: u64| move |s: &str| Some(if s == "b" { b } else { 2 });
+    assert_eq!(q.eval(&at(100)), Ok(33));
+    // The value itself is still bounded: past i64::MAX is an overflow.
+    let big = q.mul(&c(1 << 62)).unwrap();
+    assert_eq!(big.eval(&at(100)), Err(DimError::Overflow));
+}
+
+/// Found by the `shape_algebra` fuzz target: `min`/`max` calls nested without bound printed as
+/// text nested deeper than the parser reads (64 levels). The algebra bounds the nesting so
+/// that every dim's text parses back; deeper is too complex.
+#[test]
+fn nested_extrema_stay_within_the_text_forms_nesting() {
+    let (b, m) = (Dim::sym("b"), Dim::sym("m"));
+    let mut x = n();
+    let mut levels = 0;
+    let err = loop {
+        match x.min(&b).and_then(|y| y.max(&m)) {
+            Ok(y) => x = y,
+            Err(e) => break e,
+        }
+        levels += 2;
+        assert_eq!(parse_dim(&x.to_string()), x, "{x}");
+    };
+    assert_eq!(err, DimError::TooComplex);
+    assert!((30..=32).contains(&levels), "{levels} levels");
+}
+
+/// Found by the `shape_algebra` fuzz target: a coefficient of `i64::MIN` printed as
+/// `- 9223372036854775808*a`, which the parser (no literal past `i64::MAX`) did not read
+/// back. Coefficients stay within `±i64::MAX`: reaching `i64::MIN` is an overflow.
+#[test]
+fn coefficients_stay_printable() {
+    let (a, b) = (Dim::sym("a"), Dim::sym("b"));
+    let most = b.sub(&a.mul(&c(i64::MAX as u64)).unwrap()).unwrap();
+    assert_eq!(most.to_string(), "b - 9223372036854775807*a");
+    assert_eq!(parse_dim(&most.to_string()), most);
+    assert_eq!(most.sub(&a), Err(DimError::Overflow));
+    let e = ladder::text::parse(&format!("graph g(%x: f32[{most} - a]) {{\n  return %x\n}}\n")).unwrap_err();
+    assert!(e.message.contains("overflowed"), "{e}");
+}
