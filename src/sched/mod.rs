@@ -69,6 +69,7 @@ mod emit;
 pub use emit::MAX_MERGED_INSTRS;
 pub mod epilogue;
 mod interchange;
+mod order;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -542,73 +543,6 @@ impl<'g> Sched<'g> {
         }
     }
 
-    /// The units (steps) and, per unit, the units it reads from.
-    fn units(&self) -> (Vec<Unit>, Deps) {
-        let mut units: Vec<Unit> = (0..self.groups.len()).map(Unit::Kernel).collect();
-        let mut producer: HashMap<Value, Unit> = HashMap::new();
-        for (i, grp) in self.groups.iter().enumerate() {
-            for &r in &grp.roots {
-                producer.insert(r, Unit::Kernel(i));
-            }
-        }
-        for (v, _) in self.g.nodes() {
-            if self.cls(v) == Class::Library {
-                units.push(Unit::Library(v));
-                producer.insert(v, Unit::Library(v));
-            }
-        }
-        for (i, members) in self.breaks.iter().enumerate() {
-            if members.is_empty() {
-                continue;
-            }
-            units.push(Unit::Break(i));
-            for &m in members {
-                producer.insert(m, Unit::Break(i));
-            }
-        }
-        let mut deps: Deps = BTreeMap::new();
-        for &u in &units {
-            let reads: Vec<Value> = match u {
-                Unit::Kernel(i) => self.groups[i].em.reads.keys().copied().collect(),
-                Unit::Library(v) => self.g.node(v).args.iter().filter_map(|&a| self.storage(a)).collect(),
-                Unit::Break(i) => self.breaks[i]
-                    .iter()
-                    .flat_map(|&m| self.g.node(m).args.iter().copied())
-                    .filter(|a| self.brk[a.index()] != Some(i))
-                    .filter_map(|a| self.storage(a))
-                    .collect(),
-            };
-            let d = deps.entry(u).or_default();
-            for r in reads {
-                if let Some(&p) = producer.get(&r) {
-                    if p != u {
-                        d.insert(p);
-                    }
-                }
-            }
-        }
-        (units, deps)
-    }
-
-    /// Whether `to` is reachable from `from` along dependencies, not using the direct edge
-    /// `from → to`.
-    fn reaches_indirectly(deps: &Deps, from: Unit, to: Unit) -> bool {
-        let mut stack: Vec<Unit> =
-            deps.get(&from).map(|d| d.iter().copied().filter(|&x| x != to).collect()).unwrap_or_default();
-        let mut seen = BTreeSet::new();
-        while let Some(u) = stack.pop() {
-            if u == to {
-                return true;
-            }
-            if seen.insert(u) {
-                if let Some(d) = deps.get(&u) {
-                    stack.extend(d.iter().copied());
-                }
-            }
-        }
-        false
-    }
-
     /// Merges kernels into the kernels that read them, while some merge succeeds.
     fn merge(&mut self) -> Result<(), ScheduleError> {
         for _ in 0..=self.groups.len() {
@@ -672,41 +606,6 @@ impl<'g> Sched<'g> {
             self.groups.remove(i);
         }
         Err(ScheduleError::Failed("merging did not settle".into()))
-    }
-
-    fn anchor(&self, u: Unit) -> Value {
-        match u {
-            Unit::Kernel(i) => self.groups[i].roots[0],
-            Unit::Library(v) => v,
-            Unit::Break(i) => self.breaks[i][0],
-        }
-    }
-
-    /// The steps in dependency order (ties: the earliest node first).
-    fn order(&self) -> Result<(Vec<Unit>, Deps), ScheduleError> {
-        let (units, deps) = self.units();
-        let mut indegree: BTreeMap<Unit, usize> = units.iter().map(|&u| (u, deps[&u].len())).collect();
-        let mut ready: BTreeSet<(Value, Unit)> =
-            units.iter().filter(|u| indegree[u] == 0).map(|&u| (self.anchor(u), u)).collect();
-        let mut out = Vec::with_capacity(units.len());
-        while let Some(first) = ready.iter().next().copied() {
-            ready.remove(&first);
-            let u = first.1;
-            out.push(u);
-            for &w in &units {
-                if deps[&w].contains(&u) {
-                    let d = indegree.get_mut(&w).ok_or_else(|| ScheduleError::Failed("unit table".into()))?;
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.insert((self.anchor(w), w));
-                    }
-                }
-            }
-        }
-        if out.len() != units.len() {
-            return Err(ScheduleError::Failed("the steps depend on each other in a cycle".into()));
-        }
-        Ok((out, deps))
     }
 
     /// The graph a break group runs in the interpreter, its argument storages, and results.
