@@ -46,10 +46,10 @@
 //! prescale, mean, variance), is one kernel reading each row four times. A kernel without
 //! reductions loops over all axes of its result as outer loops.
 //!
-//! Two kernels are then *merged* when one reads a value the other stores, both loop over the
-//! same outer dims and merging makes no cycle: the producer's roots become extra stores of the
-//! consumer (attention's row maximum, needed by the softmax and by the masking after the
-//! second matmul, is stored by the softmax kernel). A reshape whose argument is materialised by
+//! Two kernels are then *merged* (`merge.rs`) when one reads a value the other stores, both
+//! loop over the same outer dims and merging makes no cycle: the producer's roots become extra
+//! stores of the consumer (attention's row maximum, needed by the softmax and by the masking
+//! after the second matmul, is stored by the softmax kernel). A reshape whose argument is materialised by
 //! a kernel and read by nothing but kernels shares that buffer instead of copying it.
 //!
 //! A kernel computes only the elements its stores need, so an integer division by zero in an
@@ -69,6 +69,7 @@ mod emit;
 pub use emit::MAX_MERGED_INSTRS;
 pub mod epilogue;
 mod interchange;
+mod merge;
 mod order;
 
 use std::cell::RefCell;
@@ -541,71 +542,6 @@ impl<'g> Sched<'g> {
                 self.alias.insert(v, a);
             }
         }
-    }
-
-    /// Merges kernels into the kernels that read them, while some merge succeeds.
-    fn merge(&mut self) -> Result<(), ScheduleError> {
-        for _ in 0..=self.groups.len() {
-            let (_, deps) = self.units();
-            let mut done = None;
-            'search: for i in 0..self.groups.len() {
-                let roots = &self.groups[i].roots;
-                let mut consumers: Vec<usize> = (0..self.groups.len())
-                    .filter(|&j| j != i && roots.iter().any(|r| self.groups[j].em.reads.contains_key(r)))
-                    .collect();
-                consumers.sort_by_key(|&j| self.groups[j].roots[0]);
-                for j in consumers {
-                    let key = (self.groups[i].roots[0], self.groups[j].roots[0]);
-                    if self.merge_notes.contains_key(&key) {
-                        // Tried before and refused; merges elsewhere rarely change that.
-                        continue;
-                    }
-                    let size = |g: &KGroup| g.em.kernel.stages.iter().map(|s| s.body.len()).sum::<usize>();
-                    if size(&self.groups[i]) + size(&self.groups[j]) > emit::MAX_MERGED_INSTRS {
-                        let why = format!("merged, the kernel would exceed {} instructions", emit::MAX_MERGED_INSTRS);
-                        self.merge_notes.insert(key, why);
-                        continue;
-                    }
-                    let (ui, uj) = (Unit::Kernel(i), Unit::Kernel(j));
-                    if Self::reaches_indirectly(&deps, uj, ui) || Self::reaches_indirectly(&deps, ui, uj) {
-                        self.merge_notes.insert(key, "merging them would make a cycle through another step".into());
-                        continue;
-                    }
-                    let mut all: Vec<Value> = self.groups[j].roots.iter().chain(roots).copied().collect();
-                    all.sort();
-                    match self.emit(&all) {
-                        Ok(em) if !em.needs.is_empty() => {
-                            let (value, reason) = &em.needs[0];
-                            self.merge_notes.insert(
-                                key,
-                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
-                            );
-                        }
-                        Ok(em) => {
-                            done = Some((i, j, all, em));
-                            break 'search;
-                        }
-                        Err(Fail::Domains(m)) => {
-                            self.merge_notes.insert(key, format!("their loops differ: {m}"));
-                        }
-                        Err(Fail::Materialise(list)) => {
-                            let (value, reason) = &list[0];
-                            self.merge_notes.insert(
-                                key,
-                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
-                            );
-                        }
-                        Err(Fail::Error(m)) => {
-                            self.merge_notes.insert(key, m);
-                        }
-                    }
-                }
-            }
-            let Some((i, j, roots, em)) = done else { return Ok(()) };
-            self.groups[j] = KGroup { roots, em };
-            self.groups.remove(i);
-        }
-        Err(ScheduleError::Failed("merging did not settle".into()))
     }
 
     /// The graph a break group runs in the interpreter, its argument storages, and results.

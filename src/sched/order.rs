@@ -14,6 +14,12 @@ use crate::ir::Value;
 impl Sched<'_> {
     /// The units (steps) and, per unit, the units it reads from.
     pub(super) fn units(&self) -> (Vec<Unit>, Deps) {
+        let (units, deps, _) = self.unit_graph();
+        (units, deps)
+    }
+
+    /// [`Sched::units`], and the unit that writes each value with a buffer.
+    pub(super) fn unit_graph(&self) -> (Vec<Unit>, Deps, HashMap<Value, Unit>) {
         let mut units: Vec<Unit> = (0..self.groups.len()).map(Unit::Kernel).collect();
         let mut producer: HashMap<Value, Unit> = HashMap::new();
         for (i, grp) in self.groups.iter().enumerate() {
@@ -57,7 +63,7 @@ impl Sched<'_> {
                 }
             }
         }
-        (units, deps)
+        (units, deps, producer)
     }
 
     /// Whether `to` is reachable from `from` along dependencies, not using the direct edge
