@@ -22,12 +22,16 @@
 //! - it is computed in several kernels and is not cheap: recomputing is allowed only for a
 //!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it
 //!   (within one kernel a value is recomputed in every stage that needs it, whatever it costs:
-//!   that is what keeps softmax and layer_norm one kernel each);
+//!   that is what keeps softmax and layer_norm one kernel each; but in at most
+//!   `emit::MAX_STAGES` stages, so that a chain of row reductions, where each stage recomputes
+//!   every earlier link of the kernel, is cut every few links instead of costing the square of
+//!   its length in instructions);
 //! - a broadcast repeats it at least 8 times (a symbolic dim counts as 8) and it costs at least
 //!   3 instructions, none a reduction (`emit::HOIST_FACTOR`): computed once, loaded per index;
-//! - it is needed at more than 16 indices in one kernel, or its kernel would get too big, or
-//!   it is nested deeper than `emit::MAX_DEPTH` computations in one kernel (so building a
-//!   kernel never recurses deeper than that, however long a chain of pointwise ops is).
+//! - it is needed at more than 16 indices or in more than 8 stages of one kernel, or its kernel
+//!   would get too big, or it is nested deeper than `emit::MAX_DEPTH` computations in one
+//!   kernel (so building a kernel never recurses deeper than that, however long a chain of
+//!   pointwise ops is).
 //!
 //! These rules are applied to a fixed point: each materialised value is the root of a kernel
 //! and the kernels are built; building one records every value it finds it needs materialised
@@ -49,8 +53,9 @@
 //! Two kernels are then *merged* (`merge.rs`) when one reads a value the other stores, both
 //! loop over the same outer dims and merging makes no cycle: the producer's roots become extra
 //! stores of the consumer (attention's row maximum, needed by the softmax and by the masking
-//! after the second matmul, is stored by the softmax kernel). A reshape whose argument is materialised by
-//! a kernel and read by nothing but kernels shares that buffer instead of copying it.
+//! after the second matmul, is stored by the softmax kernel). A reshape whose argument is
+//! materialised by a kernel and read by nothing but kernels shares that buffer instead of
+//! copying it.
 //!
 //! A kernel computes only the elements its stores need, so an integer division by zero in an
 //! element no output depends on is not an error here, while the interpreter, which computes
