@@ -13,10 +13,14 @@
 //!   `e = exp(½(h - mean(h))); h ← 128·e / sum(e) + x` (eight nodes a link; centred by the
 //!   mean, not the maximum, so recovery finds no softmax and fusion decides every kernel).
 //! - C3 `encoder`: a stack of pre-norm transformer encoder blocks (37 nodes each, weights
-//!   included), the W6 block at sequence 16 and width 64: what an exported BERT-sized model
+//!   included), the W6 block at sequence 128 and width 64: what an exported BERT-sized model
 //!   gives the compiler (layer norms, matmuls with bias epilogues, attention, gelu).
 //! - C4 `resnet`: a stack of ResNet basic blocks (two 3×3 convolutions with biases and ReLUs
-//!   and a residual add, 9 nodes each) on 16 channels of 16×16.
+//!   and a residual add, 9 nodes each) on 16 channels of 32×32.
+//!
+//! Activations have more than 4096 elements (constant folding's `max_elements`), as in real
+//! models: smaller ones would have every bias broadcast folded into a blob of its own, work
+//! that constant folding's fuel spreads over more simplifier rounds the more blocks there are.
 //!
 //! A workload's size is its node count (inputs and constants included), blocks being added
 //! until it is reached. Values stay bounded however long the graph (each chain link is
@@ -197,9 +201,9 @@ fn chain(name: &str, nodes: usize, rows: bool) -> Result<(Graph, Vec<Tensor>), B
     finish(w, name, h)
 }
 
-/// C3: pre-norm encoder blocks (W6's, at sequence 16, width 64, 4 heads, feed-forward 128).
+/// C3: pre-norm encoder blocks (W6's, at sequence 128, width 64, 4 heads, feed-forward 128).
 fn encoder(name: &str, nodes: usize) -> Result<(Graph, Vec<Tensor>), BuildError> {
-    let (s, d, ff, heads) = (16usize, 64usize, 128usize, 4usize);
+    let (s, d, ff, heads) = (128usize, 64usize, 128usize, 4usize);
     let mut w = Builder::new(name);
     let mut x = w.input("x", &[1, s, d], 1.0)?;
     for i in 0.. {
@@ -253,11 +257,11 @@ fn encoder(name: &str, nodes: usize) -> Result<(Graph, Vec<Tensor>), BuildError>
     finish(w, name, x)
 }
 
-/// C4: ResNet basic blocks on `x: f32[1, 16, 16, 16]`.
+/// C4: ResNet basic blocks on `x: f32[1, 16, 32, 32]`.
 fn resnet(name: &str, nodes: usize) -> Result<(Graph, Vec<Tensor>), BuildError> {
     let c = 16usize;
     let mut w = Builder::new(name);
-    let mut x = w.input("x", &[1, c, 16, 16], 1.0)?;
+    let mut x = w.input("x", &[1, c, 32, 32], 1.0)?;
     // Each convolution's gain is about 1/2, so a block grows its input by at most about 1.25.
     let scale = 0.5 / ((9 * c) as f64).sqrt();
     for i in 0.. {

@@ -241,7 +241,7 @@ fn the_isa_cap_is_reported() {
 fn compile_workloads_run_and_agree_with_the_interpreter() {
     use ladder::bench::Family;
     for family in Family::ALL {
-        for nodes in [family.min_nodes(), 3 * family.min_nodes()] {
+        for nodes in [family.min_nodes(), 2 * family.min_nodes()] {
             let w = family.build(&format!("{}_test", family.prefix()), nodes).unwrap();
             assert!(w.nodes() >= nodes, "{} has {} nodes, asked {nodes}", w.name, w.nodes());
             let want = ladder::interp::run(&w.graph, &w.inputs, &ladder::interp::Options::default())
