@@ -1,4 +1,5 @@
-//! Benchmarks: the W0–W9 workloads, their floors, and the timing loop behind `ladder bench`.
+//! Benchmarks: the W0–W9 workloads, their floors, and the timing loop behind `ladder bench`;
+//! the compile-time workloads C1–C4 of `ladder bench --compile` are in `compile.rs`.
 //!
 //! The workloads are the ones `../shared/peers` runs on onnxruntime, XLA and tract (same
 //! names, shapes, scales and structure; activations are graph inputs, parameters are
@@ -29,9 +30,7 @@
 //! `scores_bytes` is what the materialised f32 score matrix `[batch..., L, S]` would take,
 //! the O(S²) a flash-style kernel avoids.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +40,15 @@ use crate::ir::{AttrValue, DType, Dim, Graph, Shape, Value};
 use crate::models::Rng;
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
+
+mod compile;
+mod memory;
+
+pub use compile::{
+    compile_workload, compile_workload_names, scaling_bases, select_compile, time_compile, CompileMeasurement,
+    CompileWorkload, Family, COMPILE_WORKLOADS,
+};
+pub use memory::CountingAlloc;
 
 /// Every built-in workload, in order.
 pub const WORKLOADS: &[&str] = &[
@@ -96,6 +104,8 @@ pub enum BenchError {
     Build { name: String, error: BuildError },
     #[error("no workload matches `{0}` (workloads: {list})", list = WORKLOADS.join(", "))]
     NoMatch(String),
+    #[error("no compile workload matches `{0}` (compile workloads: {list})", list = compile_workload_names())]
+    NoCompileMatch(String),
     #[error("{0}")]
     Backend(String),
     #[error("the run failed: {0}")]
@@ -142,95 +152,6 @@ impl Runnable for crate::runtime::Plan {
 
     fn arena_bytes(&self, inputs: &[Tensor]) -> usize {
         self.memory_report(inputs).map(|r| r.arena_bytes).unwrap_or(0)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Peak memory
-// ---------------------------------------------------------------------------------------------
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-/// The system allocator, counting live heap bytes and their high-water mark in two atomics
-/// (for `peak_bytes`). Install it with `#[global_allocator]`; the counters stay 0 otherwise.
-pub struct CountingAlloc;
-
-impl CountingAlloc {
-    /// Heap bytes live now (0 when not installed).
-    pub fn live() -> usize {
-        LIVE.load(Ordering::Relaxed)
-    }
-
-    /// Whether it is the global allocator (something is always live once `main` runs).
-    pub fn installed() -> bool {
-        Self::live() > 0
-    }
-
-    /// Starts a new high-water mark at the bytes live now, which it returns.
-    pub fn reset_peak() -> usize {
-        let now = LIVE.load(Ordering::Relaxed);
-        PEAK.store(now, Ordering::Relaxed);
-        now
-    }
-
-    /// The most bytes live since the last [`CountingAlloc::reset_peak`].
-    pub fn peak() -> usize {
-        PEAK.load(Ordering::Relaxed)
-    }
-
-    #[inline]
-    fn grew(by: usize) {
-        let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-        if now > PEAK.load(Ordering::Relaxed) {
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-    }
-
-    #[inline]
-    fn shrank(by: usize) {
-        LIVE.fetch_sub(by, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping touches
-// two atomics only (it never allocates or re-enters the allocator).
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            Self::grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            Self::grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged.
-        unsafe { System.dealloc(ptr, layout) };
-        Self::shrank(layout.size());
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                Self::grew(new_size - layout.size());
-            } else {
-                Self::shrank(layout.size() - new_size);
-            }
-        }
-        p
     }
 }
 

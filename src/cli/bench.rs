@@ -1,5 +1,6 @@
 //! `ladder bench`: time the built-in workloads (W0–W7, W9) or a model against floors measured in
-//! the same run (see `ladder::bench`), as a table or as JSON.
+//! the same run (see `ladder::bench`), or with `--compile` how long graphs of 1k to 100k nodes
+//! take to compile (C1–C4), as a table or as JSON.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,16 +17,29 @@ pub struct BenchArgs {
     /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
-    /// Thread counts to measure (comma-separated or repeated).
-    #[arg(long, value_name = "N", value_delimiter = ',', default_values_t = vec![1usize, 2])]
+    /// Thread counts to measure (comma-separated or repeated) [default: 1,2; with --compile: the
+    /// machine's threads, what a plan compiles its kernels on].
+    #[arg(long, value_name = "N", value_delimiter = ',')]
     pub threads: Vec<usize>,
-    /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs).
+    /// Time compilation instead of runs: the compile workloads C1–C4 (an elementwise chain, a
+    /// chain of row reductions and broadcasts, encoder stacks and ResNet stacks, of 1k to 100k
+    /// nodes), each compiled by `ladder::compile` for the CPU backend in native mode (lowering,
+    /// recovery, scheduling, Cranelift code generation, weight packing: what `compile_ms`
+    /// reports for the W workloads). Prints nodes, the median compile time, microseconds per
+    /// node, and time ratio and scaling exponent against the family's smallest size measured
+    /// (1.0 is linear).
+    #[arg(long)]
+    pub compile: bool,
+    /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs;
+    /// with --compile: as many as fit in about 3 s after a warm-up, 3 to 10, or a single one
+    /// when it takes over 2 s).
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: Option<usize>,
     /// Print a JSON array of results instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Only the built-in workloads whose names start with these prefixes (e.g. W1,W6).
+    /// Only the built-in workloads whose names start with these prefixes (e.g. W1,W6; with
+    /// --compile, e.g. C1,C3_encoder_1k).
     #[arg(long = "workload", value_name = "PREFIX", value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Where to run.
@@ -56,8 +70,12 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     if args.threads.contains(&0) {
         return Err(Error::Arguments("--threads must be at least 1".into()));
     }
-    let usage = |e: bench::BenchError| Error::Usage(e.to_string());
     let native = bench::Native { recover: !args.no_recover, pack_weights: !args.no_pack_weights };
+    if args.compile {
+        return super::bench_compile::bench_compile(args, native, out);
+    }
+    let threads = if args.threads.is_empty() { vec![1, 2] } else { args.threads.clone() };
+    let usage = |e: bench::BenchError| Error::Usage(e.to_string());
     let mut work = Vec::new();
     match &args.model {
         Some(path) => {
@@ -109,7 +127,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     let mut floors = Floors::default();
     let mut results: Vec<Measurement> = Vec::new();
     for w in &work {
-        for &threads in &args.threads {
+        for &threads in &threads {
             let m = super::progress::spin(&format!("{} at {threads} thread(s)", w.name), || {
                 bench::run(w, backend, threads, args.runs, &mut floors, native)
             })

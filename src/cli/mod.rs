@@ -2,6 +2,7 @@
 //! subcommand lives in its own file; `model` loads what they all work on.
 
 mod bench;
+mod bench_compile;
 mod check;
 mod conformance;
 mod coverage;
@@ -63,7 +64,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
     Conformance(conformance::ConformanceArgs),
-    /// Time the built-in workloads (W0–W7, W9) or a model against floors measured in the same run.
+    /// Time the built-in workloads (W0–W7, W9) or a model against floors measured in the same run,
+    /// or (`--compile`) how compile time grows with graph size.
     Bench(bench::BenchArgs),
 }
 

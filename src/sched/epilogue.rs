@@ -38,6 +38,8 @@
 
 use std::fmt::Write;
 
+use cranelift_entity::EntityRef;
+
 use crate::ir::{DType, Dim};
 use crate::kernel::{Addend, BufferId, BufferKind, ChannelPost, ConvCall, Instr, Kernel, Program, Scalar, Step, Var};
 use crate::ops::OpKind;
@@ -46,6 +48,7 @@ use crate::ops::OpKind;
 /// after; returns one line per fusion, and per refusal of an adjacent pair, for `--explain`.
 pub fn fuse(p: &mut Program) -> String {
     let mut notes = String::new();
+    let mut uses = Uses::of(p);
     let mut i = 0;
     while i + 1 < p.steps.len() {
         let verdict = match (&p.steps[i], &p.steps[i + 1]) {
@@ -58,7 +61,7 @@ pub fn fuse(p: &mut Program) -> String {
             (Step::Kernel(k), Step::Library(l))
                 if k.activation.is_none() && crate::ops::library::is_activation(l.op) =>
             {
-                kernel_activation_eligible(p, i, k, l)
+                kernel_activation_eligible(p, &uses, i, k, l)
             }
             _ => {
                 i += 1;
@@ -81,17 +84,29 @@ pub fn fuse(p: &mut Program) -> String {
             _ => unreachable!("matched above"),
         };
         let Err(why) = verdict else {
+            uses.forget(&p.steps[i]);
+            uses.forget(&p.steps[i + 1]);
             let next = p.steps.remove(i + 1);
-            match (&mut p.steps[i], next) {
-                (Step::Matmul(m), Step::Kernel(k)) => m.epilogue = Some(Box::new(k)),
-                (Step::Matmul(m), Step::Library(l)) => m.activation = Some(l),
+            let fused_step = match (&mut p.steps[i], next) {
+                (Step::Matmul(m), Step::Kernel(k)) => {
+                    m.epilogue = Some(Box::new(k));
+                    false
+                }
+                (Step::Matmul(m), Step::Library(l)) => {
+                    m.activation = Some(l);
+                    false
+                }
                 (Step::Kernel(k), Step::Library(l)) => {
-                    let _ = writeln!(notes, "; {fused} (per range of rows)");
                     k.activation = Some(l);
-                    i += 1;
-                    continue;
+                    true
                 }
                 _ => unreachable!("matched above"),
+            };
+            uses.count(&p.steps[i]);
+            if fused_step {
+                let _ = writeln!(notes, "; {fused} (per range of rows)");
+                i += 1;
+                continue;
             }
             let _ = writeln!(notes, "; {fused} (per finished row tile)");
             // The same matmul may take the step after too (a gelu after its kernel).
@@ -100,8 +115,55 @@ pub fn fuse(p: &mut Program) -> String {
         let _ = writeln!(notes, "; {refused}: {why}");
         i += 1;
     }
-    notes.push_str(&fold_posts(p));
+    notes.push_str(&fold_posts(p, &mut uses));
     notes
+}
+
+/// How many steps touch each buffer (a step counts once however often it names one), kept up
+/// to date as steps fuse: what [`private_to`] asks, without scanning every step each time
+/// (which costs the square of the steps over a program).
+struct Uses(Vec<u32>);
+
+impl Uses {
+    fn of(p: &Program) -> Uses {
+        let mut uses = Uses(vec![0; p.buffers.len()]);
+        for s in &p.steps {
+            uses.count(s);
+        }
+        uses
+    }
+
+    /// The buffers `s` touches, once each.
+    fn buffers(s: &Step) -> Vec<BufferId> {
+        let mut seen = Vec::new();
+        s.for_each_buffer(|b| {
+            if !seen.contains(&b) {
+                seen.push(b);
+            }
+        });
+        seen
+    }
+
+    fn count(&mut self, s: &Step) {
+        for b in Self::buffers(s) {
+            if b.index() >= self.0.len() {
+                self.0.resize(b.index() + 1, 0);
+            }
+            self.0[b.index()] += 1;
+        }
+    }
+
+    fn forget(&mut self, s: &Step) {
+        for b in Self::buffers(s) {
+            if let Some(n) = self.0.get_mut(b.index()) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    fn get(&self, b: BufferId) -> u32 {
+        self.0.get(b.index()).copied().unwrap_or(0)
+    }
 }
 
 /// Folds every kernel right after a convolution or another library step (a pooling) that
@@ -110,7 +172,7 @@ pub fn fuse(p: &mut Program) -> String {
 /// the final buffer itself, and its own result buffer is left untouched. A convolution takes
 /// an activation step right after it the same way. Runs after the kernel activations are
 /// fused, so `conv → bias → silu` folds whole. One line per fold or refusal.
-fn fold_posts(p: &mut Program) -> String {
+fn fold_posts(p: &mut Program, uses: &mut Uses) -> String {
     let mut notes = String::new();
     let mut i = 0;
     while i + 1 < p.steps.len() {
@@ -118,9 +180,11 @@ fn fold_posts(p: &mut Program) -> String {
         if let (Step::Conv(c), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) {
             if c.post.as_ref().is_none_or(|post| post.activation.is_none()) && crate::ops::library::is_activation(l.op)
             {
-                match conv_activation_of(p, i, c, l) {
+                match conv_activation_of(p, uses, i, c, l) {
                     Ok(()) => {
                         let _ = writeln!(notes, "; {} {} runs inside conv {}", l.op, l.out, c.out);
+                        uses.forget(&p.steps[i]);
+                        uses.forget(&p.steps[i + 1]);
                         let Step::Library(l) = p.steps.remove(i + 1) else { unreachable!("matched above") };
                         if let Step::Conv(c) = &mut p.steps[i] {
                             let post =
@@ -128,6 +192,7 @@ fn fold_posts(p: &mut Program) -> String {
                             post.activation = Some((l.op, l.attrs));
                             c.out = l.out;
                         }
+                        uses.count(&p.steps[i]);
                     }
                     Err(why) => {
                         let _ = writeln!(notes, "; {} {} does not run inside conv {}: {why}", l.op, l.out, c.out);
@@ -150,15 +215,18 @@ fn fold_posts(p: &mut Program) -> String {
                 continue;
             }
         };
-        match post_of(p, i, &reads, x, k) {
+        match post_of(p, uses, i, &reads, x, k) {
             Ok((post, out)) => {
                 let _ = writeln!(notes, "; {} runs inside {what} {x}, which writes {out}", k.name);
+                uses.forget(&p.steps[i]);
+                uses.forget(&p.steps[i + 1]);
                 p.steps.remove(i + 1);
                 match &mut p.steps[i] {
                     Step::Conv(c) => (c.post, c.out) = (Some(post), out),
                     Step::Library(l) => (l.post, l.out) = (Some(post), out),
                     _ => unreachable!("matched above"),
                 }
+                uses.count(&p.steps[i]);
                 // The same step may take an activation step after it too.
                 continue;
             }
@@ -174,11 +242,17 @@ fn fold_posts(p: &mut Program) -> String {
 /// Whether the elementwise activation `l` (step `i + 1`) can run inside convolution `c`
 /// (step `i`): its one argument is `c`'s f32 result, a temporary nothing else reads, and its
 /// result is an f32 buffer of that shape the convolution does not read.
-fn conv_activation_of(p: &Program, i: usize, c: &ConvCall, l: &crate::kernel::LibraryCall) -> Result<(), String> {
+fn conv_activation_of(
+    p: &Program,
+    uses: &Uses,
+    i: usize,
+    c: &ConvCall,
+    l: &crate::kernel::LibraryCall,
+) -> Result<(), String> {
     if l.args[..] != [c.out] {
         return Err(format!("its argument is not {}", c.out));
     }
-    private_to(p, i, c.out)?;
+    private_to(p, uses, i, c.out)?;
     let (bx, bo) = (&p.buffers[c.out], &p.buffers[l.out]);
     if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
         return Err(format!("{} and {} are not f32 buffers of one shape", c.out, l.out));
@@ -201,16 +275,17 @@ fn conv_activation_of(p: &Program, i: usize, c: &ConvCall, l: &crate::kernel::Li
 /// instead.
 fn post_of(
     p: &Program,
+    uses: &Uses,
     i: usize,
     reads: &[BufferId],
     x: BufferId,
     k: &Kernel,
 ) -> Result<(ChannelPost, BufferId), String> {
-    private_to(p, i, x)?;
+    private_to(p, uses, i, x)?;
     let (mut post, y) = channel_map(p, x, k)?;
     let out = match &k.activation {
         Some(l) => {
-            private_to(p, i, y)?;
+            private_to(p, uses, i, y)?;
             post.activation = Some((l.op, l.attrs.clone()));
             l.out
         }
@@ -460,7 +535,13 @@ fn row_local(index: &crate::kernel::Index, n: u64, k: &Kernel, stage: &crate::ke
 /// static shape, the buffer's size over the loop's count) and never loads, and that no other
 /// step and no output reads. Then a backend may run `l` per range of rows, or have `k` store
 /// straight into `l`'s result and apply `l` there in place.
-fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kernel::LibraryCall) -> Result<(), String> {
+fn kernel_activation_eligible(
+    p: &Program,
+    uses: &Uses,
+    i: usize,
+    k: &Kernel,
+    l: &crate::kernel::LibraryCall,
+) -> Result<(), String> {
     let [x] = l.args[..] else { return Err("it does not take one argument".into()) };
     let (bx, bo) = (&p.buffers[x], &p.buffers[l.out]);
     if bx.kind != BufferKind::Temp || p.outputs.iter().any(|(_, b)| *b == x) {
@@ -504,19 +585,20 @@ fn kernel_activation_eligible(p: &Program, i: usize, k: &Kernel, l: &crate::kern
     if !stored {
         return Err(format!("the kernel does not store {x}"));
     }
-    private_to(p, i, x)
+    private_to(p, uses, i, x)
 }
 
 /// Whether `b` is a temporary (not an output) that no step but `i` and `i + 1` touches: what a
 /// fusion of those two steps may stop writing.
-fn private_to(p: &Program, i: usize, b: BufferId) -> Result<(), String> {
+fn private_to(p: &Program, uses: &Uses, i: usize, b: BufferId) -> Result<(), String> {
     if p.buffers[b].kind != BufferKind::Temp || p.outputs.iter().any(|(_, o)| *o == b) {
         return Err(format!("{b} is not a temporary only these steps use"));
     }
-    match p.steps.iter().enumerate().find(|&(j, s)| j != i && j != i + 1 && step_uses(s, b)) {
-        Some((j, _)) => Err(format!("step {j} uses {b} too")),
-        None => Ok(()),
+    let here = [i, i + 1].iter().filter(|&&j| p.steps.get(j).is_some_and(|s| step_uses(s, b))).count();
+    if uses.get(b) as usize > here {
+        return Err(format!("another step uses {b} too"));
     }
+    Ok(())
 }
 
 /// Whether step `s` reads or writes buffer `b`.

@@ -22,12 +22,16 @@
 //! - it is computed in several kernels and is not cheap: recomputing is allowed only for a
 //!   pointwise chain of at most [`RECOMPUTE_LIMIT`] instructions with no reduction in it
 //!   (within one kernel a value is recomputed in every stage that needs it, whatever it costs:
-//!   that is what keeps softmax and layer_norm one kernel each);
+//!   that is what keeps softmax and layer_norm one kernel each; but in at most
+//!   `emit::MAX_STAGES` stages, so that a chain of row reductions, where each stage recomputes
+//!   every earlier link of the kernel, is cut every few links instead of costing the square of
+//!   its length in instructions);
 //! - a broadcast repeats it at least 8 times (a symbolic dim counts as 8) and it costs at least
 //!   3 instructions, none a reduction (`emit::HOIST_FACTOR`): computed once, loaded per index;
-//! - it is needed at more than 16 indices in one kernel, or its kernel would get too big, or
-//!   it is nested deeper than `emit::MAX_DEPTH` computations in one kernel (so building a
-//!   kernel never recurses deeper than that, however long a chain of pointwise ops is).
+//! - it is needed at more than 16 indices or in more than 8 stages of one kernel, or its kernel
+//!   would get too big, or it is nested deeper than `emit::MAX_DEPTH` computations in one
+//!   kernel (so building a kernel never recurses deeper than that, however long a chain of
+//!   pointwise ops is).
 //!
 //! These rules are applied to a fixed point: each materialised value is the root of a kernel
 //! and the kernels are built; building one records every value it finds it needs materialised
@@ -46,11 +50,12 @@
 //! prescale, mean, variance), is one kernel reading each row four times. A kernel without
 //! reductions loops over all axes of its result as outer loops.
 //!
-//! Two kernels are then *merged* when one reads a value the other stores, both loop over the
-//! same outer dims and merging makes no cycle: the producer's roots become extra stores of the
-//! consumer (attention's row maximum, needed by the softmax and by the masking after the
-//! second matmul, is stored by the softmax kernel). A reshape whose argument is materialised by
-//! a kernel and read by nothing but kernels shares that buffer instead of copying it.
+//! Two kernels are then *merged* (`merge.rs`) when one reads a value the other stores, both
+//! loop over the same outer dims and merging makes no cycle: the producer's roots become extra
+//! stores of the consumer (attention's row maximum, needed by the softmax and by the masking
+//! after the second matmul, is stored by the softmax kernel), and a root no step reads any
+//! more is no longer stored. A reshape whose argument is materialised by a kernel and read by
+//! nothing but kernels shares that buffer instead of copying it.
 //!
 //! A kernel computes only the elements its stores need, so an integer division by zero in an
 //! element no output depends on is not an error here, while the interpreter, which computes
@@ -69,6 +74,8 @@ mod emit;
 pub use emit::MAX_MERGED_INSTRS;
 pub mod epilogue;
 mod interchange;
+mod merge;
+mod order;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -540,173 +547,6 @@ impl<'g> Sched<'g> {
                 self.alias.insert(v, a);
             }
         }
-    }
-
-    /// The units (steps) and, per unit, the units it reads from.
-    fn units(&self) -> (Vec<Unit>, Deps) {
-        let mut units: Vec<Unit> = (0..self.groups.len()).map(Unit::Kernel).collect();
-        let mut producer: HashMap<Value, Unit> = HashMap::new();
-        for (i, grp) in self.groups.iter().enumerate() {
-            for &r in &grp.roots {
-                producer.insert(r, Unit::Kernel(i));
-            }
-        }
-        for (v, _) in self.g.nodes() {
-            if self.cls(v) == Class::Library {
-                units.push(Unit::Library(v));
-                producer.insert(v, Unit::Library(v));
-            }
-        }
-        for (i, members) in self.breaks.iter().enumerate() {
-            if members.is_empty() {
-                continue;
-            }
-            units.push(Unit::Break(i));
-            for &m in members {
-                producer.insert(m, Unit::Break(i));
-            }
-        }
-        let mut deps: Deps = BTreeMap::new();
-        for &u in &units {
-            let reads: Vec<Value> = match u {
-                Unit::Kernel(i) => self.groups[i].em.reads.keys().copied().collect(),
-                Unit::Library(v) => self.g.node(v).args.iter().filter_map(|&a| self.storage(a)).collect(),
-                Unit::Break(i) => self.breaks[i]
-                    .iter()
-                    .flat_map(|&m| self.g.node(m).args.iter().copied())
-                    .filter(|a| self.brk[a.index()] != Some(i))
-                    .filter_map(|a| self.storage(a))
-                    .collect(),
-            };
-            let d = deps.entry(u).or_default();
-            for r in reads {
-                if let Some(&p) = producer.get(&r) {
-                    if p != u {
-                        d.insert(p);
-                    }
-                }
-            }
-        }
-        (units, deps)
-    }
-
-    /// Whether `to` is reachable from `from` along dependencies, not using the direct edge
-    /// `from → to`.
-    fn reaches_indirectly(deps: &Deps, from: Unit, to: Unit) -> bool {
-        let mut stack: Vec<Unit> =
-            deps.get(&from).map(|d| d.iter().copied().filter(|&x| x != to).collect()).unwrap_or_default();
-        let mut seen = BTreeSet::new();
-        while let Some(u) = stack.pop() {
-            if u == to {
-                return true;
-            }
-            if seen.insert(u) {
-                if let Some(d) = deps.get(&u) {
-                    stack.extend(d.iter().copied());
-                }
-            }
-        }
-        false
-    }
-
-    /// Merges kernels into the kernels that read them, while some merge succeeds.
-    fn merge(&mut self) -> Result<(), ScheduleError> {
-        for _ in 0..=self.groups.len() {
-            let (_, deps) = self.units();
-            let mut done = None;
-            'search: for i in 0..self.groups.len() {
-                let roots = &self.groups[i].roots;
-                let mut consumers: Vec<usize> = (0..self.groups.len())
-                    .filter(|&j| j != i && roots.iter().any(|r| self.groups[j].em.reads.contains_key(r)))
-                    .collect();
-                consumers.sort_by_key(|&j| self.groups[j].roots[0]);
-                for j in consumers {
-                    let key = (self.groups[i].roots[0], self.groups[j].roots[0]);
-                    if self.merge_notes.contains_key(&key) {
-                        // Tried before and refused; merges elsewhere rarely change that.
-                        continue;
-                    }
-                    let size = |g: &KGroup| g.em.kernel.stages.iter().map(|s| s.body.len()).sum::<usize>();
-                    if size(&self.groups[i]) + size(&self.groups[j]) > emit::MAX_MERGED_INSTRS {
-                        let why = format!("merged, the kernel would exceed {} instructions", emit::MAX_MERGED_INSTRS);
-                        self.merge_notes.insert(key, why);
-                        continue;
-                    }
-                    let (ui, uj) = (Unit::Kernel(i), Unit::Kernel(j));
-                    if Self::reaches_indirectly(&deps, uj, ui) || Self::reaches_indirectly(&deps, ui, uj) {
-                        self.merge_notes.insert(key, "merging them would make a cycle through another step".into());
-                        continue;
-                    }
-                    let mut all: Vec<Value> = self.groups[j].roots.iter().chain(roots).copied().collect();
-                    all.sort();
-                    match self.emit(&all) {
-                        Ok(em) if !em.needs.is_empty() => {
-                            let (value, reason) = &em.needs[0];
-                            self.merge_notes.insert(
-                                key,
-                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
-                            );
-                        }
-                        Ok(em) => {
-                            done = Some((i, j, all, em));
-                            break 'search;
-                        }
-                        Err(Fail::Domains(m)) => {
-                            self.merge_notes.insert(key, format!("their loops differ: {m}"));
-                        }
-                        Err(Fail::Materialise(list)) => {
-                            let (value, reason) = &list[0];
-                            self.merge_notes.insert(
-                                key,
-                                format!("merged, {} would have to be materialised ({reason})", self.name(*value)),
-                            );
-                        }
-                        Err(Fail::Error(m)) => {
-                            self.merge_notes.insert(key, m);
-                        }
-                    }
-                }
-            }
-            let Some((i, j, roots, em)) = done else { return Ok(()) };
-            self.groups[j] = KGroup { roots, em };
-            self.groups.remove(i);
-        }
-        Err(ScheduleError::Failed("merging did not settle".into()))
-    }
-
-    fn anchor(&self, u: Unit) -> Value {
-        match u {
-            Unit::Kernel(i) => self.groups[i].roots[0],
-            Unit::Library(v) => v,
-            Unit::Break(i) => self.breaks[i][0],
-        }
-    }
-
-    /// The steps in dependency order (ties: the earliest node first).
-    fn order(&self) -> Result<(Vec<Unit>, Deps), ScheduleError> {
-        let (units, deps) = self.units();
-        let mut indegree: BTreeMap<Unit, usize> = units.iter().map(|&u| (u, deps[&u].len())).collect();
-        let mut ready: BTreeSet<(Value, Unit)> =
-            units.iter().filter(|u| indegree[u] == 0).map(|&u| (self.anchor(u), u)).collect();
-        let mut out = Vec::with_capacity(units.len());
-        while let Some(first) = ready.iter().next().copied() {
-            ready.remove(&first);
-            let u = first.1;
-            out.push(u);
-            for &w in &units {
-                if deps[&w].contains(&u) {
-                    let d = indegree.get_mut(&w).ok_or_else(|| ScheduleError::Failed("unit table".into()))?;
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.insert((self.anchor(w), w));
-                    }
-                }
-            }
-        }
-        if out.len() != units.len() {
-            return Err(ScheduleError::Failed("the steps depend on each other in a cycle".into()));
-        }
-        Ok((out, deps))
     }
 
     /// The graph a break group runs in the interpreter, its argument storages, and results.

@@ -231,3 +231,142 @@ fn the_isa_cap_is_reported() {
         assert_eq!(row["isa"], want.name(), "{row}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Compile-time workloads (`ladder bench --compile`)
+
+/// Every compile workload family, built small, compiles for the CPU backend and agrees with the
+/// interpreter; its size is at least what was asked (whole blocks are added).
+#[test]
+fn compile_workloads_run_and_agree_with_the_interpreter() {
+    use ladder::bench::Family;
+    for family in Family::ALL {
+        for nodes in [family.min_nodes(), 2 * family.min_nodes()] {
+            let w = family.build(&format!("{}_test", family.prefix()), nodes).unwrap();
+            assert!(w.nodes() >= nodes, "{} has {} nodes, asked {nodes}", w.name, w.nodes());
+            let want = ladder::interp::run(&w.graph, &w.inputs, &ladder::interp::Options::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", w.name))
+                .outputs;
+            let options = ladder::CompileOptions::native_cpu(2).unwrap();
+            let plan = ladder::compile(&w.graph, &options).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+            let got = plan.run(&w.inputs).unwrap_or_else(|e| panic!("{}: {e}", w.name)).outputs;
+            assert_eq!(got.len(), want.len());
+            for (g, v) in got.iter().zip(&want) {
+                let (g, v) = (g.to_f64_vec(), v.to_f64_vec());
+                assert_eq!(g.len(), v.len());
+                for (k, (a, b)) in g.iter().zip(&v).enumerate() {
+                    assert!(b.is_finite(), "{}: the reference is not finite at {k}: {b}", w.name);
+                    assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{} element {k}: {a} vs {b}", w.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn compile_workloads_are_selected_by_prefix_and_named_by_size() {
+    let all = bench::select_compile(&[]).unwrap();
+    assert_eq!(all.len(), bench::COMPILE_WORKLOADS.len());
+    assert_eq!(
+        bench::select_compile(&["C1".into()]).unwrap(),
+        ["C1_chain_1k", "C1_chain_4k", "C1_chain_16k", "C1_chain_100k"]
+    );
+    assert_eq!(bench::select_compile(&["C3_encoder_1k".into(), "C4".into()]).unwrap().len(), 4);
+    assert!(matches!(bench::select_compile(&["W1".into()]), Err(bench::BenchError::NoCompileMatch(_))));
+    assert!(matches!(bench::compile_workload("C9"), Err(bench::BenchError::NoCompileMatch(_))));
+    // The sizes in the names are the node counts asked for.
+    for &(name, family, nodes) in bench::COMPILE_WORKLOADS {
+        assert!(name.starts_with(family.prefix()), "{name}");
+        let size = name.rsplit('_').next().unwrap();
+        let n: usize = size.trim_end_matches('k').parse::<usize>().unwrap() * 1000;
+        assert_eq!(n, nodes, "{name}");
+    }
+    let w = bench::compile_workload("C1_chain_1k").unwrap();
+    assert!((1000..1010).contains(&w.nodes()), "{}", w.nodes());
+}
+
+/// A compile measurement counts its runs, reports the plan's steps, and compares sizes of one
+/// family by their scaling exponent (timings themselves are not asserted).
+#[test]
+fn compile_measurements_and_their_scaling() {
+    let w = bench::Family::Rows.build("C2_rows_test", 40).unwrap();
+    let m = bench::time_compile(&w, 1, Some(2), bench::Native::default()).unwrap();
+    assert_eq!(m.timing.runs, 2);
+    assert_eq!((m.nodes, m.threads, m.workload.as_str()), (w.nodes(), 1, "C2_rows_test"));
+    assert!(m.steps > 0 && m.native_kernels > 0, "{m:?}");
+    assert!(m.timing.min_us > 0.0 && m.timing.min_us <= m.timing.median_us);
+    // This test binary does not install the counting allocator.
+    assert!(m.heap_peak_bytes.is_none());
+    // Scaling: time ratio 8 for 4 times the nodes is exponent 1.5; the base itself has none.
+    let mut big = m.clone();
+    big.nodes = 4 * m.nodes;
+    big.timing.median_us = 8.0 * m.timing.median_us;
+    let (ratio, exponent) = big.scaling(&m).unwrap();
+    assert!((ratio - 8.0).abs() < 1e-9 && (exponent - 1.5).abs() < 1e-9, "{ratio} {exponent}");
+    assert!(m.scaling(&m).is_none());
+    let mut other = big.clone();
+    other.family = bench::Family::Chain;
+    assert_eq!(bench::scaling_bases(&[big.clone(), m.clone(), other]), [1, 1, 2]);
+    let j = big.to_json(Some(&m));
+    assert_eq!(j["base_workload"], "C2_rows_test");
+    assert!((j["scaling_exponent"].as_f64().unwrap() - 1.5).abs() < 1e-9, "{j}");
+    for key in ["nodes", "steps", "median_ms", "min_ms", "runs", "us_per_node", "time_ratio"] {
+        assert!(j[key].is_number(), "{key} in {j}");
+    }
+}
+
+#[test]
+fn cli_times_compilation() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--compile", "--workload", "C1_chain_1k", "--threads", "1", "--runs", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap();
+    for column in
+        ["workload", "thr", "nodes", "steps", "compile_ms", "runs", "us/node", "x_time", "exponent", "heap_MB"]
+    {
+        assert!(header.split_whitespace().any(|c| c == column), "{column} missing: {text}");
+    }
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[0], "C1_chain_1k");
+    assert_eq!(row[1], "1");
+    assert!(row[2].parse::<usize>().unwrap() >= 1000, "{text}");
+    // The binary counts its heap.
+    assert!(row[9].parse::<f64>().is_ok(), "{text}");
+    // JSON, with two sizes of one family: the larger has a scaling exponent against the smaller.
+    let out = std::process::Command::new(exe)
+        .args([
+            "bench",
+            "--compile",
+            "--workload",
+            "C3_encoder_1k,C1_chain_1k",
+            "--threads",
+            "1",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["workload"].as_str().unwrap()).collect();
+    assert_eq!(names, ["C1_chain_1k", "C3_encoder_1k"]);
+    for r in rows {
+        assert!(r["median_ms"].is_number() && r["heap_peak_bytes"].is_number(), "{r}");
+        assert!(r["scaling_exponent"].is_null(), "{r}");
+    }
+    for bad in [
+        &["bench", "--compile", "--workload", "W1"][..],
+        &["bench", "--compile", "--backend", "interp", "--workload", "C1_chain_1k"],
+        &["bench", "--compile", "--profile", "--workload", "C1_chain_1k"],
+    ] {
+        let out = std::process::Command::new(exe).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?} should be a usage error");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
+    }
+}

@@ -1280,3 +1280,74 @@ fn max_and_min_with_a_constant_match_the_op_bitwise() {
         }
     }
 }
+
+/// Over a static extent only the versions of an innermost loop that run are compiled (the
+/// unrolled vector loop, the one-vector loop, the scalar tail): the results are bit for bit
+/// those of the same kernel over a symbolic extent, which compiles all three, at every length
+/// around the vector widths, and there is less code.
+#[test]
+fn static_extents_compile_only_the_loops_that_run() {
+    // y = exp(x) / sum(exp(x)) + sum(x), per row: stages unrolled ×4 (a sum) and ×2 (exp).
+    let rows_kernel = |n: Dim| {
+        let p = program(vec![
+            (DType::F32, vec![d(3), n.clone()], BufferKind::Input(0)),
+            (DType::F32, vec![d(3), n.clone()], BufferKind::Temp),
+        ]);
+        let row = ix(d(0), &[(o(0), n.clone()), (i(0), d(1))]);
+        let sum = |result: usize| vec![Accumulator { op: ReduceOp::Sum, dtype: DType::F32, result: r(result) }];
+        let s0 = stage(
+            vec![n.clone()],
+            sum(1),
+            vec![load(0, 0, row.clone()), Instr::Accumulate { acc: 0, x: r(0), index: None }],
+        );
+        let s1 = stage(
+            vec![n.clone()],
+            sum(4),
+            vec![
+                load(2, 0, row.clone()),
+                un(3, OpKind::Exp, 2, DType::F32),
+                Instr::Accumulate { acc: 0, x: r(3), index: None },
+            ],
+        );
+        let s2 = stage(
+            vec![n.clone()],
+            vec![],
+            vec![
+                load(5, 0, row.clone()),
+                un(6, OpKind::Exp, 5, DType::F32),
+                bin(7, OpKind::Div, 6, 4, DType::F32),
+                bin(8, OpKind::Add, 7, 1, DType::F32),
+                store(1, row, 8),
+            ],
+        );
+        (kernel(vec![d(3)], vec![s0, s1, s2], 9), p)
+    };
+    let (k_sym, p_sym) = rows_kernel(Dim::sym("n"));
+    for opts in option_sets() {
+        let (_c, general) = compile(opts, &k_sym, &p_sym);
+        for n in 1..=34usize {
+            let (k, p) = rows_kernel(d(n as u64));
+            let (_c, fixed) = compile(opts, &k, &p);
+            let x: Vec<f32> = (0..3 * n).map(|q| ((q * 37) % 23) as f32 / 7.0 - 1.5).collect();
+            let mut a = vec![Buf::f32s(&x), Buf::f32s(&vec![0.0; 3 * n])];
+            exec(&general, &mut a, &[n as i64], 3).unwrap();
+            let mut b = vec![Buf::f32s(&x), Buf::f32s(&vec![0.0; 3 * n])];
+            exec(&fixed, &mut b, &[], 3).unwrap();
+            same_bits(&b[1].to_f32(3 * n), &a[1].to_f32(3 * n), &format!("n = {n}, {opts:?}"));
+        }
+    }
+    // 32 elements fill the unrolled loops exactly: no one-vector loop, no scalar tail.
+    let opts = CpuOptions { vectorize: true, ..CpuOptions::default() };
+    let text = |n: Dim| {
+        let (k, p) = rows_kernel(n);
+        ladder::backend::cpu::clif_text(&k, &p, opts).unwrap()
+    };
+    let (fixed, general) = (text(d(32)), text(Dim::sym("n")));
+    assert!(fixed.contains("f32x4"), "{fixed}");
+    assert!(
+        4 * fixed.lines().count() < 3 * general.lines().count(),
+        "{} vs {} lines",
+        fixed.lines().count(),
+        general.lines().count()
+    );
+}

@@ -21,13 +21,10 @@ const MAX_LINES: usize = 1000;
 /// The files under `src/` that were longer than [`MAX_LINES`] when the limit came in, each with
 /// its ceiling: its length when last measured (lower it when the file shrinks).
 const LONG_FILES: &[(&str, usize)] = &[
-    ("src/sched/emit.rs", 1002),
-    ("src/bench/mod.rs", 1024),
-    ("src/sched/mod.rs", 1085),
     ("src/ops/shape.rs", 1100),
     ("src/backend/cpu/rows.rs", 1257),
     ("src/kernel/eval.rs", 1325),
-    ("src/backend/cpu/codegen.rs", 1385),
+    ("src/backend/cpu/codegen.rs", 1366),
     ("src/numerics/mod.rs", 1573),
 ];
 

@@ -407,3 +407,41 @@ fn instr_uses(instr: &Instr) -> Vec<Reg> {
         Instr::Store { value, .. } => vec![*value],
     }
 }
+
+/// The `max` accumulator a `sumexp` accumulator `k` of `stage` can share its running maximum
+/// with: one of a lower index and the same dtype, fed exactly once, the same register as `k`
+/// (also fed once), and before it.
+pub(crate) fn shared_max(stage: &Stage, k: usize) -> Option<usize> {
+    let feeds = |acc: usize| {
+        let mut it = stage.body.iter().enumerate().filter_map(move |(pos, i)| match i {
+            Instr::Accumulate { acc: a, x, .. } if *a as usize == acc => Some((pos, *x)),
+            _ => None,
+        });
+        let first = it.next();
+        if it.next().is_some() {
+            None
+        } else {
+            first
+        }
+    };
+    let (pk, xk) = feeds(k)?;
+    (0..k).find(|&j| {
+        let a = &stage.accumulators[j];
+        a.op == ReduceOp::Max
+            && a.dtype == stage.accumulators[k].dtype
+            && feeds(j).is_some_and(|(pj, xj)| xj == xk && pj < pk)
+    })
+}
+
+/// Which versions of a stage's innermost loop can run: the vector loop (unrolled), the
+/// one-vector loop after it (when unrolled), the scalar tail. Over a static extent a version
+/// that would run zero times is left out (128 elements by 8 lanes need only the first), which
+/// makes less code to compile and changes nothing that runs; over a symbolic one, all are kept.
+pub(crate) fn innermost_loops(extent: &Dim, plan: Option<u32>) -> [bool; 3] {
+    let Some(unroll) = plan else { return [false, false, true] };
+    let width = 4 * u64::from(unroll);
+    match extent.as_const() {
+        Some(e) => [e >= width, unroll > 1 && e % width >= 4, e % 4 != 0],
+        None => [true, unroll > 1, true],
+    }
+}

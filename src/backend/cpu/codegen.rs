@@ -11,9 +11,10 @@
 //! Vectorization: an f32 stage whose innermost loop reads and writes at constant strides
 //! (contiguous ones as vectors, others a lane at a time; reads may be invariant), and whose
 //! ops all have vector forms, runs that loop as an F32X4 loop unrolled ×4 (×2 for bodies with
-//! transcendentals), then a one-vector loop, then a scalar tail. Booleans are lane masks there. Reductions keep one vector accumulator per unrolled
-//! copy plus the scalar tail's, combined at the end of the stage (sums and products
-//! reassociate, as the IR allows; max/min are exact in any order).
+//! transcendentals), then a one-vector loop, then a scalar tail (over a static extent, only
+//! those that run: `analyze::innermost_loops`). Booleans are lane masks there. Reductions keep
+//! one vector accumulator per unrolled copy plus the scalar tail's, combined at the end of the
+//! stage (sums and products reassociate, as the IR allows; max/min are exact in any order).
 //!
 //! A `sumexp` accumulator keeps, per vector slot and for the scalar tail, a running maximum and
 //! a running sum of `exp(x - max)` ([`math::sum_exp_step`]: one exponential per value); the
@@ -31,7 +32,7 @@ use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_entity::EntityRef;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
-use super::analyze::{is_comparison, Analysis};
+use super::analyze::{self, is_comparison, Analysis};
 use super::emit::{call, call_unary, Clif};
 use super::math::{self, Arith};
 use super::{CodegenError, ERR_DIV_ZERO, ERR_OUT_OF_BOUNDS};
@@ -90,31 +91,6 @@ struct SumExpMax {
     val: Variable,
     vecs: Vec<Variable>,
     shared: Option<usize>,
-}
-
-/// The `max` accumulator a `sumexp` accumulator `k` of `stage` can share its running maximum
-/// with: one of a lower index and the same dtype, fed exactly once, the same register as `k`
-/// (also fed once), and before it.
-fn shared_max(stage: &crate::kernel::Stage, k: usize) -> Option<usize> {
-    let feeds = |acc: usize| {
-        let mut it = stage.body.iter().enumerate().filter_map(move |(pos, i)| match i {
-            Instr::Accumulate { acc: a, x, .. } if *a as usize == acc => Some((pos, *x)),
-            _ => None,
-        });
-        let first = it.next();
-        if it.next().is_some() {
-            None
-        } else {
-            first
-        }
-    };
-    let (pk, xk) = feeds(k)?;
-    (0..k).find(|&j| {
-        let a = &stage.accumulators[j];
-        a.op == ReduceOp::Max
-            && a.dtype == stage.accumulators[k].dtype
-            && feeds(j).is_some_and(|(pj, xj)| xj == xk && pj < pk)
-    })
 }
 
 /// How a body is emitted.
@@ -357,7 +333,7 @@ impl Gen<'_, '_> {
             }
             let max = if !acc.op.is_sum_exp() {
                 None
-            } else if let Some(j) = shared_max(stage, accs.len()) {
+            } else if let Some(j) = analyze::shared_max(stage, accs.len()) {
                 let other: &AccVars = &accs[j];
                 Some(SumExpMax { val: other.val, vecs: other.vecs.clone(), shared: Some(j) })
             } else {
@@ -472,7 +448,10 @@ impl Gen<'_, '_> {
         }
         let innermost = Var::Inner(d as u32);
         let rows = self.rows(si, Some(innermost));
-        if let Some(unroll) = plan {
+        // Only the versions of the loop that can run (over a static extent, see `analyze`).
+        let [unrolled, one_vector, tail] = analyze::innermost_loops(&stage.inner[d], plan);
+        let unroll = plan.unwrap_or(1);
+        if unrolled {
             let width = 4 * unroll as i64;
             let (header, exit, iv) = self.loop_begin(var, extent, width);
             for slot in 0..unroll as usize {
@@ -480,15 +459,17 @@ impl Gen<'_, '_> {
                 self.body(si, Mode::Vector { slot }, Some(lane_iv), &rows, accs)?;
             }
             self.loop_end(var, header, exit, width);
-            if unroll > 1 {
-                let (header, exit, iv) = self.loop_begin(var, extent, 4);
-                self.body(si, Mode::Vector { slot: 0 }, Some(iv), &rows, accs)?;
-                self.loop_end(var, header, exit, 4);
-            }
         }
-        let (header, exit, iv) = self.loop_begin(var, extent, 1);
-        self.body(si, Mode::Scalar, Some(iv), &rows, accs)?;
-        self.loop_end(var, header, exit, 1);
+        if one_vector {
+            let (header, exit, iv) = self.loop_begin(var, extent, 4);
+            self.body(si, Mode::Vector { slot: 0 }, Some(iv), &rows, accs)?;
+            self.loop_end(var, header, exit, 4);
+        }
+        if tail {
+            let (header, exit, iv) = self.loop_begin(var, extent, 1);
+            self.body(si, Mode::Scalar, Some(iv), &rows, accs)?;
+            self.loop_end(var, header, exit, 1);
+        }
         Ok(())
     }
 

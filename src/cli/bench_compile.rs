@@ -1,0 +1,110 @@
+//! `ladder bench --compile`: how long the compile workloads C1–C4 take to compile for the CPU
+//! backend (see `ladder::bench::time_compile`), with the scaling exponent of each family, as a
+//! table or as JSON.
+
+use std::io::Write;
+
+use ladder::bench::{self, BackendKind, CompileMeasurement};
+
+use super::bench::BenchArgs;
+use super::{machine_threads, Error};
+
+pub fn bench_compile(args: &BenchArgs, native: bench::Native, out: &mut dyn Write) -> Result<(), Error> {
+    let refuse = |what: &str| Err(Error::Arguments(format!("--compile times the built-in compile workloads: {what}")));
+    if args.model.is_some() {
+        return refuse("it does not take a model");
+    }
+    if !args.inputs.is_empty() || !args.dims.is_empty() {
+        return refuse("--input and --dim do not apply");
+    }
+    if args.profile {
+        return refuse("--profile times the steps of a run, not compilation");
+    }
+    if args.backend.backend() != BackendKind::Cpu {
+        return refuse("it compiles for the cpu backend (the interpreter compiles nothing)");
+    }
+    let names = bench::select_compile(&args.workloads).map_err(|e| Error::Arguments(e.to_string()))?;
+    let threads = if args.threads.is_empty() { vec![machine_threads()] } else { args.threads.clone() };
+    let mut results: Vec<CompileMeasurement> = Vec::new();
+    for name in names {
+        let w = super::progress::spin(&format!("building {name}"), || bench::compile_workload(name))
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        for &t in &threads {
+            let m = super::progress::spin(&format!("compiling {name} at {t} thread(s)"), || {
+                bench::time_compile(&w, t, args.runs, native)
+            })
+            .map_err(|e| Error::Usage(e.to_string()))?;
+            results.push(m);
+            if !args.json {
+                if results.len() == 1 {
+                    writeln!(
+                        out,
+                        "{:<16} {:>3} {:>7} {:>6} {:>11} {:>4} {:>8} {:>7} {:>8} {:>8}",
+                        "workload",
+                        "thr",
+                        "nodes",
+                        "steps",
+                        "compile_ms",
+                        "runs",
+                        "us/node",
+                        "x_time",
+                        "exponent",
+                        "heap_MB"
+                    )
+                    .map_err(Error::Stdout)?;
+                }
+                // Each row is printed as it is measured, against the smallest size so far.
+                let bases = bench::scaling_bases(&results);
+                let m = &results[results.len() - 1];
+                let scaling = m.scaling(&results[bases[results.len() - 1]]);
+                let (ratio, exponent) = match scaling {
+                    Some((r, e)) => (format!("{r:7.2}"), format!("{e:8.2}")),
+                    None => (format!("{:>7}", "-"), format!("{:>8}", "-")),
+                };
+                let heap = m.heap_peak_bytes.map_or_else(|| "-".to_string(), |b| format!("{:.1}", b as f64 / 1e6));
+                writeln!(
+                    out,
+                    "{:<16} {:>3} {:>7} {:>6} {:>11.1} {:>4} {:>8.1} {} {} {:>8}",
+                    m.workload,
+                    m.threads,
+                    m.nodes,
+                    m.steps,
+                    m.median_ms(),
+                    m.timing.runs,
+                    m.us_per_node(),
+                    ratio,
+                    exponent,
+                    heap
+                )
+                .map_err(Error::Stdout)?;
+                out.flush().map_err(Error::Stdout)?;
+            }
+        }
+    }
+    if args.json {
+        let bases = bench::scaling_bases(&results);
+        let array: Vec<serde_json::Value> = results
+            .iter()
+            .zip(&bases)
+            .map(|(m, &b)| m.to_json((!std::ptr::eq(m, &results[b])).then(|| &results[b])))
+            .collect();
+        let text = serde_json::to_string_pretty(&array).map_err(|e| Error::Usage(e.to_string()))?;
+        writeln!(out, "{text}").map_err(Error::Stdout)?;
+    } else {
+        writeln!(
+            out,
+            "compile_ms = median time of ladder::compile for the cpu backend in native mode (lowering, recovery, \
+             scheduling, Cranelift, weight packing); steps = the plan's steps"
+        )
+        .map_err(Error::Stdout)?;
+        writeln!(
+            out,
+            "x_time = time / time of the family's smallest size measured; exponent = log(x_time) / log(node \
+             ratio): 1.0 is linear, 2.0 quadratic"
+        )
+        .map_err(Error::Stdout)?;
+        writeln!(out, "heap_MB = the heap's high-water mark during one compilation (JIT code memory not counted)")
+            .map_err(Error::Stdout)?;
+    }
+    Ok(())
+}
