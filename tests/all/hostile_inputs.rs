@@ -190,7 +190,10 @@ fn huge_onnx_outputs_are_typed_errors() {
     assert!(matches!(*e, SessionError::Run(RunError::TooLarge { need: 8589934592, limit: 4294967296 })), "{e}");
     // 2^30 elements fit the default limit exactly; under a smaller one they are refused the
     // same way.
-    let options = CompileOptions { max_run_bytes: 1 << 30, ..CompileOptions::default() };
+    let options = CompileOptions {
+        limits: ladder::Limits { max_run_bytes: 1 << 30, ..Default::default() },
+        ..CompileOptions::default()
+    };
     let e = run_model(cos_of_constant(1 << 30), options).unwrap_err();
     assert!(matches!(*e, SessionError::Run(RunError::TooLarge { need: 4294967296, limit: 1073741824 })), "{e}");
     for n in [1i64 << 30, 1 << 31] {
