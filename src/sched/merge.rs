@@ -11,13 +11,8 @@
 //! kernel takes the consumer's place, the producer's is left empty until the end), so a merge
 //! costs about the dependencies of the two kernels, not a scan of the whole program: a chain
 //! of thousands of row kernels merges in time proportional to its length.
-//!
-//! Last, a root of a merged kernel that no step reads any more (materialised for a kernel
-//! that, merged, computes it inline) is no longer stored, when the kernel builds without it.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use cranelift_entity::EntityRef;
 
 use super::{emit, Deps, Fail, KGroup, Sched, ScheduleError, Unit};
 use crate::ir::Value;
@@ -139,43 +134,6 @@ impl Sched<'_> {
             place += 1;
             alive[place - 1]
         });
-        self.drop_unread_roots();
         Ok(())
-    }
-
-    /// A merged kernel computes its producers' roots inline wherever it needs them, so a root
-    /// that was materialised for another kernel may be read by no step any more: it is no
-    /// longer stored (nor given a buffer) when the kernel builds without storing it, and kept
-    /// otherwise. Graph outputs stay.
-    fn drop_unread_roots(&mut self) {
-        let mut read: BTreeSet<Value> = BTreeSet::new();
-        for grp in &self.groups {
-            read.extend(grp.em.reads.keys().copied());
-        }
-        let (units, _) = self.units();
-        for u in units {
-            if let Unit::Library(v) = u {
-                read.extend(self.g.node(v).args.iter().filter_map(|&a| self.storage(a)));
-            }
-        }
-        for members in &self.breaks {
-            for &m in members {
-                read.extend(self.g.node(m).args.iter().filter_map(|&a| self.storage(a)));
-            }
-        }
-        for i in 0..self.groups.len() {
-            let roots = &self.groups[i].roots;
-            let unread = |r: &Value| !read.contains(r) && !self.is_output[r.index()];
-            let keep: Vec<Value> = roots.iter().copied().filter(|r| !unread(r)).collect();
-            if keep.is_empty() || keep.len() == roots.len() {
-                continue;
-            }
-            let dropped: Vec<(Value, String)> =
-                roots.iter().filter(|r| unread(r)).filter_map(|&r| self.mat.remove(&r).map(|why| (r, why))).collect();
-            match self.emit(&keep) {
-                Ok(em) if em.needs.is_empty() => self.groups[i] = KGroup { roots: keep, em },
-                _ => self.mat.extend(dropped),
-            }
-        }
     }
 }

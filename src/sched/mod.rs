@@ -53,9 +53,9 @@
 //! Two kernels are then *merged* (`merge.rs`) when one reads a value the other stores, both
 //! loop over the same outer dims and merging makes no cycle: the producer's roots become extra
 //! stores of the consumer (attention's row maximum, needed by the softmax and by the masking
-//! after the second matmul, is stored by the softmax kernel), and a root no step reads any
-//! more is no longer stored. A reshape whose argument is materialised by a kernel and read by
-//! nothing but kernels shares that buffer instead of copying it.
+//! after the second matmul, is stored by the softmax kernel). A reshape whose argument is
+//! materialised by a kernel and read by nothing but kernels shares that buffer instead of
+//! copying it.
 //!
 //! A kernel computes only the elements its stores need, so an integer division by zero in an
 //! element no output depends on is not an error here, while the interpreter, which computes
