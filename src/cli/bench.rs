@@ -26,8 +26,9 @@ pub struct BenchArgs {
     /// nodes), each compiled by `ladder::compile` for the CPU backend in native mode (lowering,
     /// recovery, scheduling, Cranelift code generation, weight packing: what `compile_ms`
     /// reports for the W workloads). Prints nodes, the median compile time, microseconds per
-    /// node, and time ratio and scaling exponent against the family's smallest size measured
-    /// (1.0 is linear).
+    /// node, time ratio and scaling exponent against the family's smallest size measured (1.0
+    /// is linear), and the heap's high-water mark during one compilation (the JIT's code memory
+    /// not counted). All of them take a minute or two; --workload picks some.
     #[arg(long)]
     pub compile: bool,
     /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs;
