@@ -79,21 +79,17 @@ pub fn grad_domain(op: OpKind, arg: usize) -> Domain {
     }
 }
 
-/// A splitmix64 stream: the checks' data and weights.
+/// The checks' data and weights: `models::Rng`'s splitmix64 stream, with the draws they need.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(crate::models::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(crate::models::Rng::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[0, 1)`.
