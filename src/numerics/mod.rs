@@ -103,6 +103,8 @@ pub enum BoundKind {
     Attention,
     /// `cross_entropy`: per target `eps (5 L + 2 (C + 2))` with `L` the loss's magnitude
     /// (smoothing included), summed (plus the reduction's own `N eps Σ L`) for sum/mean.
+    /// Excused where a row's `|log p|` (summed over the classes with smoothing, else the
+    /// target's) exceeds the range: they are formed in the dtype.
     CrossEntropy,
     /// `mse_loss`: `3 eps |ref|` per element, `(n + 3) eps |ref|` reduced (all terms are
     /// non-negative). Excused where the sum of squares exceeds the range.
@@ -1230,12 +1232,18 @@ fn cross_entropy_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec
     let cf = c as f64;
     let mut per = Vec::with_capacity(tv.len());
     let mut mags = Vec::with_capacity(tv.len());
+    let mut rows_in_range = Vec::with_capacity(tv.len());
+    // The log-probabilities, and with smoothing their sum over the classes, are formed in the
+    // dtype (as PyTorch does): where they leave its range the loss is infinite there while
+    // the precise loss need not be (a tiny smoothing times a huge sum).
+    let limit = max_finite(dtype) * (1.0 - 4.0 * e);
     for b in 0..nb {
         for i in 0..inner {
             let t = tv.get(b * inner + i).copied().unwrap_or(ignore);
             if t == ignore || c == 0 {
                 per.push(0.0);
                 mags.push(0.0);
+                rows_in_range.push(true);
                 continue;
             }
             let row: Vec<f64> = (0..c).map(|k| xv[(b * c + k) * inner + i]).collect();
@@ -1243,22 +1251,25 @@ fn cross_entropy_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec
             let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
             let logp: Vec<f64> = row.iter().map(|x| x - lse).collect();
             let nll = usize::try_from(t).ok().and_then(|t| logp.get(t)).map_or(0.0, |l| l.abs());
-            let smooth = if smoothing > 0.0 { smoothing / cf * logp.iter().map(|x| x.abs()).sum::<f64>() } else { 0.0 };
+            let total = logp.iter().map(|x| x.abs()).sum::<f64>();
+            let in_range = if smoothing > 0.0 { total <= limit } else { nll <= limit };
+            let smooth = if smoothing > 0.0 { smoothing / cf * total } else { 0.0 };
             let l = (1.0 - smoothing) * nll + smooth;
             per.push(e * (5.0 * l + 2.0 * (cf + 2.0)));
             mags.push(l);
+            rows_in_range.push(in_range);
         }
     }
     let count = tv.iter().filter(|&&t| t != ignore).count() as f64;
     let n = per.len() as f64;
     match node.attrs.str("reduction") {
-        "none" => Ok(per.into_iter().map(|b| ElemBound::new(b, true)).collect()),
+        "none" => Ok(per.into_iter().zip(rows_in_range).map(|(b, ok)| ElemBound::new(b, ok)).collect()),
         red => {
             let sum_l = mags.iter().sum::<f64>();
             let total = per.iter().sum::<f64>() + n * e * sum_l;
             let b = if red == "sum" { total } else { total / count.max(1.0) };
             // The sum of the losses is formed before a mean divides it.
-            let in_range = sum_l <= max_finite(dtype);
+            let in_range = sum_l <= max_finite(dtype) && rows_in_range.iter().all(|&ok| ok);
             Ok(r.iter().map(|&rv| ElemBound::new(b + 2.0 * e * rv.abs(), in_range)).collect())
         }
     }
