@@ -8,7 +8,7 @@ usage() {
 Usage: tools/fuzz_campaign.sh [OPTIONS] [SECONDS [SUMMARY]]
 
 Runs every fuzz target listed in fuzz/Cargo.toml (parse_text, decomp, onnx_import,
-interp_cpu, shape_algebra), one after another, for SECONDS each (default 60):
+interp_cpu, shape_algebra, grad), one after another, for SECONDS each (default 60):
 
     cargo +nightly fuzz run TARGET fuzz/corpus/TARGET -- -max_total_time=SECONDS ...
 
