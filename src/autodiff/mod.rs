@@ -68,8 +68,14 @@ use crate::passes::SimplifyError;
 
 mod elementwise;
 mod linalg;
+mod maxflow;
+mod partition;
 mod reduce;
 mod shape;
+
+pub use partition::{
+    partition, Costs, Partition, PartitionOptions, Policy, Report, Saved, Why, PREFER_RECOMPUTE, SHRINK_BAN,
+};
 
 /// One cotangent per argument of a node; `None`: no contribution.
 pub type Grads = SmallVec<[Option<Value>; 3]>;
@@ -183,6 +189,12 @@ pub enum AdError {
     /// Dead-code elimination refused the graph.
     #[error("dead-code elimination: {0}")]
     Dce(#[from] SimplifyError),
+    /// A partition override names no value.
+    #[error("no value named `{0}` in the joint graph")]
+    NoSuchValue(String),
+    /// The partitioner's backward reads an input it did not save (a bug in the partitioner).
+    #[error("the backward graph reads input {0}, which the partition did not save (a bug in the partitioner)")]
+    Unsaved(String),
     /// The joint graph does not verify: a bug in a rule.
     #[error("the joint graph is invalid (a bug in autodiff): {0}")]
     Invalid(VerifyErrors),
@@ -201,6 +213,10 @@ pub struct Joint {
     pub wrt: Vec<usize>,
     /// How many forward outputs come before the gradients.
     pub n_forward: usize,
+    /// The loss's cotangent (ones), named `<loss>_cotangent`: every value that depends on it
+    /// belongs to the backward pass. `None` when the loss depends on no differentiated input
+    /// (every gradient is zeros).
+    pub seed: Option<Value>,
 }
 
 impl Joint {
@@ -252,8 +268,13 @@ pub fn grad(g: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, AdError> {
     let forward: Vec<Value> = g.values().collect();
     walk.extend_active(&joint, &forward);
     let mut e = Emitter { g: &mut joint };
+    let mut seed = None;
     if walk.is_active(loss_value) {
         let ones = e.full_like(1.0, loss_value).map_err(|error| rule_error(g, loss_value, error))?;
+        // Named, so the partitioner finds it after dead-code elimination renumbers values.
+        let name = unique_name(e.g, &format!("{loss}_cotangent"), |g, n| g.value_by_name(n).is_some());
+        e.g.set_name(ones, &name)?;
+        seed = Some(ones);
         walk.ct_resize(e.g.len());
         walk.ct[loss_value.index()] = Some(ones);
         walk.backward(&mut e, &forward)?;
@@ -268,18 +289,26 @@ pub fn grad(g: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, AdError> {
         grads.push(d);
     }
     for (&i, &d) in wrt_indices.iter().zip(&grads) {
-        let base = format!("grad_{}", g.input_name(i));
-        let mut name = base.clone();
-        let mut n = 1;
-        while joint.outputs().iter().any(|o| o.name == name) {
-            name = format!("{base}_{n}");
-            n += 1;
-        }
+        let name =
+            unique_name(&joint, &format!("grad_{}", g.input_name(i)), |g, n| g.outputs().iter().any(|o| o.name == n));
         joint.add_output(&name, d)?;
     }
+    let seed_name = seed.and_then(|v| joint.name_of(v)).map(str::to_string);
     let graph = crate::passes::eliminate_dead_code(&joint)?;
     verify(&graph, stage).map_err(AdError::Invalid)?;
-    Ok(Joint { graph, loss: loss_index, wrt: wrt_indices, n_forward: g.outputs().len() })
+    let seed = seed_name.and_then(|n| graph.value_by_name(&n));
+    Ok(Joint { graph, loss: loss_index, wrt: wrt_indices, n_forward: g.outputs().len(), seed })
+}
+
+/// `base`, or `base_1`, `base_2`, ... : the first that `taken` says is free.
+fn unique_name(g: &Graph, base: &str, taken: impl Fn(&Graph, &str) -> bool) -> String {
+    let mut name = base.to_string();
+    let mut n = 1;
+    while taken(g, &name) {
+        name = format!("{base}_{n}");
+        n += 1;
+    }
+    name
 }
 
 fn rule_error(g: &Graph, v: Value, error: DecompError) -> AdError {

@@ -33,9 +33,26 @@ pub struct DumpArgs {
     /// The rung to print: `parsed` (as written), `functional` (no mutation or aliasing; the
     /// epilogue as comments), `prims` (decomposed), `joint` (the prims graph with a loss's
     /// gradients as extra outputs: see `--loss`), `simplified`, `recovered` (library-kernel
-    /// ops put back by pattern), or `kernels` (the scheduled kernel program).
+    /// ops put back by pattern), or `kernels` (the scheduled kernel program). Or one half of
+    /// the joint graph as the partitioner splits it: `forward` (the forward outputs, then the
+    /// values saved for the backward as outputs `saved_*`) or `backward` (the gradients from
+    /// the saved values and inputs, recomputing the rest); see `--partition`.
     #[arg(long, value_name = "NAME", default_value = "parsed")]
     pub stage: String,
+    /// With `--stage forward|backward`: how the joint graph is split. `min-cut` saves the
+    /// fewest bytes (a minimum cut; matmul, conv, shrinking reductions and library ops are
+    /// never recomputed), `save-all` saves every forward value the backward reads,
+    /// `recompute-all` saves only inputs and what may not be recomputed. With `--explain`,
+    /// each saved value and why, and the bytes and FLOPs of all three.
+    #[arg(long, value_name = "POLICY", default_value = "min-cut", value_parser = ["min-cut", "save-all", "recompute-all"])]
+    pub partition: String,
+    /// With `--stage forward|backward`: values (by name) the partition must save.
+    #[arg(long, value_name = "VALUE,...", value_delimiter = ',')]
+    pub save: Vec<String>,
+    /// With `--stage forward|backward`: values (by name) to recompute wherever something else
+    /// can be saved instead.
+    #[arg(long, value_name = "VALUE,...", value_delimiter = ',')]
+    pub recompute: Vec<String>,
     /// Differentiate this output (a float scalar; the first output when omitted): the
     /// `joint` stage, and the stages below it, then carry the gradients of this loss as extra
     /// outputs named `grad_<input>`. Goes with `--stage joint` or a later stage.
@@ -103,6 +120,14 @@ fn lowered(args: &DumpArgs, g: &ladder::Graph, rung: Rung) -> Result<Lowering, E
 }
 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let split = ladder::pipeline::SPLIT_STAGES.contains(&args.stage.as_str());
+    let partition_flags = args.partition != "min-cut" || !args.save.is_empty() || !args.recompute.is_empty();
+    if partition_flags && !split {
+        return Err(Error::Arguments("--partition, --save and --recompute go with --stage forward|backward".into()));
+    }
+    if split {
+        return dump_split(args, out);
+    }
     let rung = Rung::from_name(&args.stage).map_err(|e| Error::Arguments(e.to_string()))?;
     if args.format != Format::Text {
         let flag = [("--stats", args.stats), ("--explain", args.explain), ("--clif", args.clif), ("--asm", args.asm)]
@@ -122,7 +147,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         return Err(Error::Arguments("--loss and --wrt go with --stage joint or a later stage".into()));
     }
     if args.explain && !matches!(rung, Rung::Kernels | Rung::Recovered) {
-        return Err(Error::Arguments("--explain goes with --stage kernels or --stage recovered".into()));
+        return Err(Error::Arguments("--explain goes with --stage kernels, recovered, forward or backward".into()));
     }
     let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
     if args.stats {
@@ -168,6 +193,53 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
         }
     };
     out.write_all(text.as_bytes()).map_err(Error::Stdout)
+}
+
+/// `--stage forward|backward`: the joint graph (as `--loss` and `--wrt` say) split by the
+/// partitioner, one half printed or drawn; `--explain` adds the partition's report.
+fn dump_split(args: &DumpArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let flag = [("--stats", args.stats), ("--clif", args.clif), ("--asm", args.asm)]
+        .into_iter()
+        .find_map(|(flag, on)| on.then_some(flag));
+    if let Some(flag) = flag {
+        return Err(Error::Arguments(format!("{flag} does not go with --stage {}", args.stage)));
+    }
+    if args.explain && args.format != Format::Text {
+        return Err(Error::Arguments("--explain goes with --format text".into()));
+    }
+    let g = model::load_graph_for(args.model.as_deref(), &args.dims)?;
+    let d = differentiate(args, &g, Rung::Joint)?.ok_or_else(|| Error::Usage("nothing to differentiate".into()))?;
+    let mode = if args.no_recover { Mode::Reference } else { Mode::Native };
+    let options = ladder::autodiff::PartitionOptions {
+        policy: ladder::autodiff::Policy::from_name(&args.partition).unwrap_or_default(),
+        must_save: args.save.clone(),
+        prefer_recompute: args.recompute.clone(),
+        dims: args.dims.clone(),
+        ..Default::default()
+    };
+    let (joint, p) = ladder::pipeline::partition(&g, mode, &d, &options)
+        .map_err(|e| Error::Usage(format!("cannot split the model's joint graph: {e}")))?;
+    let half = if args.stage == "forward" { &p.forward } else { &p.backward };
+    let bytes = match args.format {
+        Format::Text => {
+            let mut text = ladder::text::print_with(half, &PrintOptions { elide_blobs_over: Some(args.elide) });
+            if args.explain {
+                text.push_str(&p.explain(&joint));
+            }
+            text.into_bytes()
+        }
+        Format::Dot | Format::Svg => {
+            use ladder::dot::{graph_to_dot_with, DotOptions};
+            let title = format!("{}: {} ({})", g.name, args.stage, args.partition);
+            let dot = graph_to_dot_with(half, &DotOptions { title: Some(title), mark_recovered: false });
+            if args.format == Format::Svg {
+                render_svg(&dot)?
+            } else {
+                dot.into_bytes()
+            }
+        }
+    };
+    out.write_all(&bytes).map_err(Error::Stdout)
 }
 
 /// `--format dot|svg`: the stage's graph (or program) as DOT, rendered to SVG for `svg`.

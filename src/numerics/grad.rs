@@ -26,7 +26,7 @@
 
 use std::fmt;
 
-use crate::autodiff::{grad, AdError, Joint};
+use crate::autodiff::{grad, partition, AdError, Costs, Joint, PartitionOptions, Policy};
 use crate::decomp::Emitter;
 use crate::interp::{self, Options};
 use crate::ir::{DType, Graph, TensorType, Value};
@@ -402,10 +402,16 @@ pub fn lowered_ops(op: OpKind) -> Option<std::collections::BTreeSet<OpKind>> {
 /// `-1e30` for every `x` near 1), so the difference says 0 where the derivative is not.
 pub const MAX_CONSTANT: f64 = 1e4;
 
-/// Whether every float constant of `g` (blob data and `full` values) is finite and within
-/// [`MAX_CONSTANT`].
+/// Smallest magnitude of a non-zero float constant in a graph [`check_random_graph`]
+/// differentiates. Below it a function can change on a scale finer than the difference's step
+/// (`rem(x, 1e-40)` is a sawtooth of period `1e-40`: its derivative is 1 almost everywhere,
+/// while a difference over `2h = 2e-5` averages it to 0).
+pub const MIN_CONSTANT: f64 = 1.0 / MAX_CONSTANT;
+
+/// Whether every float constant of `g` (blob data and `full` values) is finite, within
+/// [`MAX_CONSTANT`], and zero or at least [`MIN_CONSTANT`].
 fn smooth_constants(g: &Graph) -> bool {
-    let fits = |x: f64| x.is_finite() && x.abs() <= MAX_CONSTANT;
+    let fits = |x: f64| x.is_finite() && x.abs() <= MAX_CONSTANT && (x == 0.0 || x.abs() >= MIN_CONSTANT);
     let blobs = g.blobs().all(|(_, b)| !b.tensor.dtype().is_float() || b.tensor.to_f64_vec().into_iter().all(fits));
     let fulls = g.nodes().all(|(_, n)| n.op != OpKind::Full || !n.ty.dtype.is_float() || fits(n.attrs.float("value")));
     blobs && fulls
@@ -416,7 +422,8 @@ fn smooth_constants(g: &Graph) -> bool {
 /// respect to every f64 input and compared with central differences, kinks and singular
 /// points skipped. `Ok(None)`: the graph is not checkable (no float output or input, a
 /// forward run that fails, a non-finite loss, a decomposition or derivative that refuses a
-/// symbolic case it cannot express, a float constant past [`MAX_CONSTANT`]). `Err`: a
+/// symbolic case it cannot express, a float constant past [`MAX_CONSTANT`] or below
+/// [`MIN_CONSTANT`]). `Err`: a
 /// defect, with the graph's text.
 pub fn check_random_graph(bytes: &[u8]) -> Result<Option<GradCheck>, String> {
     use crate::decomp::DecompError;
@@ -453,8 +460,12 @@ pub fn check_random_graph(bytes: &[u8]) -> Result<Option<GradCheck>, String> {
         Err(e) => return Err(format!("{e}\n{}", text())),
     };
     let tolerance = GradTolerance { rtol: 1e-4, atol: 1e-6 };
-    match case.check(&[], tolerance, Kinks::Skip) {
-        Ok(check) => Ok(Some(check)),
+    let checked = case.joint(&[]).and_then(|joint| Ok((case.compare(&joint, tolerance, Kinks::Skip)?, joint)));
+    match checked {
+        Ok((check, joint)) => {
+            check_partition(&joint, &case.inputs).map_err(|e| format!("{e}\n{}", text()))?;
+            Ok(Some(check))
+        }
         Err(GradFailure::Unfit(_)) => Ok(None),
         // A decomposition or a rule that cannot express a symbolic case says so.
         Err(GradFailure::Lower(LowerError::Decompose(DecomposeError::Node {
@@ -464,4 +475,73 @@ pub fn check_random_graph(bytes: &[u8]) -> Result<Option<GradCheck>, String> {
         Err(GradFailure::Grad(AdError::Rule { error: DecompError::Unsupported { .. }, .. })) => Ok(None),
         Err(e) => Err(format!("{e}\n{}", text())),
     }
+}
+
+/// Checks every partition of `joint` ([`crate::autodiff::partition`], each [`Policy`]) on
+/// `inputs`: the forward graph, then the backward graph on the saved values, both run on the
+/// interpreter, give the joint graph's outputs bit for bit (recomputation repeats the same
+/// prims on the same values); and the minimum cut saves no more bytes than saving everything.
+/// Returns each policy's costs, in [`Policy::NAMES`] order.
+pub fn check_partition(joint: &Joint, inputs: &[Tensor]) -> Result<[Costs; 3], String> {
+    // In the dtype (precise mode computes f32 values in f64, which a saved value cannot carry
+    // to the backward's f32 input).
+    let precise = Options::default();
+    let want = interp::run(&joint.graph, inputs, &precise).map_err(|e| format!("the joint graph does not run: {e}"))?;
+    let mut costs = [Costs::default(); 3];
+    for (k, policy) in [Policy::MinCut, Policy::SaveAll, Policy::RecomputeAll].into_iter().enumerate() {
+        let options = PartitionOptions { policy, ..PartitionOptions::default() };
+        let p = partition(joint, &options).map_err(|e| format!("{}: {e}", policy.name()))?;
+        let fail = |what: String| format!("partition {}: {what}", policy.name());
+        let fw = interp::run(&p.forward, inputs, &precise).map_err(|e| fail(format!("the forward fails: {e}")))?;
+        let mut saved_outputs = fw.outputs[joint.n_forward..].iter();
+        let mut bw_inputs = Vec::with_capacity(p.saved.len());
+        for s in &p.saved {
+            let t = if s.is_input {
+                let i = joint
+                    .graph
+                    .inputs()
+                    .iter()
+                    .position(|&x| x == s.value)
+                    .ok_or_else(|| fail("a lost input".into()))?;
+                inputs[i].clone()
+            } else {
+                saved_outputs.next().cloned().ok_or_else(|| fail("fewer saved outputs than saved values".into()))?
+            };
+            bw_inputs.push(t);
+        }
+        let bw =
+            interp::run(&p.backward, &bw_inputs, &precise).map_err(|e| fail(format!("the backward fails: {e}")))?;
+        let got = fw.outputs[..joint.n_forward].iter().chain(&bw.outputs);
+        for (i, (w, g)) in want.outputs.iter().zip(got).enumerate() {
+            if !same_bits(w, g) {
+                let name = &joint.graph.outputs()[i].name;
+                return Err(fail(format!("output `{name}` differs from the joint graph's")));
+            }
+        }
+        if want.outputs.len() != joint.n_forward + bw.outputs.len() {
+            return Err(fail(format!(
+                "{} outputs, the joint graph has {}",
+                joint.n_forward + bw.outputs.len(),
+                want.outputs.len()
+            )));
+        }
+        costs[k] = p.report.chosen;
+    }
+    if costs[0].saved_bytes > costs[1].saved_bytes {
+        return Err(format!(
+            "the minimum cut saves {} bytes, more than save-all's {}",
+            costs[0].saved_bytes, costs[1].saved_bytes
+        ));
+    }
+    Ok(costs)
+}
+
+/// The same dtype, shape and bits (any NaN equal to any NaN).
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    a.dtype() == b.dtype()
+        && a.shape() == b.shape()
+        && a.to_f64_vec()
+            .iter()
+            .zip(b.to_f64_vec())
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }

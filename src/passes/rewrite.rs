@@ -34,6 +34,23 @@ impl<'a> Rewriter<'a> {
         Rewriter { old, new, map }
     }
 
+    /// Starts a new graph with `old`'s name and blobs and no inputs: add them with
+    /// [`Rewriter::add_input`].
+    pub fn without_inputs(old: &'a Graph) -> Rewriter<'a> {
+        let mut new = Graph::new(&old.name);
+        for (_, blob) in old.blobs() {
+            let _ = new.add_blob(&blob.name, blob.tensor.clone());
+        }
+        Rewriter { old, new, map: vec![None; old.len()] }
+    }
+
+    /// Adds an input named `name` of old value `old`'s type, and maps `old` to it.
+    pub fn add_input(&mut self, old: Value, name: &str) -> Result<Value, GraphError> {
+        let new = self.new.add_input(name, self.old.ty(old).clone())?;
+        self.set(old, new);
+        Ok(new)
+    }
+
     /// The new value an old one maps to. Passes map every value before its uses, so a miss
     /// is a bug in the pass.
     pub fn get(&self, old: Value) -> Value {

@@ -12,8 +12,8 @@
 //! Two modes choose the lowering ([`Mode`]): the native plan's (the default: the ops a
 //! library kernel runs whole are kept by decomposition, and recovery puts back the ones it
 //! recognizes in prims) and the reference plan's (every op down to prims, nothing recovered:
-//! the oracle's lowering). A new rung (the partitioner's split, next) is one entry in
-//! [`RUNGS`], one field of [`Lowering`] and one arm of `Lowering::step`.
+//! the oracle's lowering). A new rung is one entry in [`RUNGS`], one field of [`Lowering`]
+//! and one arm of `Lowering::step`.
 //!
 //! The `joint` rung is optional: given a [`Differentiate`] (a loss output and the inputs to
 //! differentiate; [`lower_with`]), it is the prims graph with the loss's gradients as extra
@@ -21,10 +21,15 @@
 //! pass is simplified, recovered, fused and compiled like any graph. Without one (what
 //! [`lower`] and compiled plans do) it is skipped and the rungs below lower the prims graph.
 //! [`dump`] at `joint` differentiates the first output with respect to every float input.
+//!
+//! The partitioner's split is not a rung: it makes two graphs of one ([`partition`]), the
+//! forward (the forward outputs and the values saved for the backward) and the backward (the
+//! gradients from the saved values, recomputing the rest). Each is an ordinary prims graph
+//! that goes down the rungs on its own; [`SPLIT_STAGES`] names them for [`dump`].
 
 use std::fmt::Write;
 
-use crate::autodiff::{AdError, Joint};
+use crate::autodiff::{AdError, Joint, Partition, PartitionOptions};
 use crate::ir::verify::Stage;
 use crate::ir::Graph;
 use crate::passes::functionalize::{Functional, OutputAlias};
@@ -120,7 +125,10 @@ impl Rung {
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     /// No rung has this name.
-    #[error("unknown stage `{0}` (stages: {stages})", stages = rung_names().collect::<Vec<_>>().join(", "))]
+    #[error(
+        "unknown stage `{0}` (stages: {stages})",
+        stages = rung_names().chain(SPLIT_STAGES).collect::<Vec<_>>().join(", ")
+    )]
     UnknownRung(String),
     /// A graph pass failed (functionalize, decompose, simplify, or the verifier after one).
     #[error(transparent)]
@@ -320,10 +328,40 @@ impl Lowering {
     }
 }
 
+/// The two graphs the partitioner makes of a joint graph ([`partition`]): stages beside the
+/// rungs, printed by [`dump`] and `ladder dump --stage forward|backward`.
+pub const SPLIT_STAGES: [&str; 2] = ["forward", "backward"];
+
+/// `g`'s joint graph for `d` (lowered in `mode` down to the joint rung), and its split into
+/// a forward and a backward graph as `options` say (`crate::autodiff::partition`), each
+/// simplified. Each half is an ordinary graph of prims: [`crate::compile`] compiles it like
+/// any other.
+pub fn partition(
+    g: &Graph,
+    mode: Mode,
+    d: &Differentiate,
+    options: &PartitionOptions,
+) -> Result<(Joint, Partition), PipelineError> {
+    let l = lower_with(g, mode, Rung::Joint, Some(d))?;
+    let joint = l.joint.ok_or(PipelineError::NoLoss)?;
+    let mut p = crate::autodiff::partition(&joint, options)?;
+    // Each half simplified on its own (simplifying the joint graph first could merge the
+    // loss's cotangent with a forward constant, and the split must see which is which).
+    p.forward = crate::passes::lower::simplified(&p.forward, mode.keep())?;
+    p.backward = crate::passes::lower::simplified(&p.backward, mode.keep())?;
+    Ok((joint, p))
+}
+
 /// The text of rung `stage` of `g` lowered in `mode`; runs the passes only as far as that
 /// rung. At `joint`, the first output is differentiated with respect to every float input
 /// ([`Differentiate::first_output`]).
 pub fn dump(g: &Graph, mode: Mode, stage: &str, options: &PrintOptions) -> Result<String, PipelineError> {
+    if SPLIT_STAGES.contains(&stage) {
+        let d = Differentiate::first_output(g).ok_or(PipelineError::NoLoss)?;
+        let (_, p) = partition(g, mode, &d, &PartitionOptions::default())?;
+        let half = if stage == "forward" { &p.forward } else { &p.backward };
+        return Ok(crate::text::print_with(half, options));
+    }
     let rung = Rung::from_name(stage)?;
     let differentiate = if rung == Rung::Joint { Differentiate::first_output(g) } else { None };
     if rung == Rung::Joint && differentiate.is_none() {

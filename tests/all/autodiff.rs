@@ -572,3 +572,29 @@ fn huge_constants_make_a_graph_unfit_for_differences() {
     let result = ladder::numerics::grad::check_random_graph(&bytes);
     assert!(matches!(result, Ok(None)), "{:?}", result.map(|c| c.map(|c| c.compared)));
 }
+
+/// Found by the `grad` fuzz target: `rem(x0, 1e-40)` is a sawtooth of period `1e-40`, so its
+/// derivative is 1 where every central difference (a step of `1e-5`) averages it to 0. Graphs
+/// with non-zero float constants below `MIN_CONSTANT` are not checkable by differences either.
+#[test]
+fn tiny_constants_make_a_graph_unfit_for_differences() {
+    let bytes = [0x03, 0x00, 0x00, 0x09, 0x5b, 0x5e, 0x01, 0x41, 0x23, 0x2b, 0x7a, 0x6b, 0x08];
+    let result = ladder::numerics::grad::check_random_graph(&bytes);
+    assert!(matches!(result, Ok(None)), "{:?}", result.map(|c| c.map(|c| c.compared)));
+}
+
+/// The `grad` fuzz target's corpus (`fuzz/corpus/grad`: seeds and the cases campaigns
+/// found), each a graph that checks or is reported unfit, never a defect.
+#[test]
+fn the_grad_corpus_passes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/grad");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    assert!(paths.len() >= 2, "{} corpus files", paths.len());
+    for path in paths {
+        let data = std::fs::read(&path).unwrap();
+        if let Err(e) = ladder::numerics::grad::check_random_graph(&data) {
+            panic!("{}: {e}", path.display());
+        }
+    }
+}

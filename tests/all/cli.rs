@@ -487,6 +487,42 @@ fn dump_joint_differentiates_a_loss() {
     fails(&["dump", m, "--stage", "prims", "--wrt", "x"], &["--loss and --wrt go with --stage joint"]);
 }
 
+#[test]
+fn dump_forward_and_backward_split_the_joint_graph() {
+    let dir = scratch("dump_split");
+    let model = dir.join("m.lad");
+    std::fs::write(
+        &model,
+        "graph g(%x: f32[4, 8], %w: f32[16, 8], %v: f32[2, 16]) {\n  %h = linear(%x, %w)\n  %a = gelu(%h)\n  \
+         %y = linear(%a, %v)\n  %l = mean(%y)\n  return %l\n}\n",
+    )
+    .unwrap();
+    let m = s(&model);
+    let forward = ok(&["dump", m, "--stage", "forward"]);
+    let ret = forward.lines().find(|l| l.trim_start().starts_with("return")).unwrap();
+    assert!(ret.contains("%l") && ret.contains("as saved_"), "{forward}");
+    ladder::text::parse(&forward).unwrap_or_else(|e| panic!("{e}\n{forward}"));
+    let backward = ok(&["dump", m, "--stage", "backward", "--wrt", "w,v"]);
+    let b = ladder::text::parse(&backward).unwrap_or_else(|e| panic!("{e}\n{backward}"));
+    let outputs: Vec<&str> = b.outputs().iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(outputs, ["grad_w", "grad_v"], "{backward}");
+    // The minimum cut keeps gelu's input and recomputes the gelu; save-all keeps both.
+    let explain = ok(&["dump", m, "--stage", "backward", "--explain"]);
+    assert!(explain.contains("; partition (min-cut)") && explain.contains("; saved saved_h"), "{explain}");
+    assert!(explain.contains("; recomputed:"), "{explain}");
+    let all = ok(&["dump", m, "--stage", "forward", "--partition", "save-all", "--explain"]);
+    assert!(all.contains("; partition (save-all)") && !all.contains("; recomputed:"), "{all}");
+    let dot = ok(&["dump", m, "--stage", "backward", "--format", "dot"]);
+    assert!(dot.starts_with("digraph") && dot.contains("grad_w"), "{dot}");
+    fails(&["dump", m, "--stage", "forward", "--save", "nope"], &["no value named `nope`"]);
+    fails(
+        &["dump", m, "--stage", "joint", "--partition", "save-all"],
+        &["--partition, --save and --recompute go with"],
+    );
+    fails(&["dump", m, "--stage", "forward", "--partition", "most"], &["most"]);
+    fails(&["dump", m, "--stage", "backward", "--clif"], &["--clif does not go with --stage backward"]);
+}
+
 /// The README's autodiff example is what the binary prints.
 #[test]
 fn readme_joint_example_is_current() {

@@ -66,6 +66,7 @@ mod ops_nn;
 mod ops_norm;
 mod ops_reduce;
 mod ops_shape;
+mod partition;
 mod pool_kernel;
 mod real_models;
 mod recover;

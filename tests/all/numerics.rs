@@ -432,6 +432,25 @@ fn write_fuzz_corpus() {
     }
 }
 
+/// The `decomp` fuzz target's check over its whole corpus: the seeds above and the cases
+/// campaigns found (`regress-*`), each passing.
+#[test]
+fn the_decomp_corpus_passes() {
+    let ops = high_level_ops();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decomp");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    assert!(paths.len() > SEED_CLASSES.len(), "{} corpus files", paths.len());
+    for path in paths {
+        let data = std::fs::read(&path).unwrap();
+        let Some((&first, rest)) = data.split_first() else { continue };
+        let op = ops[first as usize % ops.len()];
+        if let ladder::numerics::CaseResult::Failed(f) = ladder::numerics::check_op(op, rest) {
+            assert!(matches!(f.kind, ladder::numerics::FailureKind::NoDecomposition(_)), "{}: {f}", path.display());
+        }
+    }
+}
+
 /// Every corpus file still decodes to the op its name says and a case that shows its class
 /// (the op list order or the generator changed otherwise: rerun `write_fuzz_corpus`).
 #[test]
