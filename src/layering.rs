@@ -19,8 +19,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["pipeline", "dot"],
     // Plans and running them.
     &["runtime"],
-    // Importers and sessions over plans.
-    &["frontend", "session"],
+    // Importers, sessions and training over plans.
+    &["frontend", "session", "train"],
     // Test and benchmark support.
     &["numerics", "fuzzing", "bench"],
 ];

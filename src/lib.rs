@@ -85,6 +85,8 @@ pub mod session;
 #[doc(hidden)]
 pub mod tensor;
 pub mod text;
+#[doc(hidden)]
+pub mod train;
 
 pub use builder::GraphBuilder;
 pub use frontend::onnx::ImportOptions;

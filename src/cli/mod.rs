@@ -13,6 +13,7 @@ mod npy;
 mod ops;
 mod progress;
 mod run;
+mod train;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -67,6 +68,9 @@ enum Command {
     /// Time the built-in workloads (W0–W7, W9) or a model against floors measured in the same run,
     /// or (`--compile`) how compile time grows with graph size.
     Bench(bench::BenchArgs),
+    /// Train a built-in model on synthetic data (forward, backward and optimizer as compiled
+    /// plans), one line per epoch.
+    Train(train::TrainArgs),
 }
 
 /// Why a command failed. Every variant prints as one clear message.
@@ -174,6 +178,7 @@ pub fn main() -> ExitCode {
         Command::Info(args) => info::info(&args, &mut out),
         Command::Conformance(args) => conformance::conformance(&args, &mut out),
         Command::Bench(args) => bench::bench(&args, &mut out),
+        Command::Train(args) => train::train(&args, &mut out),
     }
     .and_then(|()| out.flush().map_err(Error::Stdout));
     match result {

@@ -523,6 +523,21 @@ fn dump_forward_and_backward_split_the_joint_graph() {
     fails(&["dump", m, "--stage", "backward", "--clif"], &["--clif does not go with --stage backward"]);
 }
 
+#[test]
+fn train_prints_an_epoch_line_and_the_loss_falls() {
+    let out = ok(&["train", "--epochs", "3", "--steps", "15"]);
+    let epochs: Vec<&str> = out.lines().filter(|l| l.starts_with("epoch ")).collect();
+    assert_eq!(epochs.len(), 3, "{out}");
+    assert!(out.contains("saved between forward and backward (min-cut)"), "{out}");
+    let last = out.lines().last().unwrap();
+    let losses: Vec<f64> =
+        last.split_whitespace().filter_map(|w| w.trim_end_matches(',').parse::<f64>().ok()).collect();
+    assert!(losses.len() == 2 && losses[1] < losses[0], "{out}");
+    let out = ok(&["train", "--optimizer", "sgd", "--partition", "save-all", "--epochs", "1", "--steps", "2"]);
+    assert!(out.contains("sgd on") && out.contains("(save-all)"), "{out}");
+    fails(&["train", "--task", "nope"], &["nope"]);
+}
+
 /// The README's autodiff example is what the binary prints.
 #[test]
 fn readme_joint_example_is_current() {

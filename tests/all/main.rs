@@ -79,3 +79,4 @@ mod sched;
 mod simplify;
 mod text_errors;
 mod text_roundtrip;
+mod train;

@@ -32,7 +32,7 @@ const LONG_FILES: &[(&str, usize)] = &[
 const PUB_MODS: &[&str] = &[
     "autodiff", "backend", "bench", "builder", "decomp", "dot", "frontend", "fuzzing", "gen", "interp", "ir", "kernel",
     "limits", "models", "numerics", "ops", "passes", "pipeline", "recover", "runtime", "sched", "session", "tensor",
-    "text",
+    "text", "train",
 ];
 
 /// The integration-test binaries, `tests/NAME/main.rs`: `all`, and `alloc` for the tests that
