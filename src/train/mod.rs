@@ -390,5 +390,5 @@ fn update_graph(
     for (name, v) in outputs {
         g.add_output(&format!("{name}.new"), v)?;
     }
-    Ok(crate::passes::eliminate_dead_code(&g).map_err(|e| TrainError::Update(e.to_string()))?)
+    crate::passes::eliminate_dead_code(&g).map_err(|e| TrainError::Update(e.to_string()))
 }
