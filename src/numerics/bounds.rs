@@ -323,21 +323,6 @@ pub(super) fn attention_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Res
         .collect())
 }
 
-fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let rank = a.len().max(b.len());
-    (0..rank)
-        .map(|i| {
-            let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-            let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
-            if da == 1 {
-                db
-            } else {
-                da
-            }
-        })
-        .collect()
-}
-
 pub(super) fn cross_entropy_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec<ElemBound>, String> {
     let e = eps(dtype);
     let node = ctx.graph.node(ctx.node);

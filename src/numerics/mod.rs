@@ -847,6 +847,11 @@ fn check_len<T>(v: &[T], r: &[f64]) -> Result<(), String> {
 }
 
 fn broadcast_numel(a: &[usize], b: &[usize]) -> usize {
+    broadcast_dims(a, b).iter().product()
+}
+
+/// The broadcast of two shapes (NumPy's rule; sizes assumed compatible).
+fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
     let rank = a.len().max(b.len());
     (0..rank)
         .map(|i| {
@@ -858,7 +863,7 @@ fn broadcast_numel(a: &[usize], b: &[usize]) -> usize {
                 da
             }
         })
-        .product()
+        .collect()
 }
 
 /// The accumulation length of one output element of a contraction.
