@@ -1,5 +1,6 @@
 //! Benchmarks: the W0–W9 workloads, their floors, and the timing loop behind `ladder bench`;
-//! the compile-time workloads C1–C4 of `ladder bench --compile` are in `compile.rs`.
+//! the compile-time workloads C1–C4 of `ladder bench --compile` are in `compile.rs`, the
+//! training steps T1–T2 of `ladder bench --train` in `train.rs`.
 //!
 //! The workloads are the ones `../shared/peers` runs on onnxruntime, XLA and tract (same
 //! names, shapes, scales and structure; activations are graph inputs, parameters are
@@ -43,12 +44,14 @@ use crate::tensor::{Tensor, TensorData};
 
 mod compile;
 mod memory;
+mod train;
 
 pub use compile::{
     compile_workload, compile_workload_names, scaling_bases, select_compile, time_compile, CompileMeasurement,
     CompileWorkload, Family, COMPILE_WORKLOADS,
 };
 pub use memory::CountingAlloc;
+pub use train::{select_train, time_train, TrainMeasurement, TRAIN_WORKLOADS};
 
 /// Every built-in workload, in order.
 pub const WORKLOADS: &[&str] = &[

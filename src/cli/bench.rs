@@ -1,6 +1,6 @@
 //! `ladder bench`: time the built-in workloads (W0–W7, W9) or a model against floors measured in
-//! the same run (see `ladder::bench`), or with `--compile` how long graphs of 1k to 100k nodes
-//! take to compile (C1–C4), as a table or as JSON.
+//! the same run (see `ladder::bench`), with `--compile` how long graphs of 1k to 100k nodes
+//! take to compile (C1–C4), or with `--train` training steps (T1–T2), as a table or as JSON.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,6 +31,14 @@ pub struct BenchArgs {
     /// not counted). All of them take a minute or two; --workload picks some.
     #[arg(long)]
     pub compile: bool,
+    /// Time training steps instead of runs: one step (forward, backward, Adam update, as
+    /// `ladder train` runs it) of T1 (an MLP, batch 64, 256→512→10) and T2 (the transformer of
+    /// `ladder train --task transformer`: 2 layers, d 128, seq 64, batch 8). Prints the median
+    /// step time, the bytes saved between forward and backward by the partitioner against
+    /// saving everything, and the heap's high-water mark during a step. PyTorch eager on the
+    /// same step: tools/bench_train_torch.py.
+    #[arg(long, conflicts_with = "compile")]
+    pub train: bool,
     /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs;
     /// with --compile: as many as fit in about 3 s after a warm-up, 3 to 10, or a single one
     /// when it takes over 2 s).
@@ -73,7 +81,10 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     let native = bench::Native { recover: !args.no_recover, pack_weights: !args.no_pack_weights };
     if args.compile {
-        return super::bench_compile::bench_compile(args, native, out);
+        return super::bench_steps::bench_compile(args, native, out);
+    }
+    if args.train {
+        return super::bench_steps::bench_train(args, out);
     }
     let threads = if args.threads.is_empty() { vec![1, 2] } else { args.threads.clone() };
     let usage = |e: bench::BenchError| Error::Usage(e.to_string());

@@ -2,7 +2,7 @@
 //! subcommand lives in its own file; `model` loads what they all work on.
 
 mod bench;
-mod bench_compile;
+mod bench_steps;
 mod check;
 mod conformance;
 mod coverage;

@@ -370,3 +370,32 @@ fn cli_times_compilation() {
         assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
     }
 }
+
+#[test]
+fn cli_times_training_steps() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let out = std::process::Command::new(exe)
+        .args(["bench", "--train", "--workload", "T1", "--threads", "1", "--runs", "3", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["workload"], "T1_train_mlp_64x256x512x10");
+    assert!(r["median_us"].as_f64().unwrap() > 0.0, "{r}");
+    // The cut keeps less than everything the backward reads, and the binary counts its heap.
+    assert!(r["saved_bytes"].as_u64().unwrap() < r["save_all_bytes"].as_u64().unwrap(), "{r}");
+    assert!(r["peak_bytes"].as_u64().is_some(), "{r}");
+    assert!(r["last_loss"].as_f64().unwrap() < r["first_loss"].as_f64().unwrap(), "{r}");
+    for bad in [
+        &["bench", "--train", "--workload", "W1"][..],
+        &["bench", "--train", "--compile"],
+        &["bench", "--train", "--backend", "interp"],
+    ] {
+        let out = std::process::Command::new(exe).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?} should be a usage error");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! `ladder bench --compile`: how long the compile workloads C1–C4 take to compile for the CPU
-//! backend (see `ladder::bench::time_compile`), with the scaling exponent of each family, as a
-//! table or as JSON.
+//! backend (see `ladder::bench::time_compile`), with the scaling exponent of each family; and
+//! `ladder bench --train`: the training steps T1–T2 (`ladder::bench::time_train`); as tables
+//! or as JSON.
 
 use std::io::Write;
 
@@ -105,6 +106,78 @@ pub fn bench_compile(args: &BenchArgs, native: bench::Native, out: &mut dyn Writ
         .map_err(Error::Stdout)?;
         writeln!(out, "heap_MB = the heap's high-water mark during one compilation (JIT code memory not counted)")
             .map_err(Error::Stdout)?;
+    }
+    Ok(())
+}
+
+pub fn bench_train(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let refuse = |what: &str| Err(Error::Arguments(format!("--train times the built-in training steps: {what}")));
+    if args.model.is_some() {
+        return refuse("it does not take a model");
+    }
+    if !args.inputs.is_empty() || !args.dims.is_empty() || args.profile || args.no_recover || args.no_pack_weights {
+        return refuse("--input, --dim, --profile, --no-recover and --no-pack-weights do not apply");
+    }
+    if args.backend.backend() != BackendKind::Cpu {
+        return refuse("it runs on the cpu backend");
+    }
+    let names = bench::select_train(&args.workloads).map_err(|e| Error::Arguments(e.to_string()))?;
+    let threads = if args.threads.is_empty() { vec![1, 2] } else { args.threads.clone() };
+    let mut results = Vec::new();
+    for name in names {
+        for &t in &threads {
+            let m =
+                super::progress::spin(&format!("{name} at {t} thread(s)"), || bench::time_train(name, t, args.runs))
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+            if !args.json {
+                if results.is_empty() {
+                    writeln!(
+                        out,
+                        "{:<34} {:>3} {:>11} {:>11} {:>12} {:>14} {:>12} {:>21}",
+                        "workload",
+                        "thr",
+                        "median_ms",
+                        "compile_ms",
+                        "saved_bytes",
+                        "save_all_bytes",
+                        "peak_bytes",
+                        "loss first -> last"
+                    )
+                    .map_err(Error::Stdout)?;
+                }
+                let peak = m.peak_bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
+                writeln!(
+                    out,
+                    "{:<34} {:>3} {:>11.2} {:>11.1} {:>12} {:>14} {:>12} {:>10.4} -> {:.4}",
+                    m.workload,
+                    m.threads,
+                    m.timing.median_us / 1e3,
+                    m.compile_ms,
+                    m.saved_bytes,
+                    m.save_all_bytes,
+                    peak,
+                    m.first_loss,
+                    m.last_loss
+                )
+                .map_err(Error::Stdout)?;
+                out.flush().map_err(Error::Stdout)?;
+            }
+            results.push(m);
+        }
+    }
+    if args.json {
+        let array: Vec<serde_json::Value> = results.iter().map(bench::TrainMeasurement::to_json).collect();
+        let text = serde_json::to_string_pretty(&array).map_err(|e| Error::Usage(e.to_string()))?;
+        writeln!(out, "{text}").map_err(Error::Stdout)?;
+    } else {
+        writeln!(
+            out,
+            "one step = forward, backward and Adam as compiled plans; saved_bytes = activations the partitioner's \
+             minimum cut keeps between forward and backward (save_all_bytes: keeping every forward value the \
+             backward reads); peak_bytes = the heap's high-water mark during a warm step above what was live \
+             before it; PyTorch eager on T2: tools/bench_train_torch.py"
+        )
+        .map_err(Error::Stdout)?;
     }
     Ok(())
 }
