@@ -155,3 +155,51 @@ pub(super) fn convert(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
 pub(super) fn unexpected(op: OpKind) -> DecompError {
     DecompError::Unsupported { op: op.name(), reason: "the derivative table routes it to the wrong rule".into() }
 }
+
+/// `gelu`, a high-level op with a hand rule: `ct * (Φ(x) + x φ(x))` (erf form) or the
+/// derivative of `x (1 + tanh u) / 2`, `u = √(2/π) (x + 0.044715 x³)` (tanh form). Derived
+/// through the decomposition instead, the accurate tail for negative `x` (a Horner polynomial
+/// and a split exponential) leaves a dozen intermediates that the backward reads: materialised
+/// tensors, not a fused pass. `tests/all/autodiff.rs` checks this rule against the derived one
+/// and against central differences.
+pub(super) fn gelu(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
+    use std::f64::consts::{FRAC_1_SQRT_2, PI};
+    use OpKind::*;
+    let (x, ct) = (v.arg(0), v.ct);
+    // Every value here is formed differently from the decomposition's (`erf(-x/√2)`, not
+    // `erf(x/√2)`; `(0.044715 x) x`, not `x²`), so simplification cannot merge the backward
+    // into the recomputed forward's interior and keep recovery from running it as a gelu.
+    let slope = if v.node.attrs.str("approximate") == "tanh" {
+        let c1 = (2.0 / PI).sqrt();
+        let w = e.binary_scalar(Mul, x, 0.044715)?;
+        let wx = e.mul(w, x)?;
+        let inner = e.binary_scalar(Add, wx, 1.0)?;
+        let u = e.mul(x, inner)?;
+        let u = e.binary_scalar(Mul, u, c1)?;
+        let t = e.unary(Tanh, u)?;
+        // 0.5 (1 + t) + 0.5 x (1 - t²) c1 (1 + 3 · 0.044715 x²)
+        let half = e.binary_scalar(Add, t, 1.0)?;
+        let half = e.binary_scalar(Mul, half, 0.5)?;
+        let t2 = e.mul(t, t)?;
+        let sech2 = rsub(e, 1.0, t2)?;
+        let du = e.binary_scalar(Mul, wx, 3.0)?;
+        let du = e.binary_scalar(Add, du, 1.0)?;
+        let du = e.binary_scalar(Mul, du, 0.5 * c1)?;
+        let r = e.mul(sech2, du)?;
+        let r = e.mul(x, r)?;
+        e.add(half, r)?
+    } else {
+        // Φ(x) = (1 - erf(-x/√2)) / 2.
+        let z = e.binary_scalar(Mul, x, -FRAC_1_SQRT_2)?;
+        let erf = e.unary(Erf, z)?;
+        let half = e.binary_scalar(Mul, erf, 0.5)?;
+        let cdf = rsub(e, 0.5, half)?;
+        let hx = e.binary_scalar(Mul, x, -0.5)?;
+        let q = e.mul(hx, x)?;
+        let pdf = e.unary(Exp, q)?;
+        let pdf = e.binary_scalar(Mul, pdf, 1.0 / (2.0 * PI).sqrt())?;
+        let xp = e.mul(x, pdf)?;
+        e.add(cdf, xp)?
+    };
+    Ok(smallvec![Some(e.mul(ct, slope)?)])
+}

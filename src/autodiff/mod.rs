@@ -15,7 +15,8 @@
 //! operand's shape), `reduce.rs` (reductions, gather and scatter) and `linalg.rs` (`matmul`,
 //! `conv`).
 //!
-//! High-level ops have no rules: their backward is derived from their decomposition. When
+//! High-level ops have no rules (but those of [`HAND_RULES`]): their backward is derived
+//! from their decomposition. When
 //! the walk meets a high-level node (a graph at the `Recovered` rung keeps some whole), it
 //! emits the node's decomposition beside it and walks back through those prims; the forward
 //! node stays, so the forward pass still runs the library kernel. A hand rule for a
@@ -111,7 +112,7 @@ impl Vjp<'_> {
 pub type VjpFn = fn(&mut Emitter, &Vjp) -> Result<Grads, DecompError>;
 
 /// The derivative rule of a prim or opaque op: the one table (see the module docs). High-level
-/// ops and sources have none.
+/// ops (but [`HAND_RULES`]) and sources have none.
 pub fn rule(op: OpKind) -> Option<VjpFn> {
     use OpKind::*;
     let f: VjpFn = match op {
@@ -141,10 +142,19 @@ pub fn rule(op: OpKind) -> Option<VjpFn> {
         ScatterAdd => reduce::scatter_add,
         Matmul => linalg::matmul,
         Conv => linalg::conv,
+        // High-level ops with a hand rule (see `HAND_RULES`).
+        Gelu => elementwise::gelu,
         _ => return None,
     };
     Some(f)
 }
+
+/// High-level ops with a hand rule in [`rule`]: faster than the rule derived from their
+/// decomposition, and checked against it (`tests/all/autodiff.rs`). When a loss is
+/// differentiated in native mode the prims rung keeps them whole, so the forward runs their
+/// library kernel and the backward their rule. All are elementwise: the partitioner may
+/// recompute them.
+pub const HAND_RULES: &[OpKind] = &[OpKind::Gelu];
 
 /// No contribution to any argument.
 fn none(_: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {

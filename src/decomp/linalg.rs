@@ -281,7 +281,10 @@ fn window_reduce(e: &mut Emitter, x: Value, axis: usize, w: &Win, op: OpKind) ->
                     .and_then(|o| o.mul(&c(w.stride as i64)))
                     .and_then(|o| o.add(&c(start + 1)))
                     .map_err(size_err)?;
-                e.slice_sym(x, axis, c(start), end, w.stride as i64)?
+                // The window count may be negative for small lengths (`min((n + 1) / 3 - 1, ..)`
+                // with ceil mode and dilation): a strided slice cannot take it.
+                e.slice_sym(x, axis, c(start), end, w.stride as i64)
+                    .map_err(|err| unsupported("pool", format!("{} windows over a symbolic length: {err}", w.out)))?
             }
         };
         acc = Some(match acc {

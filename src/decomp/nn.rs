@@ -229,10 +229,14 @@ const GELU_TAIL: [f64; 12] = [
     0.3989423629120142,
 ];
 
-/// `gelu(x) = x Φ(x)` for `x < -1`, as `-G(a) exp(-a²/2)` with `a = min(-x, 40)`.
+/// `gelu(x) = x Φ(x)` for `x < -1`, as `-G(a) exp(-a²/2)` with `a = clamp(-x, 1, 40)`.
 fn gelu_tail(e: &mut Emitter, x: Value) -> R {
     let nx = un(e, OpKind::Neg, x)?;
     let a = bin_k(e, OpKind::Min, nx, 40.0)?;
+    // The tail is taken only for x < -1 (a > 1); clamping a at 1 keeps the lanes `where`
+    // does not take finite (a = -3, at x = 3, is the pole of 3 / (a + 3)), so the
+    // derivative through the select is 0 there, not 0 · inf = NaN.
+    let a = bin_k(e, OpKind::Max, a, 1.0)?;
     // G(v) by Horner, negated (exactly) up front.
     let a3 = bin_k(e, OpKind::Add, a, 3.0)?;
     let three = k(e, 3.0, a)?;

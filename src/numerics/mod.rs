@@ -911,6 +911,8 @@ pub enum LowerError {
     NoDecomposition(String),
     /// Functionalize or decompose failed, or the result does not verify at the prims rung.
     Failed(String),
+    /// A decomposition declined the case (`DecompError::Unsupported`).
+    Declined(String),
 }
 
 /// The pipeline's lowering: `decompose(functionalize(g))`, verified at the prims rung.
@@ -920,6 +922,7 @@ pub fn lower_to_prims(g: &Graph) -> Result<Lowering, LowerError> {
     let f = crate::passes::functionalize(g).map_err(|e| LowerError::Failed(format!("functionalize: {e}")))?;
     let p = crate::passes::decompose(&f.graph).map_err(|e| match &e {
         DecomposeError::Node { error: DecompError::NoRule { .. }, .. } => LowerError::NoDecomposition(e.to_string()),
+        DecomposeError::Node { error: DecompError::Unsupported { .. }, .. } => LowerError::Declined(e.to_string()),
         _ => LowerError::Failed(format!("decompose: {e}")),
     })?;
     verify(&p, Stage::Prims).map_err(|e| LowerError::Failed(format!("the prims graph does not verify: {e}")))?;
@@ -943,6 +946,10 @@ pub enum Skip {
     NoValidCase,
     /// The high-level op itself failed on the drawn data (an index out of range, say).
     ReferenceError(String),
+    /// The decomposition declined the case with a typed refusal (`DecompError::Unsupported`:
+    /// a symbolic size it cannot express, such as a pooling window count that may be
+    /// negative for small lengths), as it does for a user's graph.
+    Declined(String),
 }
 
 impl fmt::Display for Skip {
@@ -950,6 +957,7 @@ impl fmt::Display for Skip {
         match self {
             Skip::NoValidCase => write!(f, "no valid case found in {MAX_ATTEMPTS} attempts"),
             Skip::ReferenceError(e) => write!(f, "the reference run failed: {e}"),
+            Skip::Declined(m) => write!(f, "the decomposition declined the case: {m}"),
         }
     }
 }
@@ -1070,6 +1078,7 @@ pub fn check_case(
         Ok(l) => l,
         Err(LowerError::NoDecomposition(m)) => return fail(FailureKind::NoDecomposition(m), None),
         Err(LowerError::Failed(m)) => return fail(FailureKind::Lowering(m), None),
+        Err(LowerError::Declined(m)) => return CaseResult::Skipped(Skip::Declined(m)),
     };
     let lowered_text = || Some(crate::text::print(&lowering.graph)); // only a failure prints it
     for &(input, output) in &lowering.mutations {

@@ -261,7 +261,14 @@ impl Lowering {
             Rung::Functional => self.functional = Some(crate::passes::functional(&self.parsed)?),
             Rung::Prims => {
                 let functional = self.functional.as_ref().expect("the functional rung is reached first");
-                self.prims = Some(crate::passes::lower::prims(functional, self.mode.keep())?);
+                // Differentiating in native mode, ops with a hand derivative stay whole too.
+                let keep: Vec<crate::ops::OpKind> = match (&self.differentiate, self.mode) {
+                    (Some(_), Mode::Native) => {
+                        self.mode.keep().iter().chain(crate::autodiff::HAND_RULES).copied().collect()
+                    }
+                    _ => self.mode.keep().to_vec(),
+                };
+                self.prims = Some(crate::passes::lower::prims(functional, &keep)?);
             }
             Rung::Joint => {
                 if let Some(d) = &self.differentiate {

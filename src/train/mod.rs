@@ -26,8 +26,9 @@ use crate::decomp::{DecompError, Emitter};
 use crate::ir::{DType, Graph, GraphError, Shape, TensorType, Value};
 use crate::ops::OpKind;
 use crate::pipeline::{Differentiate, Mode, PipelineError};
+use crate::runtime::Outputs;
 use crate::runtime::{compile, CompileError, CompileOptions, Plan, RunError};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorView};
 
 /// How parameters move along their gradients.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,6 +140,9 @@ enum Source {
 pub struct Trainer {
     forward: Plan,
     update: Plan,
+    /// The plans' outputs, kept between steps as buffers to write into.
+    forward_out: Outputs,
+    update_out: Outputs,
     sources: Vec<Source>,
     /// The model's inputs: which are parameters (their index into `params`), and the names.
     input_names: Vec<String>,
@@ -210,6 +214,8 @@ impl Trainer {
         Ok(Trainer {
             forward,
             update,
+            forward_out: Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() },
+            update_out: Outputs { outputs: Vec::new(), mutated_inputs: Vec::new() },
             sources,
             input_names,
             param_of_input,
@@ -225,41 +231,59 @@ impl Trainer {
     }
 
     /// One step on `data` (every non-parameter input, by name): the loss before the update.
+    /// Inputs are read where they lie (parameters, state, data and the saved values are not
+    /// copied), and each plan writes into the previous step's output buffers; the new
+    /// parameters and state swap places with the old, whose buffers the next update fills.
     pub fn step(&mut self, data: &[(&str, Tensor)]) -> Result<f64, TrainError> {
-        let mut inputs = Vec::with_capacity(self.input_names.len());
+        let mut data_of_input: Vec<Option<&Tensor>> = Vec::with_capacity(self.input_names.len());
         for (i, name) in self.input_names.iter().enumerate() {
-            let t = match self.param_of_input[i] {
-                Some(p) => self.params[p].1.clone(),
-                None => data
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, t)| t.clone())
-                    .ok_or_else(|| TrainError::Input(format!("no data for input `{name}`")))?,
-            };
-            inputs.push(t);
-        }
-        let fw = self.forward.run(&inputs)?;
-        let loss = fw.outputs[self.loss].to_f64_vec().first().copied().unwrap_or(f64::NAN);
-        self.step += 1;
-        let scalars = self.optimizer.scalars(self.step);
-        let mut update_inputs = Vec::with_capacity(self.sources.len());
-        for s in &self.sources {
-            update_inputs.push(match *s {
-                Source::Model(i) => inputs[i].clone(),
-                Source::Forward(o) => fw.outputs[o].clone(),
-                Source::State { p, k } => self.state[p][k].clone(),
-                Source::Scalar(k) => {
-                    Tensor::from_f32(&[], vec![scalars[k] as f32]).map_err(|e| TrainError::Input(e.to_string()))?
-                }
+            data_of_input.push(match self.param_of_input[i] {
+                Some(_) => None,
+                None => Some(
+                    data.iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, t)| t)
+                        .ok_or_else(|| TrainError::Input(format!("no data for input `{name}`")))?,
+                ),
             });
         }
-        let out = self.update.run(&update_inputs)?;
+        let model_input = |i: usize| -> &Tensor {
+            match self.param_of_input[i] {
+                Some(p) => &self.params[p].1,
+                None => data_of_input[i].expect("every data input was found"),
+            }
+        };
+        let views: Vec<TensorView> = (0..self.input_names.len()).map(|i| model_input(i).into()).collect();
+        self.forward.run_views_into(&views, &mut self.forward_out)?;
+        let fw = &self.forward_out.outputs;
+        let loss = fw[self.loss].to_f64_vec().first().copied().unwrap_or(f64::NAN);
+        let scalars: Vec<Tensor> = self
+            .optimizer
+            .scalars(self.step + 1)
+            .into_iter()
+            .map(|x| Tensor::from_f32(&[], vec![x as f32]))
+            .collect::<Result<_, _>>()
+            .map_err(|e| TrainError::Input(e.to_string()))?;
+        let views: Vec<TensorView> = self
+            .sources
+            .iter()
+            .map(|s| match *s {
+                Source::Model(i) => model_input(i).into(),
+                Source::Forward(o) => (&fw[o]).into(),
+                Source::State { p, k } => (&self.state[p][k]).into(),
+                Source::Scalar(k) => (&scalars[k]).into(),
+            })
+            .collect();
+        self.update.run_views_into(&views, &mut self.update_out)?;
+        drop(views);
+        self.step += 1;
         // Outputs: per parameter, its new value then its new states.
-        let mut outputs = out.outputs.into_iter();
+        let mut outputs = self.update_out.outputs.iter_mut();
+        let short = || TrainError::Update("too few update outputs".into());
         for (p, (_, value)) in self.params.iter_mut().enumerate() {
-            *value = outputs.next().ok_or_else(|| TrainError::Update("too few update outputs".into()))?;
+            std::mem::swap(value, outputs.next().ok_or_else(short)?);
             for k in 0..self.state[p].len() {
-                self.state[p][k] = outputs.next().ok_or_else(|| TrainError::Update("too few update outputs".into()))?;
+                std::mem::swap(&mut self.state[p][k], outputs.next().ok_or_else(short)?);
             }
         }
         Ok(loss)

@@ -598,3 +598,38 @@ fn the_grad_corpus_passes() {
         }
     }
 }
+
+/// `gelu`'s hand rule (`ladder::autodiff::HAND_RULES`) against the rule derived from its
+/// decomposition, in f64 over a wide range (the accurate tail included), and against central
+/// differences with the op kept whole.
+#[test]
+fn gelu_hand_rule_matches_the_derived_one() {
+    assert!(ladder::autodiff::HAND_RULES.contains(&OpKind::Gelu));
+    let xs: Vec<f64> = (-120..=120).map(|k| k as f64 / 10.0).chain([1e-3, -1e-3, 0.0, -30.0, 30.0]).collect();
+    let n = xs.len();
+    for approximate in ["none", "tanh"] {
+        let src = format!(
+            "graph g(%x: f64[{n}], %r: f64[{n}]) {{\n  %y = gelu(%x) {{approximate=\"{approximate}\"}}\n  \
+             %p = mul(%y, %r)\n  %l = sum(%p)\n  return %l\n}}"
+        );
+        let g = parse(&src);
+        let f = ladder::passes::functionalize(&g).unwrap();
+        let kept = ladder::passes::lower::prims(&f, &[OpKind::Gelu]).unwrap();
+        assert!(kept.nodes().any(|(_, n)| n.op == OpKind::Gelu));
+        let derived = ladder::passes::lower(&g).unwrap().prims;
+        let mut rng = Rng::new(3);
+        let r = rng.tensor(ladder::numerics::grad::Domain::Any, &[n]);
+        let inputs = [Tensor::from_f64_as(DType::F64, &[n], &xs).unwrap(), r];
+        let run = |prims: &Graph| {
+            let joint = grad(prims, "l", &["x"]).unwrap();
+            let out = interp::run(&joint.graph, &inputs, &Options::default()).unwrap();
+            out.outputs[joint.grad_output(0)].to_f64_vec()
+        };
+        let (hand, want) = (run(&kept), run(&derived));
+        for (i, (a, b)) in hand.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{approximate} at x = {}: hand {a}, derived {b}", xs[i]);
+        }
+    }
+    let (checked, _) = check_high_level(OpKind::Gelu, &[OpKind::Gelu], 6);
+    assert!(checked >= 6, "gelu with its hand rule: only {checked} cases checked");
+}

@@ -56,7 +56,9 @@ fn run_op(op: OpKind, lower: Option<&Lower>) -> OpReport {
                 r.passed += 1;
                 r.agreement.merge(&a);
             }
-            CaseResult::Skipped(Skip::NoValidCase) => r.no_case += 1,
+            // A declined symbolic case counts as no case: the generator's draw was not one
+            // the decomposition takes.
+            CaseResult::Skipped(Skip::NoValidCase | Skip::Declined(_)) => r.no_case += 1,
             CaseResult::Skipped(Skip::ReferenceError(_)) => r.reference_errors += 1,
             CaseResult::Failed(f) => {
                 r.failure = Some(f);
@@ -462,5 +464,24 @@ fn fuzz_corpus_seeds_show_their_class() {
         assert_eq!(ops[data[0] as usize % ops.len()], op, "{name}");
         let case = generate_case(op, &data[1..]).unwrap_or_else(|| panic!("{name}: no case"));
         assert!(shows(&case), "{name}: the case no longer shows its class");
+    }
+}
+
+/// Found by the `decomp` fuzz target: `max_pool2d {kernel=[1, 3], dilation=[1, 3],
+/// ceil_mode=true}` over a symbolic length has `min((seq + 1) / 3 - 1, (seq + 2) / 3)` windows,
+/// negative for `seq < 2`; the strided slice of each tap cannot take that length, and the
+/// decomposition declines the case with a typed error instead of failing to build a slice.
+#[test]
+fn a_pool_over_a_length_it_cannot_slice_is_declined() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decomp/regress-pool-symbolic-window-count");
+    let bytes = std::fs::read(path).unwrap();
+    let ops = high_level_ops();
+    let op = ops[bytes[0] as usize % ops.len()];
+    assert_eq!(op, OpKind::MaxPool2d);
+    match check_op(op, &bytes[1..]) {
+        CaseResult::Skipped(Skip::Declined(m)) => assert!(m.contains("windows over a symbolic length"), "{m}"),
+        CaseResult::Failed(f) => panic!("{f}"),
+        _ => panic!("the case was not declined"),
     }
 }
