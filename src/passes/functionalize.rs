@@ -323,7 +323,13 @@ impl State<'_> {
             }
             Expand | BroadcastInDim => {
                 let old = self.rw.old;
-                if self.rw.ty(child).shape.numel().ok() == pty.shape.numel().ok() && pty.shape.as_static().is_some() {
+                if self.rw.ty(child).shape == pty.shape {
+                    // An expansion to the same shape (`expand {shape=[-1]}` of `[seq]`) is the
+                    // identity: the write lands as it is.
+                    child
+                } else if self.rw.ty(child).shape.numel().ok() == pty.shape.numel().ok()
+                    && pty.shape.as_static().is_some()
+                {
                     self.rw.emit_with(Reshape, &[child], &[("shape", parent_dims)])?
                 } else {
                     return Err(FunctionalizeError::WriteThroughBroadcast {

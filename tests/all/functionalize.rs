@@ -113,3 +113,25 @@ fn functional_forms_list_what_functionalize_emits() {
         assert!(!functional_forms(op).is_empty());
     }
 }
+
+/// Found by the `grad` fuzz target: an `expand` to the shape it already has (`[-1]` of
+/// `[seq]`) is the identity, so a write through it lands as it is: not refused as a write
+/// through a broadcast.
+#[test]
+fn a_write_through_an_identity_expand_functionalizes() {
+    let src = "graph g(%x0: f64[seq]) {\n  %1 = hardsigmoid(%x0)\n  %2 = expand(%1) {shape=[-1]}\n  \
+               %3 = copy_(%2, %2)\n  return %3, %1\n}";
+    let g = ladder::text::parse(src).unwrap();
+    let f = functionalize(&g).unwrap_or_else(|e| panic!("{e}"));
+    verify(&f.graph, Stage::Functional).unwrap();
+    let x = Tensor::from_f64_as(ladder::DType::F64, &[4], &[-4.0, -1.0, 0.5, 3.5]).unwrap();
+    let want = run(&g, std::slice::from_ref(&x), &Options::default()).unwrap();
+    let got = run(&f.graph, &[x], &Options::default()).unwrap();
+    for (w, o) in want.outputs.iter().zip(&got.outputs) {
+        assert!(same(w, o), "{w} vs {o}\n{}", print(&f.graph));
+    }
+    // An expansion that broadcasts is still refused.
+    let src = "graph g(%x0: f64[1]) {\n  %e = expand(%x0) {shape=[3]}\n  %c = copy_(%e, %e)\n  return %c\n}";
+    let g = ladder::text::parse(src).unwrap();
+    assert!(matches!(functionalize(&g), Err(ladder::passes::FunctionalizeError::WriteThroughBroadcast { .. })));
+}
