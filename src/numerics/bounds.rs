@@ -1,5 +1,6 @@
 //! Element bounds of the ops whose error analysis is more than a line: the norms, batch
-//! norm, `lstm`, attention and `cross_entropy` (see NUMERICS.md for each derivation).
+//! norm, `lstm`, attention and `cross_entropy` (see NUMERICS.md for each derivation), and the
+//! lengths of the dot products and pooling windows the bounds scale with.
 
 use super::*;
 
@@ -384,4 +385,29 @@ pub(super) fn cross_entropy_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) ->
             Ok(r.iter().map(|&rv| ElemBound::new(b + 2.0 * e * rv.abs(), in_range)).collect())
         }
     }
+}
+
+/// The accumulation length of one output element of a contraction.
+pub(super) fn dot_length(op: OpKind, ctx: &CompareCtx) -> Result<usize, String> {
+    let node = ctx.graph.node(ctx.node);
+    let shape = |i: usize| arg_tensor(ctx, i).map(|t| t.shape().to_vec());
+    let last = |s: &[usize], k: usize| s.get(s.len().wrapping_sub(k)).copied().unwrap_or(0);
+    Ok(match op {
+        OpKind::Bmm => last(&shape(0)?, 1),
+        OpKind::Linear => last(&shape(0)?, 1) + usize::from(arg_count(ctx) > 2),
+        OpKind::Addmm => last(&shape(1)?, 1) + 1,
+        OpKind::Matmul => last(&shape(0)?, if node.attrs.bool("transpose_a") { 2 } else { 1 }),
+        OpKind::Conv2d => shape(1)?.iter().skip(1).product::<usize>() + usize::from(arg_count(ctx) > 2),
+        _ => shape(1)?.iter().skip(1).product::<usize>(),
+    })
+}
+
+/// The window size of one output element of a pool.
+pub(super) fn pool_length(op: OpKind, ctx: &CompareCtx) -> Result<usize, String> {
+    let node = ctx.graph.node(ctx.node);
+    if op == OpKind::AvgPool2d {
+        return Ok(node.attrs.ints("kernel").iter().map(|k| k.unsigned_abs() as usize).product());
+    }
+    let s = arg_tensor(ctx, 0)?.shape().to_vec();
+    Ok(s.iter().rev().take(2).product())
 }

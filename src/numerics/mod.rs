@@ -39,7 +39,9 @@ use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use crate::ops::util::{normalize_axes, normalize_axis, ravel, unravel};
 use crate::ops::{all_specs, Arity, OpKind, Rung};
 use crate::tensor::{Tensor, TensorData};
-use bounds::{attention_bounds, batch_norm_bounds, cross_entropy_bounds, lstm_bounds, norm_bounds};
+use bounds::{
+    attention_bounds, batch_norm_bounds, cross_entropy_bounds, dot_length, lstm_bounds, norm_bounds, pool_length,
+};
 
 // =============================================================================================
 // The tolerance table
@@ -864,31 +866,6 @@ fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
             }
         })
         .collect()
-}
-
-/// The accumulation length of one output element of a contraction.
-fn dot_length(op: OpKind, ctx: &CompareCtx) -> Result<usize, String> {
-    let node = ctx.graph.node(ctx.node);
-    let shape = |i: usize| arg_tensor(ctx, i).map(|t| t.shape().to_vec());
-    let last = |s: &[usize], k: usize| s.get(s.len().wrapping_sub(k)).copied().unwrap_or(0);
-    Ok(match op {
-        OpKind::Bmm => last(&shape(0)?, 1),
-        OpKind::Linear => last(&shape(0)?, 1) + usize::from(arg_count(ctx) > 2),
-        OpKind::Addmm => last(&shape(1)?, 1) + 1,
-        OpKind::Matmul => last(&shape(0)?, if node.attrs.bool("transpose_a") { 2 } else { 1 }),
-        OpKind::Conv2d => shape(1)?.iter().skip(1).product::<usize>() + usize::from(arg_count(ctx) > 2),
-        _ => shape(1)?.iter().skip(1).product::<usize>(),
-    })
-}
-
-/// The window size of one output element of a pool.
-fn pool_length(op: OpKind, ctx: &CompareCtx) -> Result<usize, String> {
-    let node = ctx.graph.node(ctx.node);
-    if op == OpKind::AvgPool2d {
-        return Ok(node.attrs.ints("kernel").iter().map(|k| k.unsigned_abs() as usize).product());
-    }
-    let s = arg_tensor(ctx, 0)?.shape().to_vec();
-    Ok(s.iter().rev().take(2).product())
 }
 
 // =============================================================================================

@@ -432,7 +432,7 @@ fn readme_text_form_examples_parse() {
         ladder::text::parse(graph_text).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{graph_text}"));
         found += 1;
     }
-    assert_eq!(found, 2, "README has two graph examples");
+    assert_eq!(found, 3, "README has three graph examples");
 }
 
 #[test]
