@@ -739,9 +739,13 @@ fn element_bounds(
                 precise_run_mapped(ctx.graph, ctx.inputs, &|_, v| finite_abs(v))?
             };
             check_len(&range, r)?;
+            // addmm's product is rounded before `alpha` scales it: where it is subnormal its
+            // rounding is absolute (`tiny eps` a step), and `alpha` scales that too.
+            let scaled_floor =
+                if op == OpKind::Addmm { (n + extra) * attrs.float("alpha").abs() * tiny(dtype) * e } else { 0.0 };
             Ok(s.iter()
                 .zip(&range)
-                .map(|(&s, &big)| ElemBound::new((n + extra) * e * s, big * widen <= maxf))
+                .map(|(&s, &big)| ElemBound::new((n + extra) * e * s + scaled_floor, big * widen <= maxf))
                 .collect())
         }
         Prod => {
