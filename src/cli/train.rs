@@ -26,6 +26,7 @@ pub struct TrainArgs {
     /// SGD's momentum.
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f64,
+    /// Epochs: each is --steps batches and prints one line (mean loss, time per step).
     #[arg(long, default_value_t = 5)]
     pub epochs: u64,
     /// Steps (batches) per epoch.
