@@ -78,7 +78,8 @@ pub(super) fn norm_bounds(
                 + 2.0 * small * e * ((v - s.mean).abs() + rs + wj.abs());
             // An infinite weight times an `x̂` whose sign rounding decides (0 in the reference,
             // `±tiny` computed) is NaN or ±inf: either is the op's value to within rounding.
-            let sign_unknown = !wj.is_finite() && xhat.abs() <= err_xhat;
+            // (Below the smallest subnormal, `tiny eps`, `x̂` may round to zero itself.)
+            let sign_unknown = !wj.is_finite() && xhat.abs() <= err_xhat + small * e;
             out[flat] = ElemBound::new(abs, in_range(16.0) && rho < 0.25 && !sign_unknown);
         }
     }

@@ -29,7 +29,7 @@ use std::fmt;
 use crate::autodiff::{grad, partition, AdError, Costs, Joint, PartitionOptions, Policy};
 use crate::decomp::Emitter;
 use crate::interp::{self, Options};
-use crate::ir::{DType, Graph, TensorType, Value};
+use crate::ir::{AttrValue, DType, Graph, TensorType, Value};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
 
@@ -409,12 +409,18 @@ pub const MAX_CONSTANT: f64 = 1e4;
 pub const MIN_CONSTANT: f64 = 1.0 / MAX_CONSTANT;
 
 /// Whether every float constant of `g` (blob data and `full` values) is finite, within
-/// [`MAX_CONSTANT`], and zero or at least [`MIN_CONSTANT`].
+/// [`MAX_CONSTANT`], and zero or at least [`MIN_CONSTANT`], and no float attribute finite and
+/// past [`MAX_CONSTANT`] (an infinite one makes the values it scales infinite: unfit already).
 fn smooth_constants(g: &Graph) -> bool {
     let fits = |x: f64| x.is_finite() && x.abs() <= MAX_CONSTANT && (x == 0.0 || x.abs() >= MIN_CONSTANT);
     let blobs = g.blobs().all(|(_, b)| !b.tensor.dtype().is_float() || b.tensor.to_f64_vec().into_iter().all(fits));
     let fulls = g.nodes().all(|(_, n)| n.op != OpKind::Full || !n.ty.dtype.is_float() || fits(n.attrs.float("value")));
-    blobs && fulls
+    // Float attributes scale data as constants do (`leaky_relu {negative_slope=1e30}`); small
+    // ones (an `eps`) are ordinary.
+    let attrs = g.nodes().all(|(_, n)| {
+        n.attrs.iter().all(|(_, a)| !matches!(a, AttrValue::Float(x) if x.is_finite() && x.abs() > MAX_CONSTANT))
+    });
+    blobs && fulls && attrs
 }
 
 /// The fuzz target's check (`fuzz/fuzz_targets/grad.rs`): a random graph from `bytes`
