@@ -183,7 +183,9 @@ pub(super) fn lstm_bounds(ctx: &CompareCtx, r: &[f64]) -> Result<Vec<ElemBound>,
                 let sg = |n: usize| {
                     let (g, err) = (gv[n * hd + j], ge[n * hd + j]);
                     let v = crate::ops::nn::sigmoid(g);
-                    (v, dsig(nearest0(g, err)) * err + 4.0 * e * v)
+                    // Plus `tiny`: σ of a very negative gate underflows (`σ(-133)` is 1e-58,
+                    // 0 in f32), which a huge state it multiplies (`f c` with c = 1e30) shows.
+                    (v, dsig(nearest0(g, err)) * err + 4.0 * e * v + tiny_c)
                 };
                 let ((i, ei), (o, eo), (f, ef)) = (sg(0), sg(1), sg(2));
                 let (gc, egc) = (gv[3 * hd + j], ge[3 * hd + j]);
