@@ -1,6 +1,6 @@
 //! Element bounds of the ops whose error analysis is more than a line: the norms, batch
 //! norm, `lstm`, attention and `cross_entropy` (see NUMERICS.md for each derivation), and the
-//! lengths of the dot products and pooling windows the bounds scale with.
+//! lengths of the dot products, pooling windows and broadcasts the bounds scale with.
 
 use super::*;
 
@@ -416,4 +416,24 @@ pub(super) fn pool_length(op: OpKind, ctx: &CompareCtx) -> Result<usize, String>
     }
     let s = arg_tensor(ctx, 0)?.shape().to_vec();
     Ok(s.iter().rev().take(2).product())
+}
+
+pub(super) fn broadcast_numel(a: &[usize], b: &[usize]) -> usize {
+    broadcast_dims(a, b).iter().product()
+}
+
+/// The broadcast of two shapes (NumPy's rule; sizes assumed compatible).
+pub(super) fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let rank = a.len().max(b.len());
+    (0..rank)
+        .map(|i| {
+            let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+            let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+            if da == 1 {
+                db
+            } else {
+                da
+            }
+        })
+        .collect()
 }

@@ -40,7 +40,8 @@ use crate::ops::util::{normalize_axes, normalize_axis, ravel, unravel};
 use crate::ops::{all_specs, Arity, OpKind, Rung};
 use crate::tensor::{Tensor, TensorData};
 use bounds::{
-    attention_bounds, batch_norm_bounds, cross_entropy_bounds, dot_length, lstm_bounds, norm_bounds, pool_length,
+    attention_bounds, batch_norm_bounds, broadcast_numel, cross_entropy_bounds, dot_length, lstm_bounds, norm_bounds,
+    pool_length,
 };
 
 // =============================================================================================
@@ -850,26 +851,6 @@ fn check_len<T>(v: &[T], r: &[f64]) -> Result<(), String> {
     } else {
         Err(format!("auxiliary result has {} elements, the reference {}", v.len(), r.len()))
     }
-}
-
-fn broadcast_numel(a: &[usize], b: &[usize]) -> usize {
-    broadcast_dims(a, b).iter().product()
-}
-
-/// The broadcast of two shapes (NumPy's rule; sizes assumed compatible).
-fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let rank = a.len().max(b.len());
-    (0..rank)
-        .map(|i| {
-            let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-            let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
-            if da == 1 {
-                db
-            } else {
-                da
-            }
-        })
-        .collect()
 }
 
 // =============================================================================================
