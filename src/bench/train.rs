@@ -37,6 +37,7 @@ pub struct TrainMeasurement {
 }
 
 impl TrainMeasurement {
+    #[cfg(feature = "cli")]
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "workload": self.workload,
