@@ -96,3 +96,42 @@ pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
         ..Default::default()
     }
 }
+
+/// The byte mutations the fuzz-seed tests share, chosen by `kind`: 0 flips a bit, 1
+/// truncates, 2 deletes up to `max_delete` bytes, 3 splices in up to `max_splice` bytes of
+/// another seed. Returns whether it mutated (never for other kinds, nor for 0 and 2 on empty
+/// data), so that a caller's own kinds follow.
+pub fn shared_mutation(
+    rng: &mut ladder::models::Rng,
+    data: &mut Vec<u8>,
+    seeds: &[(String, Vec<u8>)],
+    kind: u64,
+    max_delete: u64,
+    max_splice: u64,
+) -> bool {
+    let pos = |rng: &mut ladder::models::Rng, len: usize| rng.below(len as u64 + 1) as usize;
+    match kind {
+        0 if !data.is_empty() => {
+            let i = pos(rng, data.len() - 1);
+            data[i] ^= 1 << rng.below(8);
+        }
+        1 => {
+            let i = pos(rng, data.len());
+            data.truncate(i);
+        }
+        2 if !data.is_empty() => {
+            let a = pos(rng, data.len());
+            let b = (a + 1 + rng.below(max_delete) as usize).min(data.len());
+            data.drain(a..b);
+        }
+        3 => {
+            let other = &seeds[rng.below(seeds.len() as u64) as usize].1;
+            let a = pos(rng, other.len());
+            let b = (a + rng.below(max_splice) as usize).min(other.len());
+            let at = pos(rng, data.len());
+            data.splice(at..at, other[a..b].iter().copied());
+        }
+        _ => return false,
+    }
+    true
+}

@@ -130,31 +130,11 @@ fn strip_annotations(data: &[u8]) -> Vec<u8> {
 fn mutate(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[(String, Vec<u8>)], dict: &Dictionary) {
     let pos = |rng: &mut Rng, len: usize| rng.below(len as u64 + 1) as usize;
     let pick = |rng: &mut Rng, words: &[&'static str]| words[rng.below(words.len() as u64) as usize];
-    match rng.below(10) {
-        // Flip a bit.
-        0 if !data.is_empty() => {
-            let i = pos(rng, data.len() - 1);
-            data[i] ^= 1 << rng.below(8);
-        }
-        // Truncate.
-        1 => {
-            let i = pos(rng, data.len());
-            data.truncate(i);
-        }
-        // Delete a range.
-        2 if !data.is_empty() => {
-            let a = pos(rng, data.len());
-            let b = (a + 1 + rng.below(16) as usize).min(data.len());
-            data.drain(a..b);
-        }
-        // Splice in part of another seed.
-        3 => {
-            let other = &seeds[rng.below(seeds.len() as u64) as usize].1;
-            let a = pos(rng, other.len());
-            let b = (a + rng.below(64) as usize).min(other.len());
-            let at = pos(rng, data.len());
-            data.splice(at..at, other[a..b].iter().copied());
-        }
+    let kind = rng.below(10);
+    if super::common::shared_mutation(rng, data, seeds, kind, 16, 64) {
+        return;
+    }
+    match kind {
         // Insert a raw token.
         4 => {
             let at = pos(rng, data.len());

@@ -35,27 +35,11 @@ fn seeds_pass_the_checks() {
 /// values so that lengths, dims and counts take extreme values.
 fn mutate(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[(String, Vec<u8>)]) {
     let pos = |rng: &mut Rng, len: usize| rng.below(len as u64 + 1) as usize;
-    match rng.below(7) {
-        0 if !data.is_empty() => {
-            let i = pos(rng, data.len() - 1);
-            data[i] ^= 1 << rng.below(8);
-        }
-        1 => {
-            let i = pos(rng, data.len());
-            data.truncate(i);
-        }
-        2 if !data.is_empty() => {
-            let a = pos(rng, data.len());
-            let b = (a + 1 + rng.below(8) as usize).min(data.len());
-            data.drain(a..b);
-        }
-        3 => {
-            let other = &seeds[rng.below(seeds.len() as u64) as usize].1;
-            let a = pos(rng, other.len());
-            let b = (a + rng.below(64) as usize).min(other.len());
-            let at = pos(rng, data.len());
-            data.splice(at..at, other[a..b].iter().copied());
-        }
+    let kind = rng.below(7);
+    if super::common::shared_mutation(rng, data, seeds, kind, 8, 64) {
+        return;
+    }
+    match kind {
         4 if !data.is_empty() => {
             // Overwrite a byte with a varint edge value.
             let edges: [&[u8]; 6] = [
