@@ -549,6 +549,8 @@ struct Evaluated {
     saved: Vec<bool>,
     computed: Vec<Value>,
     reads: Vec<bool>,
+    /// What the forward computes (its outputs' and the saved values' ancestors).
+    in_forward: Vec<bool>,
     again: Vec<Value>,
     costs: Costs,
 }
@@ -563,9 +565,9 @@ pub fn partition(joint: &Joint, options: &PartitionOptions) -> Result<Partition,
         let in_forward = forward_values(joint, &facts, &saved, &reads);
         let again = recomputed(&facts, &computed, &in_forward);
         let costs = costs(&facts, &saved, &again, &reads);
-        Ok(Evaluated { saved, computed, reads, again, costs })
+        Ok(Evaluated { saved, computed, reads, in_forward, again, costs })
     };
-    let Evaluated { saved, computed, reads, again, costs: chosen } = evaluate(options.policy)?;
+    let Evaluated { saved, computed, reads, in_forward, again, costs: chosen } = evaluate(options.policy)?;
     let save_all = evaluate(Policy::SaveAll)?.costs;
     let recompute_all = evaluate(Policy::RecomputeAll)?.costs;
     let must: HashSet<&str> = options.must_save.iter().map(String::as_str).collect();
@@ -605,7 +607,7 @@ pub fn partition(joint: &Joint, options: &PartitionOptions) -> Result<Partition,
     }
 
     bind_symbols(&facts, &mut list, &computed);
-    let forward = forward_graph(joint, &list)?;
+    let forward = forward_graph(joint, &list, &in_forward)?;
     let backward = backward_graph(joint, &list, &computed)?;
     let stage = if verify(g, Stage::Prims).is_ok() { Stage::Prims } else { Stage::Recovered };
     verify(&forward, stage).map_err(AdError::Invalid)?;
@@ -687,26 +689,12 @@ fn frontier(facts: &Facts, v: Value) -> (Vec<String>, u64) {
 }
 
 /// The forward graph: the joint graph's forward outputs and the saved values that are not
-/// inputs, computed from the inputs.
-fn forward_graph(joint: &Joint, saved: &[Saved]) -> Result<Graph, AdError> {
+/// inputs, computed from the inputs; `live` is what it computes (`forward_values`).
+fn forward_graph(joint: &Joint, saved: &[Saved], live: &[bool]) -> Result<Graph, AdError> {
     let g = &joint.graph;
     let mut rw = Rewriter::new(g);
     rw.new.name = format!("{}_forward", g.name);
-    let mut live = vec![false; g.len()];
-    for o in &g.outputs()[..joint.n_forward] {
-        live[o.value.index()] = true;
-    }
-    for s in saved {
-        live[s.value.index()] = true;
-    }
     let values: Vec<Value> = g.values().collect();
-    for &v in values.iter().rev() {
-        if live[v.index()] {
-            for &a in &g.node(v).args {
-                live[a.index()] = true;
-            }
-        }
-    }
     for &v in &values {
         if live[v.index()] && g.node(v).op != OpKind::Input {
             rw.copy(v)?;
