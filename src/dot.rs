@@ -241,6 +241,9 @@ pub fn program_to_dot_with(p: &Program, options: &DotOptions) -> String {
                     format!("stride={:?} padding={:?}", c.stride, c.padding),
                     format!("dilation={:?} groups={}", c.dilation, c.groups),
                 ];
+                if let Some(pool) = &c.pool {
+                    lines.push(format!("then {pool}"));
+                }
                 if let Some(post) = &c.post {
                     lines.push(format!("then {post}"));
                 }

@@ -33,10 +33,9 @@ use half::{bf16, f16};
 
 use super::{Accumulator, BufferId, BufferKind, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Step, Var};
 use crate::interp::{
-    self, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, EvalCtx, EvalError, InterpError,
-    View,
+    self, float_to_int_as, int_cmp, int_limits, int_to_f64, round_float, wrap_int, EvalError, InterpError,
 };
-use crate::ir::{AttrValue, Attrs, DType, Dim, DimError, Graph, TensorType};
+use crate::ir::{DType, Dim, DimError, Graph};
 use crate::ops::elementwise::{binary_float, binary_int, unary_float, unary_int};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData, TensorView};
@@ -885,103 +884,10 @@ pub fn run_kernel(k: &PreparedKernel, dims: &[i64], mem: &mut dyn Memory, s: &mu
 }
 
 // ---------------------------------------------------------------------------------------------
-// Library calls and graph breaks
+// Library calls (their meanings: `super::calls`)
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `kind` (matmul or conv) with `attrs` through the interpreter's implementation.
-pub fn eval_library(
-    kind: OpKind,
-    attrs: &Attrs,
-    args: &[&Tensor],
-    out_dtype: DType,
-    out_shape: &[usize],
-) -> Result<Tensor, EvalError> {
-    eval_library_with(kind, attrs, args, out_dtype, out_shape, Default::default())
-}
-
-/// [`eval_library`] with the run's size symbols (for ops whose attributes are sizes).
-pub fn eval_library_with(
-    kind: OpKind,
-    attrs: &Attrs,
-    args: &[&Tensor],
-    out_dtype: DType,
-    out_shape: &[usize],
-    symbols: std::collections::HashMap<String, u64>,
-) -> Result<Tensor, EvalError> {
-    let views: Vec<View> = args.iter().map(|t| View::from_tensor(t)).collect();
-    let mut ctx = EvalCtx::new(false, u64::MAX);
-    ctx.symbols = symbols;
-    ctx.out_shape = Some(out_shape.to_vec());
-    let ty = TensorType::new(
-        out_dtype,
-        crate::ir::Shape::from_static(&out_shape.iter().map(|&d| d as u64).collect::<Vec<_>>()),
-    );
-    let out = (kind.spec().eval)(kind, &mut ctx, attrs, &views, &ty)?;
-    if out.shape() != out_shape || out.dtype() != out_dtype {
-        return Err(EvalError::Invalid(format!(
-            "{kind} produced {}{:?}, the program expects {out_dtype}{out_shape:?}",
-            out.dtype(),
-            out.shape()
-        )));
-    }
-    Ok(out.to_tensor())
-}
-
-/// The attributes of a matmul call.
-pub fn matmul_attrs(m: &super::MatmulCall) -> Attrs {
-    let given = vec![
-        ("transpose_a".to_string(), AttrValue::Bool(m.transpose_a)),
-        ("transpose_b".to_string(), AttrValue::Bool(m.transpose_b)),
-    ];
-    Attrs::resolve(OpKind::Matmul.spec().attrs, given).unwrap_or_default()
-}
-
-/// A step's [`super::ChannelPost`] applied to its result `t` (f32 `[N, C, spatial...]`):
-/// the reference meaning every executor matches. `bias` is the tensor of an
-/// [`super::Addend::Channel`] addend (`C` values).
-pub fn channel_post(post: &super::ChannelPost, t: Tensor, bias: Option<&Tensor>) -> Result<Tensor, EvalError> {
-    let shape = t.shape().to_vec();
-    let TensorData::F32(mut v) = t.into_data() else {
-        return Err(EvalError::Invalid("a per-channel post-op on a result that is not f32".into()));
-    };
-    let channels = shape.get(1).copied().unwrap_or(1).max(1);
-    let plane = shape.iter().skip(2).product::<usize>().max(1);
-    match &post.addend {
-        None => {}
-        Some(super::Addend::Scalar(s)) => {
-            let s = *s as f32;
-            v.iter_mut().for_each(|x| *x += s);
-        }
-        Some(super::Addend::Channel(b)) => {
-            let bias = bias.and_then(Tensor::as_f32).filter(|b| b.len() == channels).ok_or_else(|| {
-                EvalError::Invalid(format!("the per-channel addend {b} is not {channels} f32 values"))
-            })?;
-            for (i, x) in v.iter_mut().enumerate() {
-                *x += bias[(i / plane) % channels];
-            }
-        }
-    }
-    if post.relu {
-        // The `max` prim against +0: NaN stays, -0 and negatives become +0.
-        v.iter_mut().filter(|x| !(x.is_nan() || **x > 0.0)).for_each(|x| *x = 0.0);
-    }
-    let t = Tensor::new(shape, TensorData::F32(v)).map_err(|e| EvalError::Invalid(e.to_string()))?;
-    match &post.activation {
-        Some((op, attrs)) => eval_library(*op, attrs, &[&t], DType::F32, t.shape()),
-        None => Ok(t),
-    }
-}
-
-/// The attributes of a conv call.
-pub fn conv_attrs(c: &super::ConvCall) -> Attrs {
-    let given = vec![
-        ("stride".to_string(), AttrValue::Ints(c.stride.clone())),
-        ("padding".to_string(), AttrValue::Ints(c.padding.clone())),
-        ("dilation".to_string(), AttrValue::Ints(c.dilation.clone())),
-        ("groups".to_string(), AttrValue::Int(c.groups)),
-    ];
-    Attrs::resolve(OpKind::Conv.spec().attrs, given).unwrap_or_default()
-}
+pub use super::calls::{channel_post, conv_attrs, eval_conv, eval_library, eval_library_with, matmul_attrs};
 
 // ---------------------------------------------------------------------------------------------
 // Input guards
@@ -1301,7 +1207,8 @@ pub fn run_program(p: &Program, graph_blobs: &Graph, inputs: &[Tensor]) -> Resul
             Step::Conv(c) => {
                 let (x, w) = (tensor_of(&mem, c.x).map_err(at)?, tensor_of(&mem, c.w).map_err(at)?);
                 let out = &p.buffers[c.out];
-                let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shapes[c.out.index()])
+                let conv_shape = &shapes[c.pool.as_ref().map_or(c.out, |pool| pool.unpooled).index()];
+                let t = eval_conv(c, &x, &w, out.dtype, conv_shape, &shapes[c.out.index()])
                     .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                 let t = with_post(&mem, c.post.as_ref(), t, "conv").map_err(at)?;
                 mem.bufs[c.out.index()] = Store::Owned(t.into_data());

@@ -62,6 +62,7 @@ use cranelift_entity::{entity_impl, PrimaryMap};
 use crate::ir::{DType, Dim, Graph, Shape, Symbol, Value};
 use crate::ops::OpKind;
 
+mod calls;
 pub mod eval;
 pub mod memory;
 pub mod print;
@@ -296,8 +297,25 @@ pub struct ConvCall {
     pub padding: Vec<i64>,
     pub dilation: Vec<i64>,
     pub groups: i64,
-    /// What runs on each element of the convolution before it is stored in `out`.
+    /// A `max_pool2d` the convolution's result goes through before `post` (then `out` has
+    /// the pooled shape): `crate::sched::epilogue` folds a pooling of a convolution's
+    /// result into the convolution, which a native backend runs on each band of finished
+    /// rows while they are in cache.
+    pub pool: Option<ConvPool>,
+    /// What runs on each element of the convolution (of its pooling, with `pool`) before it
+    /// is stored in `out`.
     pub post: Option<ChannelPost>,
+}
+
+/// The pooling of a [`ConvCall`]: `max_pool2d` with `attrs` over the convolution's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvPool {
+    /// The `max_pool2d` op's attributes.
+    pub attrs: crate::ir::Attrs,
+    /// The buffer that held the convolution's result before the pooling was folded in: it
+    /// gives that result's shape (an executor that pools a whole result holds it elsewhere).
+    /// No step reads or writes it, so it takes no memory.
+    pub unpooled: BufferId,
 }
 
 /// Elementwise work a library step (a convolution, a pooling) does on its f32 result

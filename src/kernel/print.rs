@@ -43,6 +43,9 @@ impl fmt::Display for Program {
                         "conv {} = conv({}, {}) stride={:?} padding={:?} dilation={:?} groups={}",
                         c.out, c.x, c.w, c.stride, c.padding, c.dilation, c.groups
                     )?;
+                    if let Some(pool) = &c.pool {
+                        write!(f, ", then {pool}")?;
+                    }
                     if let Some(post) = &c.post {
                         write!(f, ", then {post}")?;
                     }
@@ -147,5 +150,13 @@ impl fmt::Display for super::ChannelPost {
             parts.push(format!("{op} {{{}}}", attrs.join(", ")));
         }
         write!(f, "{}", parts.join(", "))
+    }
+}
+
+impl fmt::Display for super::ConvPool {
+    /// `max_pool2d {kernel=[2, 2], stride=[2, 2], …}`: the pooling and its attributes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attrs: Vec<String> = self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write!(f, "max_pool2d {{{}}}", attrs.join(", "))
     }
 }

@@ -19,12 +19,24 @@ pub struct FoldOptions {
     /// as the interpreter's run loop counts them (arguments + result per node, plus what
     /// super-linear ops charge). When it runs out, the remaining nodes stay as they are.
     pub fuel: u64,
+    /// Elements that data-movement nodes of constants ([`moves_data`]: a slice or reshape of
+    /// a weight) may fold into new blobs past `max_elements`, in total per call, and never
+    /// more than the graph's blobs hold: such a result has no more elements than its
+    /// largest argument, so folding it copies weights once instead of on every run (and a
+    /// matrix product can pack a weight that an LSTM's export slices per direction).
+    pub max_moved_elements: u64,
 }
 
 impl Default for FoldOptions {
     fn default() -> FoldOptions {
-        FoldOptions { max_elements: 4096, fuel: 1 << 22 }
+        FoldOptions { max_elements: 4096, fuel: 1 << 22, max_moved_elements: 1 << 22 }
     }
+}
+
+/// Whether `op` only moves or selects its arguments' elements, its result no bigger than
+/// its arguments together.
+fn moves_data(op: OpKind) -> bool {
+    matches!(op, OpKind::Reshape | OpKind::Permute | OpKind::Slice | OpKind::Rev | OpKind::Cat)
 }
 
 /// What folding knows about a value of the new graph.
@@ -54,6 +66,8 @@ pub fn fold_constants(g: &Graph, options: &FoldOptions) -> Result<Graph, Simplif
     let mut known: HashMap<Value, Known> = HashMap::new();
     let mut fuel = options.fuel;
     let mut next_blob = 0usize;
+    let blob_elements = g.blobs().map(|(_, b)| b.tensor.numel() as u64).fold(0u64, u64::saturating_add);
+    let mut moved_budget = options.max_moved_elements.min(blob_elements);
     for (v, node) in g.nodes() {
         match node.op {
             OpKind::Input => continue,
@@ -74,12 +88,20 @@ pub fn fold_constants(g: &Graph, options: &FoldOptions) -> Result<Graph, Simplif
             _ => {}
         }
         let args: Vec<Value> = node.args.iter().map(|&a| rw.get(a)).collect();
+        let numel = static_numel(&node.ty);
+        // Past `max_elements`, only weights moved (never a generator made into a blob).
+        let moved = moves_data(node.op)
+            && numel.is_some_and(|n| n <= moved_budget)
+            && args.iter().all(|a| matches!(known.get(a), Some(Known::Data(_))));
         let foldable = !args.is_empty()
             && args.iter().all(|a| known.contains_key(a))
-            && static_numel(&node.ty).is_some_and(|n| n <= options.max_elements);
+            && numel.is_some_and(|n| n <= options.max_elements || moved);
         let value = if foldable { fold_node(&mut rw, &mut known, &mut fuel, node, &args)? } else { None };
         match value {
             Some(t) => {
+                if numel.is_some_and(|n| n > options.max_elements) {
+                    moved_budget -= t.numel() as u64;
+                }
                 let nv = emit_constant(&mut rw, &t, g.name_of(v), &mut next_blob)?;
                 known.insert(nv, Known::Data(Arc::new(t)));
                 rw.set(v, nv);

@@ -612,10 +612,13 @@ fn step_label(s: &Step) -> String {
             }
             label
         }
-        Step::Conv(c) => match &c.post {
-            Some(post) => format!("conv {} ({post})", c.out),
-            None => format!("conv {}", c.out),
-        },
+        Step::Conv(c) => {
+            let pool = if c.pool.is_some() { " + max_pool2d" } else { "" };
+            match &c.post {
+                Some(post) => format!("conv {}{pool} ({post})", c.out),
+                None => format!("conv {}{pool}", c.out),
+            }
+        }
         Step::Library(l) => format!("{} {}", l.op, l.out),
         Step::Interp(i) => format!("interp {}", i.results.first().map_or_else(String::new, |b| b.to_string())),
     }

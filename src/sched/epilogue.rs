@@ -35,13 +35,19 @@
 //! step, `max_pool2d → bias → ReLU` another (the simplifier puts a convolution's bias and
 //! ReLU after its max pooling). A native backend applies the post-op while the result is in
 //! cache: per finished block of rows of the blocked convolution, per GEMM tile, per plane.
+//!
+//! A `max_pool2d` of a convolution's result (with its post-op) then folds into the
+//! convolution (`kernel::ConvPool`): a native backend pools each band of rows as the
+//! convolution finishes them, and the convolution's full result is never stored.
 
 use std::fmt::Write;
 
 use cranelift_entity::EntityRef;
 
 use crate::ir::{DType, Dim};
-use crate::kernel::{Addend, BufferId, BufferKind, ChannelPost, ConvCall, Instr, Kernel, Program, Scalar, Step, Var};
+use crate::kernel::{
+    Addend, BufferId, BufferKind, ChannelPost, ConvCall, ConvPool, Instr, Kernel, Program, Scalar, Step, Var,
+};
 use crate::ops::OpKind;
 
 /// Fuses every eligible (matmul, consumer kernel) pair of `p`, then a recovered `gelu` right
@@ -116,6 +122,7 @@ pub fn fuse(p: &mut Program) -> String {
         i += 1;
     }
     notes.push_str(&fold_posts(p, &mut uses));
+    notes.push_str(&fold_pools(p, &mut uses));
     notes
 }
 
@@ -237,6 +244,65 @@ fn fold_posts(p: &mut Program, uses: &mut Uses) -> String {
         i += 1;
     }
     notes
+}
+
+/// Folds every `max_pool2d` step right after a convolution into it, when it pools the
+/// convolution's f32 result `[N, C, H, W]` (a temporary nothing else touches) and the
+/// convolution has no post-op of its own: the convolution then writes the pooled result,
+/// with the pooling's post-op (the bias and ReLU the simplifier moved past the pooling), and
+/// its own result is never stored. Runs after [`fold_posts`], so `conv → max_pool2d → bias →
+/// ReLU` is one step. One line per fold or refusal.
+fn fold_pools(p: &mut Program, uses: &mut Uses) -> String {
+    let mut notes = String::new();
+    let mut i = 0;
+    while i + 1 < p.steps.len() {
+        let (Step::Conv(c), Step::Library(l)) = (&p.steps[i], &p.steps[i + 1]) else {
+            i += 1;
+            continue;
+        };
+        if l.op != OpKind::MaxPool2d || l.args[..] != [c.out] {
+            i += 1;
+            continue;
+        }
+        match pool_of(p, uses, i, c, l) {
+            Ok(()) => {
+                let _ = writeln!(notes, "; max_pool2d {} runs inside conv {} on its finished rows", l.out, c.out);
+                uses.forget(&p.steps[i]);
+                uses.forget(&p.steps[i + 1]);
+                let Step::Library(l) = p.steps.remove(i + 1) else { unreachable!("matched above") };
+                if let Step::Conv(c) = &mut p.steps[i] {
+                    c.pool = Some(ConvPool { attrs: l.attrs, unpooled: c.out });
+                    (c.post, c.out) = (l.post, l.out);
+                }
+                uses.count(&p.steps[i]);
+            }
+            Err(why) => {
+                let _ = writeln!(notes, "; max_pool2d {} does not run inside conv {}: {why}", l.out, c.out);
+            }
+        }
+        i += 1;
+    }
+    notes
+}
+
+/// Whether pooling `l` (step `i + 1`) of convolution `c`'s result (step `i`) folds into it.
+fn pool_of(p: &Program, uses: &Uses, i: usize, c: &ConvCall, l: &crate::kernel::LibraryCall) -> Result<(), String> {
+    if c.post.is_some() || c.pool.is_some() {
+        return Err("the convolution has a post-op of its own".into());
+    }
+    private_to(p, uses, i, c.out)?;
+    let (bx, bo) = (&p.buffers[c.out], &p.buffers[l.out]);
+    if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape.rank() != 4 {
+        return Err(format!("{} is not an f32 result of a two-dimensional convolution", c.out));
+    }
+    let bias = match l.post.as_ref().and_then(|post| post.addend.as_ref()) {
+        Some(Addend::Channel(b)) => Some(*b),
+        _ => None,
+    };
+    if [c.x, c.w].into_iter().chain(bias).any(|b| b == l.out) {
+        return Err(format!("the convolution reads {}", l.out));
+    }
+    Ok(())
 }
 
 /// Whether the elementwise activation `l` (step `i + 1`) can run inside convolution `c`

@@ -730,6 +730,7 @@ impl<'g> Sched<'g> {
                             padding: node.attrs.ints("padding").to_vec(),
                             dilation: node.attrs.ints("dilation").to_vec(),
                             groups: node.attrs.int("groups"),
+                            pool: None,
                             post: None,
                         })
                     });

@@ -21,6 +21,7 @@ mod bench;
 mod builder;
 mod cli;
 mod cli_kernels;
+mod conv_pool;
 mod cpu_codegen;
 mod cpu_gemm;
 mod cpu_numerics;

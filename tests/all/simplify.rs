@@ -712,6 +712,56 @@ fn folding_respects_size_symbolic_shapes_and_fuel() {
     assert_eq!(print(&none), print(&g));
 }
 
+/// Past the size bound, a slice, reshape, permute, reversal or concatenation of weights
+/// still folds (an LSTM export's per-direction slice of its weight: the matmul then packs
+/// it), within a budget of the graph's own blob elements; a generator (`full`) moved that
+/// far stays a generator, and a zero budget folds nothing past the bound.
+#[test]
+fn moved_weights_fold_past_the_size_bound_within_a_budget() {
+    let values: Vec<String> = (0..9600).map(|i| format!("{}", (i % 97) as f32 * 0.25 - 3.0)).collect();
+    let src = format!(
+        "blob @w: f32[2, 80, 60] = [{}]
+graph g(%x: f32[80, 60]) {{
+  %w = const @w
+  %a = slice(%w) {{axis=0, end=1}}
+  %b = slice(%w) {{axis=0, start=1, end=2}}
+  %ra = reshape(%a) {{shape=[80, 60]}}
+  %rb = reshape(%b) {{shape=[80, 60]}}
+  %p = permute(%w) {{perm=[2, 1, 0]}}
+  %f = full() {{shape=[2, 80, 60], value=1.5}}
+  %fs = slice(%f) {{axis=0, end=1}}
+  %fr = reshape(%fs) {{shape=[80, 60]}}
+  %s = add(%ra, %rb)
+  %t = add(%s, %x)
+  %u = add(%t, %fr)
+  return %u, %p
+}}",
+        values.join(", ")
+    );
+    let g = parse(&src);
+    let count = |g: &Graph, op: OpKind| g.nodes().filter(|(_, n)| n.op == op).count();
+    // The nodes, without the blobs' data.
+    let nodes = |g: &Graph| print(g).lines().filter(|l| !l.starts_with("blob")).collect::<Vec<_>>().join("\n");
+    let folded = fold_constants(&g, &FoldOptions::default()).unwrap();
+    // The two slices and their reshapes (4,800 elements each: the budget of 9,600 is spent)
+    // fold; the permute of all 9,600 does not fit what is left; the `full`'s slice stays.
+    assert_eq!(count(&folded, OpKind::Permute), 1, "{}", nodes(&folded));
+    assert_eq!(count(&folded, OpKind::Slice), 1, "{}", nodes(&folded));
+    assert!(nodes(&folded).contains("%fs = slice(%f)"), "{}", nodes(&folded));
+    let x = Tensor::from_f32(&[80, 60], (0..4800).map(|i| i as f32 * 1e-3).collect()).unwrap();
+    let (want, got) = (
+        run(&g, std::slice::from_ref(&x), &Options::default()).unwrap(),
+        run(&folded, &[x], &Options::default()).unwrap(),
+    );
+    for (a, b) in want.outputs.iter().zip(&got.outputs) {
+        assert!(a.bit_eq(b));
+    }
+    // No budget: nothing past the bound folds.
+    let none = fold_constants(&g, &FoldOptions { max_moved_elements: 0, ..FoldOptions::default() }).unwrap();
+    assert_eq!(count(&none, OpKind::Slice), 3);
+    assert_eq!(count(&none, OpKind::Reshape), count(&g, OpKind::Reshape));
+}
+
 #[test]
 fn folding_is_in_the_op_dtype_and_failures_stay() {
     // 0.1 + 0.2 in f32 is 0.3 rounded to f32 (0.30000001192...), not the f64 sum.

@@ -166,6 +166,11 @@ impl ConvGeom {
         check_len("out", out_len, self.out_len_checked())
     }
 
+    /// Checks the length of an input against the geometry.
+    pub fn check_x(&self, x_len: usize) -> Result<(), KernelError> {
+        check_len("x", x_len, self.x_len())
+    }
+
     fn x_len(&self) -> Option<usize> {
         [self.batch, self.in_ch].iter().chain(&self.in_sp).try_fold(1usize, |a, &d| a.checked_mul(d))
     }

@@ -36,6 +36,7 @@ use smallvec::SmallVec;
 
 use super::conv::ConvGeom;
 use super::gemm::{Epilogue, SendPtr};
+use super::pool::RowPool;
 
 /// Output channels per block.
 pub const CB: usize = 8;
@@ -209,6 +210,20 @@ impl PackedWeights {
         threads: usize,
         epi: &Epilogue<'_, f32>,
     ) -> Result<bool, super::gemm::KernelError> {
+        self.conv_pooled(g, None, x, out, threads, epi)
+    }
+
+    /// [`PackedWeights::conv`] with the convolution's result pooled by `pool` (over planes of
+    /// its output size) before the epilogue: `out` then holds the pooled result.
+    pub fn conv_pooled(
+        &self,
+        g: &ConvGeom,
+        pool: Option<&RowPool>,
+        x: &[f32],
+        out: &mut [f32],
+        threads: usize,
+        epi: &Epilogue<'_, f32>,
+    ) -> Result<bool, super::gemm::KernelError> {
         let fits = g.algorithm() == super::conv::ConvAlgo::Blocked
             && g.groups == self.groups
             && g.out_ch == self.out_ch
@@ -218,7 +233,26 @@ impl PackedWeights {
         if !fits {
             return Ok(false);
         }
-        g.check_lens(x.len(), out.len())?;
+        match pool {
+            None => g.check_lens(x.len(), out.len())?,
+            Some(pool) => {
+                let planes = g.batch * g.out_ch;
+                let plane = pool.out_rows() * pool.out_cols();
+                let ow = g.out_sp.last().copied().unwrap_or(1);
+                if g.out_sp.len() != 2 || pool.in_cols() != ow || pool.out_rows() * pool.band() > g.out_sp[0] {
+                    return Err(super::gemm::KernelError::Shape(format!(
+                        "a pooling of {} rows of {} columns does not fit a convolution result of {:?}",
+                        pool.out_rows() * pool.band(),
+                        pool.in_cols(),
+                        g.out_sp
+                    )));
+                }
+                g.check_x(x.len())?;
+                if planes.checked_mul(plane) != Some(out.len()) {
+                    return Err(super::gemm::KernelError::Len { name: "out", got: out.len(), want: planes * plane });
+                }
+            }
+        }
         if let Some(b) = epi.bias {
             if b.len() != g.out_ch {
                 return Err(super::gemm::KernelError::Len { name: "bias", got: b.len(), want: g.out_ch });
@@ -228,7 +262,7 @@ impl PackedWeights {
             return Ok(false);
         }
         if !out.is_empty() {
-            conv_blocked(g, x, &self.data, out, threads, epi);
+            blocked(g, x, &self.data, out, threads, epi, pool);
         }
         Ok(true)
     }
@@ -237,45 +271,101 @@ impl PackedWeights {
 /// `out = epilogue(conv(x, w))` with `wp` the weights [`pack`]ed. The caller checked the
 /// lengths against `g` and that [`applies`] holds; `epi.hook` must be `None`.
 pub fn conv_blocked(g: &ConvGeom, x: &[f32], wp: &[f32], out: &mut [f32], threads: usize, epi: &Epilogue<'_, f32>) {
+    blocked(g, x, wp, out, threads, epi, None);
+}
+
+thread_local! {
+    /// A task's band of convolution rows before they are pooled, and the pooling's row.
+    static BAND: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`conv_blocked`], pooled by `pool` before the epilogue when it is given (then `out` holds
+/// the pooled result): each task computes a band of the pooling's window rows for its
+/// channel block into a scratch that stays in L1 and pools it at once, so the convolution's
+/// result is never stored whole.
+fn blocked(
+    g: &ConvGeom,
+    x: &[f32],
+    wp: &[f32],
+    out: &mut [f32],
+    threads: usize,
+    epi: &Epilogue<'_, f32>,
+    pool: Option<&RowPool>,
+) {
     let Some(pl) = Plane::of(g) else { return };
     let (og, cg) = (g.out_ch / g.groups, g.in_ch / g.groups);
     let blocks = og.div_ceil(CB);
     let units = g.batch * g.groups * blocks;
+    // Rows of `out` (pooled rows with a pooling, each from a band of convolution rows) and
+    // their length.
+    let (out_rows, band, out_cols) = match pool {
+        Some(pool) => (pool.out_rows(), pool.band(), pool.out_cols()),
+        None => (pl.oh, 1, pl.ow),
+    };
     // Rows per task: enough tasks for the threads to share (4 per thread), whole rows.
     let threads = threads.max(1);
-    let chunks = if threads == 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, pl.oh.max(1)) };
-    let rows_per = pl.oh.div_ceil(chunks).max(1);
-    let chunks = pl.oh.div_ceil(rows_per).max(1);
+    let chunks = if threads == 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, out_rows.max(1)) };
+    let rows_per = out_rows.div_ceil(chunks).max(1);
+    let chunks = out_rows.div_ceil(rows_per).max(1);
     let op = SendPtr(out.as_mut_ptr());
     let out_len = out.len();
+    let out_plane = out_rows * out_cols;
     let task = |t: usize| {
         let (unit, chunk) = (t / chunks, t % chunks);
         let (b, rest) = (unit / (g.groups * blocks), unit % (g.groups * blocks));
         let (grp, blk) = (rest / blocks, rest % blocks);
-        let rows = chunk * rows_per..((chunk + 1) * rows_per).min(pl.oh);
+        let rows = chunk * rows_per..((chunk + 1) * rows_per).min(out_rows);
         let x_off = (b * g.in_ch + grp * cg) * pl.ih * pl.iw;
         let w_off = (grp * blocks + blk) * cg * pl.kh * pl.kw * CB;
         let co0 = grp * og + blk * CB;
         let n_ch = CB.min(og - blk * CB);
         let x = &x[x_off..x_off + cg * pl.ih * pl.iw];
         let job = Job { pl, cg, x, wp: &wp[w_off..w_off + cg * pl.kh * pl.kw * CB] };
-        let mut r = rows.start;
-        while r < rows.end {
-            // Two rows at once where both read every kernel row (the short-row kernel shares
-            // each weight between them).
-            let n = if r + 1 < rows.end && pl.full_row(r) && pl.full_row(r + 1) { 2 } else { 1 };
-            let base = (b * g.out_ch + co0) * pl.oh * pl.ow + r * pl.ow;
-            let plane = pl.oh * pl.ow;
-            let mut rows_out = RowOut { out: op, out_len, base, plane, ow: pl.ow, rows: n, n_ch };
-            run_rows(&job, r, &mut rows_out);
-            r += n;
+        // Convolution rows `r..end` into `dst` (row `r + k` of channel `c` at `base + c *
+        // plane + k * ow`).
+        let conv_rows = |r: usize, end: usize, dst: SendPtr<f32>, dst_len: usize, base: usize, plane: usize| {
+            let out = RowOut { out: dst, out_len: dst_len, base, plane, ow: pl.ow, rows: end - r, n_ch };
+            run_span(&job, r, out);
+        };
+        match pool {
+            None => {
+                let base = (b * g.out_ch + co0) * out_plane + rows.start * pl.ow;
+                conv_rows(rows.start, rows.end, op, out_len, base, out_plane);
+            }
+            Some(pool) => BAND.with_borrow_mut(|scratch| {
+                // Bands of `per` pooled rows at once (about 2 KiB of convolution rows per
+                // channel: the scratch stays in L1), pooled in one call and copied out.
+                let win = band * pl.ow;
+                let per = (BAND_ELEMENTS / win.max(1)).clamp(1, rows.len().max(1));
+                scratch.resize(CB * per * (win + out_cols) + pl.ow, 0.0);
+                let (conv, rest) = scratch.split_at_mut(CB * per * win);
+                let (pooled, tmp) = rest.split_at_mut(CB * per * out_cols);
+                let sp = SendPtr(conv.as_mut_ptr());
+                let mut i0 = rows.start;
+                while i0 < rows.end {
+                    // The chunk's channels `k` bands apart: one plane each to pool.
+                    let k = per.min(rows.end - i0);
+                    let (plane, len) = (k * win, k * out_cols);
+                    conv_rows(i0 * band, (i0 + k) * band, sp, conv.len(), 0, plane);
+                    pool.rows(k, n_ch, &conv[..n_ch * plane], &mut pooled[..n_ch * len], tmp);
+                    for c in 0..n_ch {
+                        let start = (b * g.out_ch + co0 + c) * out_plane + i0 * out_cols;
+                        assert!(start + len <= out_len);
+                        // SAFETY: in bounds (just checked); rows of distinct tasks are
+                        // disjoint (each task owns its rows of its channel block).
+                        let dst = unsafe { std::slice::from_raw_parts_mut(op.get().add(start), len) };
+                        dst.copy_from_slice(&pooled[c * len..][..len]);
+                    }
+                    i0 += k;
+                }
+            }),
         }
         // The epilogue on each channel's rows of this task, one contiguous run each: still
         // in cache, and long enough for whole vectors (a row alone may be a few columns).
         if !epi.is_empty() {
-            let (plane, len) = (pl.oh * pl.ow, rows.len() * pl.ow);
+            let len = rows.len() * out_cols;
             for c in 0..n_ch {
-                let start = (b * g.out_ch + co0 + c) * plane + rows.start * pl.ow;
+                let start = (b * g.out_ch + co0 + c) * out_plane + rows.start * out_cols;
                 assert!(start + len <= out_len);
                 // SAFETY: in bounds (just checked); rows of distinct tasks are disjoint (each
                 // task owns its rows of its channel block), and this task's are written.
@@ -353,7 +443,22 @@ impl RowOut {
     }
 }
 
-/// Rows `r..r + out.rows` of a channel block.
+/// Convolution rows per channel a pooled task computes before pooling them (elements).
+const BAND_ELEMENTS: usize = 512;
+
+/// Rows `r..r + out.rows` of a channel block, one or two at a time ([`run_rows`]): two
+/// where both read every kernel row (the short-row kernel shares each weight between them).
+fn run_span(job: &Job<'_>, r: usize, out: RowOut) {
+    let end = r + out.rows;
+    let mut r0 = r;
+    while r0 < end {
+        let n = if r0 + 1 < end && job.pl.full_row(r0) && job.pl.full_row(r0 + 1) { 2 } else { 1 };
+        run_rows(job, r0, &mut RowOut { base: out.base + (r0 - r) * out.ow, rows: n, ..out });
+        r0 += n;
+    }
+}
+
+/// Rows `r..r + out.rows` (one or two) of a channel block.
 fn run_rows(job: &Job<'_>, r: usize, out: &mut RowOut) {
     #[cfg(target_arch = "x86_64")]
     {

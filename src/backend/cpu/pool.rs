@@ -122,6 +122,60 @@ pub fn max_pool2d(
     Ok(())
 }
 
+/// A `max_pool2d` over an `h × w` plane whose windows neither overlap nor skip rows (kernel
+/// height equal to the stride, no padding or dilation down the rows, floor mode): output row
+/// `i` reads input rows `i·kh..(i + 1)·kh` alone, so a producer can pool each band of `kh`
+/// rows as soon as it has them (the blocked convolution with a folded pooling). Along the
+/// row, any window. The same loops as [`max_pool2d`]: the same bits.
+#[derive(Clone, Copy, Debug)]
+pub struct RowPool {
+    /// The geometry of one band: `h = kh` rows giving one output row.
+    band: Geom,
+    out_rows: usize,
+}
+
+impl RowPool {
+    /// The pooling `attrs` over planes of `h × w`, or `None` where its windows are not bands.
+    pub fn new(attrs: &Attrs, h: usize, w: usize) -> Result<Option<RowPool>, KernelError> {
+        let pg = pool_geom(OpKind::MaxPool2d, attrs).map_err(|e| KernelError::Shape(format!("max_pool2d: {e}")))?;
+        if pg.kernel[0] != pg.stride[0] || pg.padding[0] != 0 || pg.dilation[0] != 1 || pg.ceil_mode {
+            return Ok(None);
+        }
+        let whole = Geom::new(&pg, h, w)?;
+        let band = Geom::new(&pg, whole.kh, w)?;
+        Ok(Some(RowPool { band, out_rows: whole.oh }))
+    }
+
+    /// Input rows per output row.
+    pub fn band(&self) -> usize {
+        self.band.kh
+    }
+
+    /// Output rows of a plane.
+    pub fn out_rows(&self) -> usize {
+        self.out_rows
+    }
+
+    /// Output columns.
+    pub fn out_cols(&self) -> usize {
+        self.band.ow
+    }
+
+    /// Input columns.
+    pub fn in_cols(&self) -> usize {
+        self.band.w
+    }
+
+    /// `k` output rows of each of `planes` planes into `dst` (`[planes, k, out_cols()]`) from
+    /// `x`, their windows' input rows (`[planes, k·band(), in_cols()]`); `tmp` holds
+    /// `in_cols()` elements.
+    pub fn rows(&self, k: usize, planes: usize, x: &[f32], dst: &mut [f32], tmp: &mut [f32]) {
+        let g = Geom { h: k * self.band.kh, oh: k, ..self.band };
+        assert!(x.len() == planes * g.h * g.w && dst.len() == planes * k * g.ow && tmp.len() == g.w);
+        rows_any(&g, x, 0, dst, tmp);
+    }
+}
+
 /// Output rows `first..` (as many as `dst` holds) on the best path the ISA cap allows.
 fn rows_any(g: &Geom, x: &[f32], first: usize, dst: &mut [f32], tmp: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]

@@ -387,8 +387,9 @@ impl CpuExecutable {
         packed: Option<&PackedWeights>,
     ) -> Result<(), ExecError> {
         use crate::backend::cpu::activation::apply_f32;
-        use crate::backend::cpu::conv::{conv, ConvGeom};
+        use crate::backend::cpu::conv::ConvGeom;
         use crate::backend::cpu::gemm::Epilogue;
+        use crate::backend::cpu::pool::{max_pool2d, RowPool};
         let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
             kernel: "conv".into(),
             message: e.to_string(),
@@ -427,23 +428,72 @@ impl CpuExecutable {
             )
         };
         let epilogue = Epilogue { bias, activation, ..Epilogue::none() };
-        // The weight packed when the plan was built: no scratch, no packing.
-        let mut done = false;
-        if let Some(pw) = packed {
-            done = pw.conv(&geom, x, out, self.threads, &epilogue).map_err(native)?;
-        }
-        if !done {
-            let need = geom.scratch_len(self.threads);
-            if st.cpu.conv_scratch.len() < need {
-                st.cpu.conv_scratch.resize(need, 0.0);
+        if let Some(pool) = &c.pool {
+            // The pooling runs on each band of finished rows inside the blocked kernel with
+            // packed weights; otherwise on the whole result, held in the run state.
+            let rows = match geom.out_sp[..] {
+                [h, w] => RowPool::new(&pool.attrs, h, w).map_err(native)?,
+                _ => None,
+            };
+            if let (Some(pw), Some(rows)) = (packed, rows) {
+                if pw.conv_pooled(&geom, Some(&rows), x, out, self.threads, &epilogue).map_err(native)? {
+                    if let Some(a) = after {
+                        apply_f32(&a, out);
+                    }
+                    return Ok(());
+                }
             }
-            let scratch = &mut st.cpu.conv_scratch[..need];
-            conv(&geom, x, w, out, Some(scratch), self.threads, &epilogue).map_err(native)?;
+            let mut whole = std::mem::take(&mut st.cpu.conv_result);
+            let mut shape = std::mem::take(&mut st.cpu.shape_a);
+            let result = (|| {
+                st.sizes.shape_into(p, pool.unpooled, &mut shape)?;
+                whole.resize(st.sizes.lens[pool.unpooled.index()], 0.0);
+                let none = Epilogue::none();
+                self.conv_into(st, &geom, x, w, &mut whole, packed, &none)?;
+                max_pool2d(&pool.attrs, &whole, &shape, out, self.threads).map_err(native)
+            })();
+            (st.cpu.conv_result, st.cpu.shape_a) = (whole, shape);
+            result?;
+            return match &c.post {
+                Some(post) => self.run_post(p, st, inputs, post, c.out),
+                None => Ok(()),
+            };
         }
+        self.conv_into(st, &geom, x, w, out, packed, &epilogue)?;
         if let Some(a) = after {
             apply_f32(&a, out);
         }
         Ok(())
+    }
+
+    /// `out = epilogue(conv(x, w))`: with the weight packed when the plan was built (no
+    /// scratch, no packing) where it fits, else with the run state's scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_into(
+        &self,
+        st: &mut St,
+        geom: &crate::backend::cpu::conv::ConvGeom,
+        x: &[f32],
+        w: &[f32],
+        out: &mut [f32],
+        packed: Option<&PackedWeights>,
+        epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
+    ) -> Result<(), ExecError> {
+        let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
+            kernel: "conv".into(),
+            message: e.to_string(),
+        };
+        if let Some(pw) = packed {
+            if pw.conv(geom, x, out, self.threads, epilogue).map_err(native)? {
+                return Ok(());
+            }
+        }
+        let need = geom.scratch_len(self.threads);
+        if st.cpu.conv_scratch.len() < need {
+            st.cpu.conv_scratch.resize(need, 0.0);
+        }
+        let scratch = &mut st.cpu.conv_scratch[..need];
+        crate::backend::cpu::conv::conv(geom, x, w, out, Some(scratch), self.threads, epilogue).map_err(native)
     }
 
     #[allow(clippy::too_many_arguments)]

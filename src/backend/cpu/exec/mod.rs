@@ -43,7 +43,7 @@ use super::packed::PackedB;
 use crate::backend::{Backend, Executable, Fallback, RunError, RunState, Sizes};
 use crate::interp;
 use crate::kernel::eval::{
-    conv_attrs, elem_size, eval_library, get_bytes, get_elem, matmul_attrs, run_kernel, set_bytes, tensor_from_bytes,
+    elem_size, eval_conv, eval_library, get_bytes, get_elem, matmul_attrs, run_kernel, set_bytes, tensor_from_bytes,
     ExecError, Memory, PreparedKernel, Scratch, Val,
 };
 use crate::kernel::memory::{self, Lifetime, ALIGN};
@@ -135,6 +135,8 @@ struct CpuState {
     arg_shapes: Vec<Vec<usize>>,
     /// A convolution's im2col matrix (reused, grown to the largest).
     conv_scratch: Vec<f32>,
+    /// A convolution's whole result, where its folded pooling runs after it.
+    conv_result: Vec<f32>,
     /// A post-op's constant addend, repeated per channel (`CpuExecutable::post_bias`).
     post_addend: Vec<f32>,
 }
@@ -565,7 +567,11 @@ impl CpuExecutable {
                     let w = self.tensor(p, st, inputs, c.w).map_err(at)?;
                     let out = &p.buffers[c.out];
                     let shape = st.sizes.shape(p, c.out).map_err(at)?;
-                    let t = eval_library(OpKind::Conv, &conv_attrs(c), &[&x, &w], out.dtype, &shape)
+                    let conv_shape = match &c.pool {
+                        Some(pool) => st.sizes.shape(p, pool.unpooled).map_err(at)?,
+                        None => shape.clone(),
+                    };
+                    let t = eval_conv(c, &x, &w, out.dtype, &conv_shape, &shape)
                         .map_err(|error| at(ExecError::Library { what: "conv", error }))?;
                     self.write(p, st, c.out, &t).map_err(at)?;
                     if let Some(post) = &c.post {
