@@ -87,7 +87,7 @@ pub(super) fn norm_bounds(
 }
 
 pub(super) fn batch_norm_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Result<Vec<ElemBound>, String> {
-    let e = eps(dtype);
+    let (e, maxf) = (eps(dtype), max_finite(dtype));
     let node = ctx.graph.node(ctx.node);
     let x = arg_tensor(ctx, 0)?;
     let xs = x.shape().to_vec();
@@ -114,7 +114,12 @@ pub(super) fn batch_norm_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Re
             // An infinite `x` times a scale `rsqrt(var + eps) w` that the dtype may round to 0
             // (below its smallest normal) is ±inf or NaN.
             let underflow = !xv[flat].is_finite() && (rs * w).abs() < tiny(dtype);
-            ElemBound::new(abs, rho < 0.25 && !underflow)
+            // A product past the dtype's range (`x · rsqrt(var + eps) w`, or the mean's) is ±inf
+            // where the reference may stay finite, and with an infinite bias NaN.
+            let scale = (rs * w).abs();
+            let fits = |v: f64| !v.is_finite() || v.abs() <= maxf;
+            let in_range = fits(xv[flat] * scale) && fits(mean * scale) && fits(xhat * w);
+            ElemBound::new(abs, rho < 0.25 && !underflow && in_range)
         })
         .collect())
 }
@@ -436,4 +441,13 @@ pub(super) fn broadcast_dims(a: &[usize], b: &[usize]) -> Vec<usize> {
             }
         })
         .collect()
+}
+
+/// Error bound on a two-pass sum of squared deviations computed in the dtype, and `Δ`, the
+/// bound on the error of one computed deviation. Each square may also underflow (`tiny`).
+pub(super) fn ss_error(s: &GroupStats, e: f64, tiny: f64) -> (f64, f64) {
+    // The last term: the mean's sum and quotient may round to subnormals, each off by up to
+    // the subnormal spacing `tiny eps` (not relative to the value).
+    let delta = s.n * e * s.mean_abs + e * s.max_dev + (s.n + 1.0) * tiny * e;
+    (2.0 * (s.n + 3.0) * e * s.ss + 2.0 * s.n * delta * delta + 4.0 * s.n * tiny, delta)
 }

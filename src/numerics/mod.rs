@@ -682,13 +682,6 @@ fn group_stats(g: &[f64]) -> GroupStats {
     GroupStats { n, mean, ss, mean_abs, max_dev, max_abs }
 }
 
-/// Error bound on a two-pass sum of squared deviations computed in the dtype, and `Δ`, the
-/// bound on the error of one computed deviation. Each square may also underflow (`tiny`).
-fn ss_error(s: &GroupStats, e: f64, tiny: f64) -> (f64, f64) {
-    let delta = s.n * e * s.mean_abs + e * s.max_dev;
-    (2.0 * (s.n + 3.0) * e * s.ss + 2.0 * s.n * delta * delta + 4.0 * s.n * tiny, delta)
-}
-
 /// `|x|` for finite `x`, 0 for infinities and NaN.
 fn finite_abs(x: f64) -> f64 {
     if x.is_finite() {
@@ -777,7 +770,7 @@ fn element_bounds(
                 .zip(r)
                 .map(|(g, &rv)| {
                     let s = group_stats(g);
-                    let (ess, _) = ss_error(&s, e, tiny(dtype));
+                    let (ess, _) = bounds::ss_error(&s, e, tiny(dtype));
                     let denom = (s.n - c).max(0.0);
                     let bvar = ess / denom;
                     let in_range = 16.0 * s.n * s.max_abs * s.max_abs <= maxf;

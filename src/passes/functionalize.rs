@@ -22,7 +22,8 @@
 //! spirit of AOTAutograd's view-and-mutation metadata.
 //!
 //! Deliberately not done: writing through a broadcast view (several elements share one
-//! location; the interpreter refuses it too) is a typed error. A run of the original graph
+//! location; the interpreter refuses it too) is a typed error; one to no elements writes
+//! nothing and leaves the base as it is. A run of the original graph
 //! that fails (a `view` whose strides forbid it, say) may succeed after functionalization:
 //! the pass preserves the results of runs that succeed. Dead nodes are left for `simplify`.
 
@@ -331,6 +332,9 @@ impl State<'_> {
                     && pty.shape.as_static().is_some()
                 {
                     self.rw.emit_with(Reshape, &[child], &[("shape", parent_dims)])?
+                } else if self.rw.ty(child).shape.numel().ok().and_then(|n| n.as_const()) == Some(0) {
+                    // An expansion to no elements: nothing is written, the base stays.
+                    parent
                 } else {
                     return Err(FunctionalizeError::WriteThroughBroadcast {
                         value: old.display_value(at),

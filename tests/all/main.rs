@@ -19,6 +19,7 @@ mod tidy;
 mod autodiff;
 mod bench;
 mod builder;
+mod canonical_kernels;
 mod cli;
 mod cli_kernels;
 mod conv_pool;

@@ -27,6 +27,7 @@
 //!    `library.rs`), or through the interpreter's implementation where no kernel applies;
 //! 4. copies out the outputs that are not written in place (inputs, constants, bools).
 
+mod canon;
 mod library;
 mod native;
 
@@ -91,6 +92,9 @@ struct KernelStep {
     id: usize,
     prepared: PreparedKernel,
     exec: KernelExec,
+    /// For native code compiled from the kernel's canonical form (`canon.rs`): the buffers
+    /// its table lists, in order (`None`: the code indexes the program's buffer table).
+    slots: Option<Vec<BufferId>>,
 }
 
 /// A native kernel's sizes for one set of symbol values: its dim table, outermost count and
@@ -128,6 +132,9 @@ struct CpuState {
     prepared_for: Option<Vec<Option<u64>>>,
     /// Every buffer's address in this run (filled once per run, before the first step).
     ptrs: Vec<usize>,
+    /// Per kernel step with canonical code, the addresses of its buffers in its order
+    /// (refilled from `ptrs` before each call).
+    tables: Vec<Vec<usize>>,
     /// Operand shapes of a GEMM step (reused).
     shape_a: Vec<usize>,
     shape_b: Vec<usize>,
@@ -215,34 +222,53 @@ impl CpuExecutable {
             })
             .collect();
         // Native code for every kernel, compiled on the plan's threads at once (code
-        // generation is most of a long graph's compile time).
-        let compiled: Vec<Option<Result<NativeKernel, crate::backend::Declined>>> = match &backend.compiler {
-            Some(c) => {
-                let one = |k: &Option<&Kernel>| k.map(|k| c.compile(k, p));
-                if exe.threads > 1 {
-                    use rayon::prelude::*;
-                    step_kernels.par_iter().with_max_len(1).map(one).collect()
-                } else {
-                    step_kernels.iter().map(one).collect()
-                }
+        // generation is most of a long graph's compile time), once per canonical form
+        // (`canon.rs`): a kernel whose form an earlier one has shares its code.
+        let (members, forms) = canon::group(&step_kernels, p);
+        let mut compiled: Vec<Option<Result<NativeKernel, crate::backend::Declined>>> = vec![None; step_kernels.len()];
+        if let Some(c) = &backend.compiler {
+            let mut leaders: Vec<(&usize, &canon::Canonical)> = forms.iter().collect();
+            leaders.sort_by_key(|(i, _)| **i);
+            let one = |(i, form): &(&usize, &canon::Canonical)| (**i, c.compile(&form.kernel, &form.program));
+            let done: Vec<(usize, Result<NativeKernel, crate::backend::Declined>)> = if exe.threads > 1 {
+                use rayon::prelude::*;
+                leaders.par_iter().with_max_len(1).map(one).collect()
+            } else {
+                leaders.iter().map(one).collect()
+            };
+            for (i, result) in done {
+                compiled[i] = Some(result);
             }
-            None => vec![None; step_kernels.len()],
-        };
-        for (kernel, native) in step_kernels.iter().zip(compiled) {
-            exe.kernels.push(match kernel {
-                Some(k) => {
+        }
+        // Distinct native codes: what the explanation reports against the native steps.
+        let mut codes = 0;
+        for (i, (kernel, member)) in step_kernels.iter().zip(&members).enumerate() {
+            exe.kernels.push(match (kernel, member) {
+                (Some(k), Some(member)) => {
                     let prepared = PreparedKernel::new(k, p)?;
-                    let exec = match native {
-                        Some(Ok(native)) => KernelExec::Native(native),
-                        Some(Err(why)) => {
-                            exe.fallbacks.push(Fallback { kernel: k.name.clone(), why });
-                            KernelExec::Reference
+                    let (exec, slots) = match (&compiled[member.leader], &backend.compiler) {
+                        (Some(Ok(native)), _) => {
+                            codes += usize::from(member.leader == i);
+                            (KernelExec::Native(native.clone()), Some(member.slots.clone()))
                         }
-                        None => KernelExec::Reference,
+                        (Some(Err(_)), Some(c)) => {
+                            // Compiled on its own, so the reason names this kernel and its buffers.
+                            match c.compile(k, p) {
+                                Ok(native) => {
+                                    codes += 1;
+                                    (KernelExec::Native(native), None)
+                                }
+                                Err(why) => {
+                                    exe.fallbacks.push(Fallback { kernel: k.name.clone(), why });
+                                    (KernelExec::Reference, None)
+                                }
+                            }
+                        }
+                        _ => (KernelExec::Reference, None),
                     };
-                    Some(KernelStep { id: exe.kernels.len(), prepared, exec })
+                    Some(KernelStep { id: exe.kernels.len(), prepared, exec, slots })
                 }
-                None => None,
+                _ => None,
             });
         }
         // Constant weights packed once, per step: a matmul's for the GEMM, a conv's for the
@@ -280,6 +306,13 @@ impl CpuExecutable {
                 _ => None,
             })
             .collect();
+        let native = exe.kernels.iter().flatten().filter(|k| matches!(k.exec, KernelExec::Native(_))).count();
+        if native > 0 {
+            exe.explanation.push_str(&format!(
+                "native code: {native} kernel steps run {codes} compiled kernels (steps whose kernels have one \
+                 canonical form share its code)\n"
+            ));
+        }
         exe.life = memory::lifetimes(p);
         // A temporary that is a graph output lives in the returned tensor, outside the arena
         // (once, for its first output slot; bools keep the copy, see `TensorData::as_bytes_mut`).

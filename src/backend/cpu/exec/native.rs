@@ -116,6 +116,8 @@ impl CpuExecutable {
         let saved = st.cpu.ptrs[x.index()];
         st.cpu.ptrs[x.index()] = st.cpu.ptrs[l.out.index()];
         let out = st.cpu.ptrs[l.out.index()];
+        // The kernel's table again, with the new address (same storage: `args` still holds).
+        let args = NativeArgs { bufs: Self::buffer_table(st, k), ..args };
         let per = (FUSED_ROWS_BYTES / (4 * n)).max(1);
         let run = |begin: usize, end: usize| -> Option<String> {
             let mut r0 = begin;
@@ -183,9 +185,24 @@ impl CpuExecutable {
             }
             st.cpu.prepared[k.id] = Some(Prepared { native_dims, count, work });
         }
+        let bufs = Self::buffer_table(st, k);
         let Some(Some(prep)) = st.cpu.prepared.get(k.id) else { unreachable!("prepared just above") };
-        let args = NativeArgs { bufs: st.cpu.ptrs.as_ptr().cast(), dims: prep.native_dims.as_ptr() };
+        let args = NativeArgs { bufs, dims: prep.native_dims.as_ptr() };
         Ok(Some((args, prep.count, prep.work)))
+    }
+
+    /// The buffer table kernel step `k`'s code reads: the run's, or for code compiled from
+    /// the kernel's canonical form, its own buffers' addresses in that form's order, taken
+    /// from the run's table now (so call it again after changing an address there).
+    pub(super) fn buffer_table(st: &mut St, k: &KernelStep) -> *const *mut u8 {
+        let Some(slots) = &k.slots else { return st.cpu.ptrs.as_ptr().cast() };
+        if st.cpu.tables.len() <= k.id {
+            st.cpu.tables.resize_with(k.id + 1, Vec::new);
+        }
+        let (table, ptrs) = (&mut st.cpu.tables[k.id], &st.cpu.ptrs);
+        table.clear();
+        table.extend(slots.iter().map(|b| ptrs[b.index()]));
+        table.as_ptr().cast()
     }
 }
 
