@@ -22,7 +22,8 @@
 //! where data is drawn ([`Domain`]), and every domain keeps `|x| >= 0.1`, away from the kinks
 //! at 0 (abs, relu, sign, max/min against 0). Where a random graph cannot avoid a kink
 //! ([`Kinks::Skip`], for the fuzz target), an element whose difference quotient changes when
-//! `h` shrinks fourfold is counted as a kink and not compared.
+//! `h` shrinks fourfold, or whose difference interval moves a discrete value (a `floor`, an
+//! integer or bool result: a step), is counted as a kink and not compared.
 
 use std::fmt;
 
@@ -285,6 +286,41 @@ impl GradCase {
         Ok((up - down) / (2.0 * h))
     }
 
+    /// Whether a discrete value of the loss graph (a `floor`, `ceil`, `round` or
+    /// `sign`, or any integer or bool result) differs between the two points of the central
+    /// difference for `element` of input `input`: the interval then straddles a step, where
+    /// the quotient measures the jump (a staircase of huge values, where every float is an
+    /// integer, reads as the identity) and the derivative is the step's 0.
+    fn steps_between(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
+        use OpKind::*;
+        let mut g = self.loss_graph.clone();
+        let discrete: Vec<crate::ir::Value> = g
+            .nodes()
+            .filter(|(_, n)| !matches!(n.op, Input | Const))
+            .filter(|(_, n)| matches!(n.op, Floor | Ceil | Round | Sign) || !n.ty.dtype.is_float())
+            .map(|(v, _)| v)
+            .collect();
+        if discrete.is_empty() {
+            return Ok(false);
+        }
+        for (i, &v) in discrete.iter().enumerate() {
+            g.add_output(&format!("discrete{i}"), v).map_err(|e| GradFailure::Run(e.to_string()))?;
+        }
+        let precise = Options { precise: true, ..Options::default() };
+        let at = |x: f64| -> Result<Vec<Tensor>, GradFailure> {
+            let mut inputs = self.inputs.clone();
+            let mut values = inputs[input].to_f64_vec();
+            values[element] = x;
+            inputs[input] = Tensor::new(inputs[input].shape().to_vec(), TensorData::F64(values))
+                .map_err(|e| GradFailure::Run(e.to_string()))?;
+            let out = interp::run(&g, &inputs, &precise).map_err(|e| GradFailure::Run(e.to_string()))?;
+            Ok(out.outputs.into_iter().skip(1).collect())
+        };
+        let x = self.inputs[input].to_f64_vec()[element];
+        let (down, up) = (at(x - h)?, at(x + h)?);
+        Ok(down.iter().zip(&up).any(|(a, b)| !a.bit_eq(b)))
+    }
+
     /// Compares `joint`'s gradients with central differences, element by element.
     pub fn compare(&self, joint: &Joint, tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
         let grads = self.gradients(joint)?;
@@ -312,7 +348,7 @@ impl GradCase {
                     }
                     let finer = self.difference(input, element, h / 4.0)?;
                     let stable = (finer - fd).abs() <= tolerance.atol + tolerance.rtol * finer.abs().max(fd.abs());
-                    if !stable || !fd.is_finite() {
+                    if !stable || !fd.is_finite() || self.steps_between(input, element, h)? {
                         check.kinks += 1;
                         continue;
                     }
