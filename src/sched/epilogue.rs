@@ -295,14 +295,19 @@ fn pool_of(p: &Program, uses: &Uses, i: usize, c: &ConvCall, l: &crate::kernel::
     if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape.rank() != 4 {
         return Err(format!("{} is not an f32 result of a two-dimensional convolution", c.out));
     }
-    let bias = match l.post.as_ref().and_then(|post| post.addend.as_ref()) {
-        Some(Addend::Channel(b)) => Some(*b),
-        _ => None,
-    };
-    if [c.x, c.w].into_iter().chain(bias).any(|b| b == l.out) {
+    if conv_reads(c, l.post.as_ref(), l.out) {
         return Err(format!("the convolution reads {}", l.out));
     }
     Ok(())
+}
+
+/// Whether convolution `c`, with the per-channel addend of `post` if it has one, reads `b`.
+fn conv_reads(c: &ConvCall, post: Option<&ChannelPost>, b: BufferId) -> bool {
+    let bias = match post.and_then(|post| post.addend.as_ref()) {
+        Some(Addend::Channel(a)) => Some(*a),
+        _ => None,
+    };
+    [c.x, c.w].into_iter().chain(bias).any(|x| x == b)
 }
 
 /// Whether the elementwise activation `l` (step `i + 1`) can run inside convolution `c`
@@ -323,11 +328,7 @@ fn conv_activation_of(
     if bx.dtype != DType::F32 || bo.dtype != DType::F32 || bx.shape != bo.shape {
         return Err(format!("{} and {} are not f32 buffers of one shape", c.out, l.out));
     }
-    let bias = match c.post.as_ref().and_then(|post| post.addend.as_ref()) {
-        Some(Addend::Channel(b)) => Some(*b),
-        _ => None,
-    };
-    if [c.x, c.w].into_iter().chain(bias).any(|b| b == l.out) {
+    if conv_reads(c, c.post.as_ref(), l.out) {
         return Err(format!("the convolution reads {}", l.out));
     }
     Ok(())

@@ -447,7 +447,14 @@ impl CpuExecutable {
             let mut shape = std::mem::take(&mut st.cpu.shape_a);
             let result = (|| {
                 st.sizes.shape_into(p, pool.unpooled, &mut shape)?;
-                whole.resize(st.sizes.lens[pool.unpooled.index()], 0.0);
+                // Each buffer's size is within the run's limit (checked when the sizes were
+                // bound); memory the system cannot give is an error, not an abort.
+                let len = st.sizes.lens[pool.unpooled.index()];
+                whole.try_reserve(len.saturating_sub(whole.len())).map_err(|_| ExecError::Native {
+                    kernel: "conv".into(),
+                    message: format!("cannot allocate the {len} elements of the convolution's result"),
+                })?;
+                whole.resize(len, 0.0);
                 let none = Epilogue::none();
                 self.conv_into(st, &geom, x, w, &mut whole, packed, &none)?;
                 max_pool2d(&pool.attrs, &whole, &shape, out, self.threads).map_err(native)
