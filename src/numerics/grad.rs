@@ -451,12 +451,13 @@ fn smooth_constants(g: &Graph) -> bool {
     let fits = |x: f64| x.is_finite() && x.abs() <= MAX_CONSTANT && (x == 0.0 || x.abs() >= MIN_CONSTANT);
     let blobs = g.blobs().all(|(_, b)| !b.tensor.dtype().is_float() || b.tensor.to_f64_vec().into_iter().all(fits));
     let fulls = g.nodes().all(|(_, n)| n.op != OpKind::Full || !n.ty.dtype.is_float() || fits(n.attrs.float("value")));
-    // Float attributes scale data as constants do (`leaky_relu {negative_slope=1e30}`, and
-    // `softplus {beta=1e-40}`, which divides by beta: `log 2 / beta` plus a slope the f64
-    // loss cannot resolve); an `eps` is only ever added, so a small one is ordinary.
+    // Float attributes scale data as constants do (`leaky_relu {negative_slope=1e30}`); a
+    // small one is ordinary (an `eps`, a slope) except where the op divides by it
+    // (`softplus {beta=1e-40}` is `log 2 / beta` plus a slope the f64 loss cannot resolve).
+    let divides = |op: OpKind| op == OpKind::Softplus;
     let attrs = g.nodes().all(|(_, n)| {
-        n.attrs.iter().all(|(name, a)| match a {
-            AttrValue::Float(x) if x.is_finite() => x.abs() <= MAX_CONSTANT && (name == "eps" || fits(*x)),
+        n.attrs.iter().all(|(_, a)| match a {
+            AttrValue::Float(x) if x.is_finite() => x.abs() <= MAX_CONSTANT && (!divides(n.op) || fits(*x)),
             _ => true,
         })
     });
