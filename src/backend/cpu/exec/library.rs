@@ -390,10 +390,7 @@ impl CpuExecutable {
         use crate::backend::cpu::conv::ConvGeom;
         use crate::backend::cpu::gemm::Epilogue;
         use crate::backend::cpu::pool::{max_pool2d, RowPool};
-        let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
-            kernel: "conv".into(),
-            message: e.to_string(),
-        };
+        let native = conv_error;
         let (mut xs, mut ws) = (std::mem::take(&mut st.cpu.shape_a), std::mem::take(&mut st.cpu.shape_b));
         st.sizes.shape_into(p, c.x, &mut xs)?;
         st.sizes.shape_into(p, c.w, &mut ws)?;
@@ -486,10 +483,7 @@ impl CpuExecutable {
         packed: Option<&PackedWeights>,
         epilogue: &crate::backend::cpu::gemm::Epilogue<'_, f32>,
     ) -> Result<(), ExecError> {
-        let native = |e: crate::backend::cpu::gemm::KernelError| ExecError::Native {
-            kernel: "conv".into(),
-            message: e.to_string(),
-        };
+        let native = conv_error;
         if let Some(pw) = packed {
             if pw.conv(geom, x, out, self.threads, epilogue).map_err(native)? {
                 return Ok(());
@@ -588,4 +582,9 @@ unsafe fn slice_or_empty_mut<'a, T>(ptr: *mut T, len: usize) -> &'a mut [T] {
     }
     // SAFETY: the caller's guarantee.
     unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+}
+
+/// A convolution kernel's error as the step's.
+fn conv_error(e: crate::backend::cpu::gemm::KernelError) -> ExecError {
+    ExecError::Native { kernel: "conv".into(), message: e.to_string() }
 }
