@@ -51,7 +51,7 @@ pub use compile::{
     CompileWorkload, Family, COMPILE_WORKLOADS,
 };
 pub use memory::CountingAlloc;
-pub use train::{select_train, time_train, TrainMeasurement, TRAIN_WORKLOADS};
+pub use train::{profile_train, select_train, time_train, TrainMeasurement, TRAIN_WORKLOADS};
 
 /// Every built-in workload, in order.
 pub const WORKLOADS: &[&str] = &[

@@ -7,7 +7,7 @@ use crate::autodiff::{PartitionOptions, Policy};
 use crate::runtime::CompileOptions;
 use crate::tensor::Tensor;
 use crate::train::models::{mlp, transformer, Task, TransformerSize};
-use crate::train::{Optimizer, TrainOptions, Trainer};
+use crate::train::{Optimizer, TrainOptions, TrainProfile, Trainer};
 
 use super::memory::CountingAlloc;
 use super::{time, BenchError, Timing};
@@ -80,8 +80,9 @@ fn task_of(name: &str) -> Result<Task, BenchError> {
     }
 }
 
-/// Times one step of workload `name` with Adam at `threads` threads.
-pub fn time_train(name: &str, threads: usize, runs: Option<usize>) -> Result<TrainMeasurement, BenchError> {
+/// Workload `name`'s task and its trainer (Adam, the minimum cut) at `threads` threads,
+/// with the milliseconds building the trainer took.
+fn trainer_of(name: &str, threads: usize) -> Result<(Task, Trainer, f64), BenchError> {
     let mut task = task_of(name)?;
     let options = TrainOptions {
         optimizer: Optimizer::adam(3e-3),
@@ -90,9 +91,22 @@ pub fn time_train(name: &str, threads: usize, runs: Option<usize>) -> Result<Tra
     };
     let params = std::mem::take(&mut task.params);
     let start = std::time::Instant::now();
-    let mut trainer =
+    let trainer =
         Trainer::new(&task.graph, &task.loss, params, &options).map_err(|e| BenchError::Backend(e.to_string()))?;
-    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok((task, trainer, start.elapsed().as_secs_f64() * 1e3))
+}
+
+/// The median time of every step of workload `name`'s two plans (forward; backward and
+/// Adam) at `threads` threads, over `runs` runs ([`Trainer::profile`]).
+pub fn profile_train(name: &str, threads: usize, runs: usize) -> Result<TrainProfile, BenchError> {
+    let (mut task, mut trainer, _) = trainer_of(name, threads)?;
+    let batch = task.batch();
+    trainer.profile(&batch, runs).map_err(|e| BenchError::Run(e.to_string()))
+}
+
+/// Times one step of workload `name` with Adam at `threads` threads.
+pub fn time_train(name: &str, threads: usize, runs: Option<usize>) -> Result<TrainMeasurement, BenchError> {
+    let (mut task, mut trainer, compile_ms) = trainer_of(name, threads)?;
     // Batches drawn ahead, so the timing holds only the step.
     let batches: Vec<Vec<(&'static str, Tensor)>> = (0..16).map(|_| task.batch()).collect();
     let mut k = 0;

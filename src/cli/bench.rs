@@ -69,7 +69,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_pack_weights: bool,
     /// With `--backend cpu`: after each measurement, the median time of every step of the plan
-    /// (kernels, GEMMs with their epilogues, library calls, graph breaks) and its share.
+    /// (kernels, GEMMs with their epilogues, library calls, graph breaks) and its share; with
+    /// `--train`, of the forward plan's steps and the update plan's (backward, then Adam).
     #[arg(long)]
     pub profile: bool,
 }

@@ -115,8 +115,11 @@ pub fn bench_train(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     if args.model.is_some() {
         return refuse("it does not take a model");
     }
-    if !args.inputs.is_empty() || !args.dims.is_empty() || args.profile || args.no_recover || args.no_pack_weights {
-        return refuse("--input, --dim, --profile, --no-recover and --no-pack-weights do not apply");
+    if !args.inputs.is_empty() || !args.dims.is_empty() || args.no_recover || args.no_pack_weights {
+        return refuse("--input, --dim, --no-recover and --no-pack-weights do not apply");
+    }
+    if args.profile && args.json {
+        return Err(Error::Arguments("--profile prints a table; it does not go with --json".into()));
     }
     if args.backend.backend() != BackendKind::Cpu {
         return refuse("it runs on the cpu backend");
@@ -161,6 +164,23 @@ pub fn bench_train(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                 )
                 .map_err(Error::Stdout)?;
                 out.flush().map_err(Error::Stdout)?;
+            }
+            if args.profile {
+                let runs = args.runs.unwrap_or(20);
+                let p = super::progress::spin(&format!("profiling {name} at {t} thread(s)"), || {
+                    bench::profile_train(name, t, runs)
+                })
+                .map_err(|e| Error::Usage(e.to_string()))?;
+                let total: f64 = p.forward.iter().chain(&p.update).map(|s| s.median_us).sum();
+                for (plan, steps) in [("forward plan", &p.forward), ("update plan (backward, then Adam)", &p.update)] {
+                    let sum: f64 = steps.iter().map(|s| s.median_us).sum();
+                    writeln!(out, "  {plan}: {sum:.1} us").map_err(Error::Stdout)?;
+                    for s in steps {
+                        let share = if total > 0.0 { 100.0 * s.median_us / total } else { 0.0 };
+                        writeln!(out, "    {:<44} {:>12.1} {:>5.1}%", s.label, s.median_us, share)
+                            .map_err(Error::Stdout)?;
+                    }
+                }
             }
             results.push(m);
         }

@@ -111,9 +111,9 @@ pub(super) fn batch_norm_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Re
             let abs = 2.0 * ((xhat * w).abs() * (rho + 2.0 * e) + e * b.abs() + e * r[flat].abs())
                 + 2.0 * tiny(dtype) * e * (xv[flat].abs() + mean.abs() + rs.abs() + w.abs());
             // `var + eps` cancelling to within a quarter of itself: not determined by the dtype.
-            // An infinite `x` times a scale `rsqrt(var + eps) w` that the dtype may round to 0
-            // (below its smallest normal) is ±inf or NaN.
-            let underflow = !xv[flat].is_finite() && (rs * w).abs() < tiny(dtype);
+            // An infinite `x - mean` (either infinite) times a scale `rsqrt(var + eps) w` that
+            // the dtype may round to 0 (below its smallest normal) is ±inf or NaN.
+            let underflow = (xv[flat] - mean).is_infinite() && (rs * w).abs() < tiny(dtype);
             // A product past the dtype's range (`x · rsqrt(var + eps) w`, or the mean's) is ±inf
             // where the reference may stay finite, and with an infinite bias NaN.
             let scale = (rs * w).abs();

@@ -27,7 +27,7 @@ use crate::ir::{DType, Graph, GraphError, Shape, TensorType, Value};
 use crate::ops::OpKind;
 use crate::pipeline::{Differentiate, Mode, PipelineError};
 use crate::runtime::Outputs;
-use crate::runtime::{compile, CompileError, CompileOptions, Plan, RunError};
+use crate::runtime::{compile, CompileError, CompileOptions, Plan, RunError, StepTime};
 use crate::tensor::{Tensor, TensorView};
 
 /// How parameters move along their gradients.
@@ -299,11 +299,68 @@ impl Trainer {
         self.step
     }
 
+    /// Times each step of the two plans a training step runs ([`Plan::profile`]): one
+    /// ordinary step on `data` first (it updates the parameters, like [`Trainer::step`]),
+    /// then `runs` runs of the forward plan and of the update plan (the backward and the
+    /// optimizer) on that step's inputs, which leave the parameters as they are.
+    pub fn profile(&mut self, data: &[(&str, Tensor)], runs: usize) -> Result<TrainProfile, TrainError> {
+        let model_inputs: Vec<Tensor> = (0..self.input_names.len())
+            .map(|i| match self.param_of_input[i] {
+                Some(p) => Ok(self.params[p].1.clone()),
+                None => data
+                    .iter()
+                    .find(|(n, _)| *n == self.input_names[i])
+                    .map(|(_, t)| t.clone())
+                    .ok_or_else(|| TrainError::Input(format!("no data for input `{}`", self.input_names[i]))),
+            })
+            .collect::<Result<_, _>>()?;
+        let forward = self.forward.profile(&model_inputs, runs)?;
+        let scalars: Vec<Tensor> = self
+            .optimizer
+            .scalars(self.step + 1)
+            .into_iter()
+            .map(|x| Tensor::from_f32(&[], vec![x as f32]))
+            .collect::<Result<_, _>>()
+            .map_err(|e| TrainError::Input(e.to_string()))?;
+        self.forward.run_views_into(&runtime_views(&model_inputs), &mut self.forward_out)?;
+        let update_inputs: Vec<Tensor> = self
+            .sources
+            .iter()
+            .map(|s| match *s {
+                Source::Model(i) => model_inputs[i].clone(),
+                Source::Forward(o) => self.forward_out.outputs[o].clone(),
+                Source::State { p, k } => self.state[p][k].clone(),
+                Source::Scalar(k) => scalars[k].clone(),
+            })
+            .collect();
+        let update = self.update.profile(&update_inputs, runs)?;
+        Ok(TrainProfile { forward, update })
+    }
+
+    /// The two compiled plans a step runs: the forward (the loss and the values saved for the
+    /// backward), then the update (the backward and the optimizer).
+    pub fn plans(&self) -> [&Plan; 2] {
+        [&self.forward, &self.update]
+    }
+
     /// The partition the step runs: what the backward reads (its report compares the
     /// policies).
     pub fn partition(&self) -> &Partition {
         &self.partition
     }
+}
+
+/// Per-step times of a training step's plans, from [`Trainer::profile`].
+#[derive(Clone, Debug)]
+pub struct TrainProfile {
+    /// The forward plan (the loss and the values saved for the backward).
+    pub forward: Vec<StepTime>,
+    /// The update plan: the backward, then the optimizer's update.
+    pub update: Vec<StepTime>,
+}
+
+fn runtime_views(inputs: &[Tensor]) -> Vec<TensorView<'_>> {
+    inputs.iter().map(TensorView::from).collect()
 }
 
 fn check_type(name: &str, ty: &TensorType, t: &Tensor) -> Result<(), TrainError> {
