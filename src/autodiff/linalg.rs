@@ -2,7 +2,8 @@
 //! runs on the same GEMM and convolution kernels as the forward.
 //!
 //! `matmul`: `dA = dY Bᵀ`, `dB = Aᵀ dY` with the transposes folded into the flags, then
-//! summed back over batch dims the operand was broadcast along ([`sum_to`]).
+//! summed back over batch dims the operand was broadcast along ([`sum_to`]); a matrix `B`
+//! shared by a batched `A` gets `dB` as one product over the batch rows flattened.
 //!
 //! `conv` (`x [B, C, L...]`, `w [O, C/G, K...]`, stride `s`, dilation `d`, pads `pb`/`pe`,
 //! groups `G`; output length `Lo`), both as convolutions with padding done by `pad` (which
@@ -34,9 +35,37 @@ pub(super) fn matmul(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
     let (a, b, ct) = (v.arg(0), v.arg(1), v.ct);
     let (ta, tb) = (v.node.attrs.bool("transpose_a"), v.node.attrs.bool("transpose_b"));
     let da = if ta { e.matmul(b, ct, tb, true)? } else { e.matmul(ct, b, false, !tb)? };
-    let db = if tb { e.matmul(ct, a, true, ta)? } else { e.matmul(a, ct, !ta, false)? };
     let (a_shape, b_shape) = (e.shape(a), e.shape(b));
-    Ok(smallvec![Some(sum_to(e, da, &a_shape)?), Some(sum_to(e, db, &b_shape)?)])
+    let db = match if b_shape.rank() == 2 { batch_folded(e, a, ct, ta)? } else { None } {
+        // `Σ_i aᵢᵀ dYᵢ` as `a'ᵀ dY'` over the batch rows flattened into one (or its transpose).
+        Some((a2, ct2)) if tb => e.matmul(ct2, a2, true, false)?,
+        Some((a2, ct2)) => e.matmul(a2, ct2, true, false)?,
+        None => {
+            let db = if tb { e.matmul(ct, a, true, ta)? } else { e.matmul(a, ct, !ta, false)? };
+            sum_to(e, db, &b_shape)?
+        }
+    };
+    Ok(smallvec![Some(sum_to(e, da, &a_shape)?), Some(db)])
+}
+
+/// For `a @ B` with `B` a matrix shared by every batch element of `a [..., M, K]` (not
+/// transposed): `a` and `dY [..., M, N]` viewed as `[n M, K]` and `[n M, N]`, `n` the batch
+/// elements, so `dB`'s sum over the batch is the one product `a'ᵀ dY'` with `n M` as its
+/// inner dimension (a linear layer's weight gradient as one GEMM, as PyTorch forms it,
+/// rather than a product per batch element summed after). `None` where `a` is a matrix, a
+/// vector or transposed. The caller checks that `B` is a matrix.
+fn batch_folded(e: &mut Emitter, a: Value, ct: Value, ta: bool) -> Result<Option<(Value, Value)>, DecompError> {
+    let (a_shape, ct_shape) = (e.shape(a), e.shape(ct));
+    let r = a_shape.rank();
+    if ta || r < 3 || ct_shape.rank() != r {
+        return Ok(None);
+    }
+    let rows = a_shape.dims()[..r - 1].iter().try_fold(Dim::new(1), |n, d| n.mul(d));
+    let Ok(rows) = rows else { return Ok(None) };
+    let (k, n) = (a_shape.dims()[r - 1].clone(), ct_shape.dims()[r - 1].clone());
+    let a2 = e.reshape(a, &[rows.clone(), k].into_iter().collect::<Shape>())?;
+    let ct2 = e.reshape(ct, &[rows, n].into_iter().collect::<Shape>())?;
+    Ok(Some((a2, ct2)))
 }
 
 fn unsupported(reason: impl Into<String>) -> DecompError {

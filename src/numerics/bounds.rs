@@ -331,8 +331,11 @@ pub(super) fn attention_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Res
                     + sf * tiny(dtype) * vmax);
             // Scores are formed unscaled or scaled first: both must stay in range.
             // Beyond E = 1 the dtype cannot resolve the softmax of this row at all (a float
-            // mask of 1e18 swallows scores of 1e5): excused like an overflow.
-            let in_range = qmax.max(scaled) <= maxf / 4.0 && mmax <= maxf / 4.0 && pi <= maxf && score_err <= 1.0;
+            // mask of 1e18 swallows scores of 1e5): excused like an overflow. A flash-style
+            // kernel sums `Σ e_i v_i` before dividing by `Σ e_i` (each `e_i <= 1`, the sum up
+            // to `S`), so the weighted values must stay in range `S` times over.
+            let in_range =
+                qmax.max(scaled) <= maxf / 4.0 && mmax <= maxf / 4.0 && pi * sf.max(1.0) <= maxf && score_err <= 1.0;
             ElemBound::new(abs, in_range)
         })
         .collect())

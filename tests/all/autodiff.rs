@@ -246,6 +246,12 @@ fn structural_cases() -> Vec<Case> {
         ("f64[1, 2, 3]", "f64[2, 3, 4]", "transpose_a=false, transpose_b=false"),
         ("f64[2, 1, 3, 2]", "f64[3, 4, 3]", "transpose_a=true, transpose_b=true"),
         ("f64[batch, 2, 3]", "f64[3, 1]", "transpose_a=false, transpose_b=false"),
+        // A matrix shared by a batch: its gradient is one product over the flattened rows.
+        ("f64[2, 2, 3]", "f64[4, 3]", "transpose_a=false, transpose_b=true"),
+        ("f64[2, 3, 2, 3]", "f64[3, 4]", "transpose_a=false, transpose_b=false"),
+        ("f64[batch, seq, 3]", "f64[2, 3]", "transpose_a=false, transpose_b=true"),
+        ("f64[2, 0, 3]", "f64[3, 4]", "transpose_a=false, transpose_b=false"),
+        ("f64[2, 3, 2]", "f64[3, 4]", "transpose_a=true, transpose_b=false"),
     ];
     for (a, b, flags) in matmuls {
         let src = format!("graph t(%a: {a}, %b: {b}) {{\n  %y = matmul(%a, %b) {{{flags}}}\n  return %y\n}}");
@@ -431,6 +437,54 @@ fn the_joint_graph_has_forward_outputs_then_gradients() {
     let out = interp::run(&joint.graph, &[x, u], &Options::default()).unwrap();
     assert_eq!(out.outputs[1].to_f64_vec(), [0.0, 0.0]);
     assert_eq!(out.outputs[2].to_f64_vec(), [3.0, -1.0]);
+}
+
+/// A weight shared by every batch element of a linear layer (`x [B, S, K] @ w`) gets its
+/// gradient as one product over the `B·S` rows, never a product per batch element summed
+/// after; with the weight batched too, the per-element products are summed as before.
+#[test]
+fn a_shared_weight_gets_its_gradient_as_one_product() {
+    for (w, flags, dw) in [("f32[4, 5]", "", [4, 5]), ("f32[5, 4]", " {transpose_b=true}", [5, 4])] {
+        let g = prims(&format!(
+            "graph t(%x: f32[2, 3, 4], %w: {w}) {{\n  %h = matmul(%x, %w){flags}\n  %l = sum(%h)\n  return %l\n}}"
+        ));
+        let joint = grad(&g, "l", &["w"]).unwrap();
+        let jg = &joint.graph;
+        let grad_w = jg.outputs()[1].value;
+        assert_eq!(jg.ty(grad_w).shape.as_static().unwrap(), dw.map(|d| d as u64));
+        let products: Vec<_> = jg.nodes().filter(|(_, n)| n.op == OpKind::Matmul).collect();
+        assert_eq!(products.len(), 2, "the forward's product and the gradient's:\n{}", ladder::text::print(jg));
+        let (_, back) = products[1];
+        let rows = |v| jg.ty(v).shape.as_static().unwrap()[0];
+        assert!(back.args.iter().all(|&a| jg.ty(a).shape.rank() == 2 && rows(a) == 6), "{}", ladder::text::print(jg));
+        // No sum over the batch of per-element products (the loss's own sum is to a scalar).
+        assert!(
+            jg.nodes().all(|(_, n)| n.op != OpKind::ReduceSum || n.ty.shape.rank() == 0),
+            "{}",
+            ladder::text::print(jg)
+        );
+        // The same gradient as the per-element products summed (the interpreter on both).
+        let x = Tensor::from_f32(&[2, 3, 4], (0..24).map(|i| (i as f32 * 0.37).sin()).collect()).unwrap();
+        let wv = Tensor::from_f32(&[dw[0], dw[1]], (0..20).map(|i| (i as f32 * 0.91).cos()).collect()).unwrap();
+        let out = interp::run(jg, &[x.clone(), wv], &Options::default()).unwrap();
+        let xs = x.to_f64_vec();
+        let want: Vec<f64> = (0..20)
+            .map(|e| {
+                // d sum / d w[k, n] (or w[n, k]) = Σ over the rows of x[row, k].
+                let k = if flags.is_empty() { e / 5 } else { e % 4 };
+                (0..6).map(|row| xs[row * 4 + k]).sum::<f64>()
+            })
+            .collect();
+        let got = out.outputs[1].to_f64_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{got:?} against {want:?}");
+        }
+    }
+    // A batched weight keeps its per-element products.
+    let g =
+        prims("graph t(%x: f32[2, 3, 4], %w: f32[2, 4, 5]) {\n  %h = matmul(%x, %w)\n  %l = sum(%h)\n  return %l\n}");
+    let joint = grad(&g, "l", &["w"]).unwrap();
+    assert_eq!(joint.graph.ty(joint.graph.outputs()[1].value).shape.as_static().unwrap(), [2, 4, 5]);
 }
 
 #[test]
