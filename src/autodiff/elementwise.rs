@@ -12,7 +12,7 @@ use smallvec::smallvec;
 
 use super::{Grads, Vjp};
 use crate::decomp::{DecompError, Emitter};
-use crate::ir::Value;
+use crate::ir::{DType, Value};
 use crate::ops::OpKind;
 
 /// `c - x` for a constant `c` of `x`'s dtype.
@@ -156,19 +156,20 @@ pub(super) fn unexpected(op: OpKind) -> DecompError {
     DecompError::Unsupported { op: op.name(), reason: "the derivative table routes it to the wrong rule".into() }
 }
 
-/// `gelu`, a high-level op with a hand rule: `ct * (Φ(x) + x φ(x))` (erf form) or the
+/// `gelu`, a high-level op with a hand rule: `ct * (Φ(x) + x φ(x))` with `Φ(x) = gelu(x) / x`
+/// read from the forward's result (erf form), or the
 /// derivative of `x (1 + tanh u) / 2`, `u = √(2/π) (x + 0.044715 x³)` (tanh form). Derived
 /// through the decomposition instead, the accurate tail for negative `x` (a Horner polynomial
 /// and a split exponential) leaves a dozen intermediates that the backward reads: materialised
 /// tensors, not a fused pass. `tests/all/autodiff.rs` checks this rule against the derived one
 /// and against central differences.
 pub(super) fn gelu(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
-    use std::f64::consts::{FRAC_1_SQRT_2, PI};
+    use std::f64::consts::PI;
     use OpKind::*;
     let (x, ct) = (v.arg(0), v.ct);
-    // Every value here is formed differently from the decomposition's (`erf(-x/√2)`, not
-    // `erf(x/√2)`; `(0.044715 x) x`, not `x²`), so simplification cannot merge the backward
-    // into the recomputed forward's interior and keep recovery from running it as a gelu.
+    // The tanh form's values are formed differently from the decomposition's (`(0.044715 x)
+    // x`, not `x²`), so simplification cannot merge the backward into a recomputed forward's
+    // interior and keep recovery from running it as a gelu.
     let slope = if v.node.attrs.str("approximate") == "tanh" {
         let c1 = (2.0 / PI).sqrt();
         let w = e.binary_scalar(Mul, x, 0.044715)?;
@@ -189,11 +190,23 @@ pub(super) fn gelu(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
         let r = e.mul(x, r)?;
         e.add(half, r)?
     } else {
-        // Φ(x) = (1 - erf(-x/√2)) / 2.
-        let z = e.binary_scalar(Mul, x, -FRAC_1_SQRT_2)?;
-        let erf = e.unary(Erf, z)?;
-        let half = e.binary_scalar(Mul, erf, 0.5)?;
-        let cdf = rsub(e, 0.5, half)?;
+        // Φ(x) = gelu(x) / x: the forward's own result, so no error function to evaluate
+        // again (the forward's library kernel has the accurate tail, where `1 - erf(-x/√2)`
+        // cancels), with Φ = 1/2 where `|x|` is below the dtype's epsilon (`0`, where the
+        // quotient is not defined, and subnormals, where `gelu(x)` has lost digits: `Φ(x) -
+        // 1/2 ≈ 0.4 x` is under half an ulp of 1/2 there). At ±inf the slope is NaN, as the
+        // derived one (`x φ(x)` is `∞ · 0`).
+        let eps = match e.dtype(x) {
+            DType::F64 => f64::EPSILON,
+            DType::F16 => 2f64.powi(-10),
+            DType::BF16 => 2f64.powi(-7),
+            _ => f32::EPSILON as f64,
+        };
+        let quotient = e.div(v.out, x)?;
+        let ax = e.unary(Abs, x)?;
+        let small = e.binary_scalar(Lt, ax, eps)?;
+        let half = e.full_like(0.5, x)?;
+        let cdf = e.select(small, half, quotient)?;
         let hx = e.binary_scalar(Mul, x, -0.5)?;
         let q = e.mul(hx, x)?;
         let pdf = e.unary(Exp, q)?;

@@ -684,6 +684,30 @@ fn gelu_hand_rule_matches_the_derived_one() {
             assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{approximate} at x = {}: hand {a}, derived {b}", xs[i]);
         }
     }
+    // f32 at the special points: Φ = 1/2 at zero and on subnormals (the quotient's limit),
+    // NaN at ±inf (as `x φ(x)` is there) and for NaN.
+    let xs = [0.0f32, -0.0, 1e-40, -1e-40, 3.0, -3.0, -12.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let g = parse("graph g(%x: f32[10]) {\n  %y = gelu(%x)\n  %l = sum(%y)\n  return %l\n}");
+    let f = ladder::passes::functionalize(&g).unwrap();
+    let kept = ladder::passes::lower::prims(&f, &[OpKind::Gelu]).unwrap();
+    let joint = grad(&kept, "l", &["x"]).unwrap();
+    let out = interp::run(&joint.graph, &[Tensor::from_f32(&[10], xs.to_vec()).unwrap()], &Options::default()).unwrap();
+    let slope = out.outputs[joint.grad_output(0)].to_f64_vec();
+    let phi = |x: f64| 0.5 * libm::erfc(-x / std::f64::consts::SQRT_2);
+    let pdf = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    for (i, &x) in xs.iter().enumerate() {
+        let x = x as f64;
+        if !x.is_finite() {
+            assert!(slope[i].is_nan(), "slope at {x}: {}", slope[i]);
+            continue;
+        }
+        let want = phi(x) + x * pdf(x);
+        assert!(
+            (slope[i] - want).abs() <= 4.0 * f32::EPSILON as f64 * want.abs().max(1e-30),
+            "slope at {x}: {} against {want}",
+            slope[i]
+        );
+    }
     let (checked, _) = check_high_level(OpKind::Gelu, &[OpKind::Gelu], 6);
     assert!(checked >= 6, "gelu with its hand rule: only {checked} cases checked");
 }
