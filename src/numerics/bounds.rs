@@ -56,7 +56,14 @@ pub(super) fn norm_bounds(
                 let wj = w.as_ref().and_then(|w| w.get(param(flat)).copied()).unwrap_or(1.0);
                 // The last term: whichever pairwise product is formed first may be subnormal.
                 let sub = 2.0 * small * e * (rs + wj.abs() + v.abs());
-                out[flat] = ElemBound::new(2.0 * r[flat].abs() * (rho + 2.0 * e) + sub, in_range(4.0) && rho < 0.25);
+                // An infinite weight times an `x̂` below the smallest subnormal (`tiny eps`),
+                // which may round to zero: ±inf or NaN, as for the centred norms.
+                let xhat = v * rs;
+                let sign_unknown = !wj.is_finite() && xhat.abs() <= xhat.abs() * (rho + e) + small * e;
+                out[flat] = ElemBound::new(
+                    2.0 * r[flat].abs() * (rho + 2.0 * e) + sub,
+                    in_range(4.0) && rho < 0.25 && !sign_unknown,
+                );
             }
             continue;
         }

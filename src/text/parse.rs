@@ -495,10 +495,9 @@ impl Parser {
                 self.expect_punct(':')?;
                 let ty = self.tensor_type()?;
                 self.check_numbered_name(&g, &vname, &at)?;
-                let v = g.add_input(&vname, ty).map_err(|e| self.error_at(&at, e.to_string()))?;
-                if index_token(&at) {
-                    g.clear_name(v);
-                }
+                // A numbered input (`%0`) keeps its number as its name: inputs are bound by
+                // name, so the verifier wants every input named.
+                g.add_input(&vname, ty).map_err(|e| self.error_at(&at, e.to_string()))?;
                 if self.eat_punct(')') {
                     break;
                 }
@@ -525,7 +524,11 @@ impl Parser {
 
     fn lookup(&self, g: &Graph, name: &str, at: &Token) -> Result<Value, ParseError> {
         let found = if index_token(at) {
-            name.parse::<u32>().ok().map(Value::from_u32).filter(|&v| g.get(v).is_some() && g.name_of(v).is_none())
+            // Unnamed, or a numbered input (named by its number).
+            name.parse::<u32>()
+                .ok()
+                .map(Value::from_u32)
+                .filter(|&v| g.get(v).is_some() && g.name_of(v).is_none_or(|n| n == name))
         } else {
             g.value_by_name(name)
         };
@@ -617,7 +620,7 @@ impl Parser {
                     self.expect_punct(',')?;
                 }
             }
-            let given = if self.peek().tok == Tok::Punct('{') { self.attrs()? } else { Vec::new() };
+            let given = if self.peek().tok == Tok::Punct('{') { self.attrs(op.spec().attrs)? } else { Vec::new() };
             let attrs = Attrs::resolve(op.spec().attrs, given)
                 .map_err(|e| self.error_at(&op_tok, format!("{op_name}: {e}")))?;
             g.add_node(op, &args, attrs).map_err(|e| self.error_at(&op_tok, e.to_string()))?
@@ -635,8 +638,10 @@ impl Parser {
         Ok(())
     }
 
-    /// `{name=value, ...}`
-    fn attrs(&mut self) -> Result<Vec<(String, AttrValue)>, ParseError> {
+    /// `{name=value, ...}`, for an operator whose attributes are `specs`: where a size is
+    /// expected, a word is a symbol even when it is also a dtype or a literal's name (an
+    /// ONNX model may call a dim `u32` or `inf`).
+    fn attrs(&mut self, specs: &[crate::ir::AttrSpec]) -> Result<Vec<(String, AttrValue)>, ParseError> {
         self.expect_punct('{')?;
         let mut out = Vec::new();
         if self.eat_punct('}') {
@@ -645,7 +650,12 @@ impl Parser {
         loop {
             let name = self.ident("an attribute name")?;
             self.expect_punct('=')?;
-            out.push((name, self.attr_value()?));
+            let size = specs.iter().any(|s| s.name == name && s.kind == crate::ir::AttrKind::Size);
+            let value = match &self.peek().tok {
+                Tok::Ident(_) if size => self.size_attr()?,
+                _ => self.attr_value()?,
+            };
+            out.push((name, value));
             if self.eat_punct('}') {
                 return Ok(out);
             }
