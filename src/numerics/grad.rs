@@ -528,12 +528,19 @@ pub const MAX_CONSTANT: f64 = 1e4;
 pub const MIN_CONSTANT: f64 = 1.0 / MAX_CONSTANT;
 
 /// Whether every float constant of `g` (blob data and `full` values) is finite, within
-/// [`MAX_CONSTANT`], and zero or at least [`MIN_CONSTANT`], and no float attribute finite and
+/// [`MAX_CONSTANT`], and zero or at least [`MIN_CONSTANT`], every integer constant within
+/// [`MAX_CONSTANT`], and no float attribute finite and
 /// past [`MAX_CONSTANT`] (an infinite one makes the values it scales infinite: unfit already).
 fn smooth_constants(g: &Graph) -> bool {
     let fits = |x: f64| x.is_finite() && x.abs() <= MAX_CONSTANT && (x == 0.0 || x.abs() >= MIN_CONSTANT);
-    let blobs = g.blobs().all(|(_, b)| !b.tensor.dtype().is_float() || b.tensor.to_f64_vec().into_iter().all(fits));
-    let fulls = g.nodes().all(|(_, n)| n.op != OpKind::Full || !n.ty.dtype.is_float() || fits(n.attrs.float("value")));
+    // Integer constants are data as integer inputs are: past `MAX_CONSTANT` they swamp the
+    // step too (`rem(4294967293, cos x)` moves through thousands of quotients across it).
+    let fits_as = |float: bool, x: f64| if float { fits(x) } else { x.abs() <= MAX_CONSTANT };
+    let blobs = g.blobs().all(|(_, b)| {
+        let float = b.tensor.dtype().is_float();
+        b.tensor.to_f64_vec().into_iter().all(|x| fits_as(float, x))
+    });
+    let fulls = g.nodes().all(|(_, n)| n.op != OpKind::Full || fits_as(n.ty.dtype.is_float(), n.attrs.float("value")));
     // Float attributes scale data as constants do (`leaky_relu {negative_slope=1e30}`); a
     // small one is ordinary (an `eps`, a slope) except where the op divides by it
     // (`softplus {beta=1e-40}` is `log 2 / beta` plus a slope the f64 loss cannot resolve).
@@ -553,7 +560,7 @@ fn smooth_constants(g: &Graph) -> bool {
 /// points skipped. `Ok(None)`: the graph is not checkable (no float output or input, a
 /// forward run that fails, a non-finite loss, a decomposition or derivative that refuses a
 /// symbolic case it cannot express, a float constant past [`MAX_CONSTANT`] or below
-/// [`MIN_CONSTANT`], an integer input past [`MAX_CONSTANT`]). `Err`: a
+/// [`MIN_CONSTANT`], an integer input or constant past [`MAX_CONSTANT`]). `Err`: a
 /// defect, with the graph's text.
 pub fn check_random_graph(bytes: &[u8]) -> Result<Option<GradCheck>, String> {
     use crate::decomp::DecompError;
