@@ -291,6 +291,19 @@ impl GradCase {
         Ok((up - down) / (2.0 * h))
     }
 
+    /// The outputs after the first (the loss) of `g`, the loss graph with extra outputs, on
+    /// the case's inputs with `element` of input `input` set to `x`, in precise mode.
+    fn extra_outputs(&self, g: &Graph, input: usize, element: usize, x: f64) -> Result<Vec<Tensor>, GradFailure> {
+        let mut inputs = self.inputs.clone();
+        let mut values = inputs[input].to_f64_vec();
+        values[element] = x;
+        inputs[input] = Tensor::new(inputs[input].shape().to_vec(), TensorData::F64(values))
+            .map_err(|e| GradFailure::Run(e.to_string()))?;
+        let precise = Options { precise: true, ..Options::default() };
+        let out = interp::run(g, &inputs, &precise).map_err(|e| GradFailure::Run(e.to_string()))?;
+        Ok(out.outputs.into_iter().skip(1).collect())
+    }
+
     /// Whether a discrete value of the loss graph (a `floor`, `ceil`, `round` or
     /// `sign`, or any integer or bool result) differs between the two points of the central
     /// difference for `element` of input `input`: the interval then straddles a step, where
@@ -311,18 +324,9 @@ impl GradCase {
         for (i, &v) in discrete.iter().enumerate() {
             g.add_output(&format!("discrete{i}"), v).map_err(|e| GradFailure::Run(e.to_string()))?;
         }
-        let precise = Options { precise: true, ..Options::default() };
-        let at = |x: f64| -> Result<Vec<Tensor>, GradFailure> {
-            let mut inputs = self.inputs.clone();
-            let mut values = inputs[input].to_f64_vec();
-            values[element] = x;
-            inputs[input] = Tensor::new(inputs[input].shape().to_vec(), TensorData::F64(values))
-                .map_err(|e| GradFailure::Run(e.to_string()))?;
-            let out = interp::run(&g, &inputs, &precise).map_err(|e| GradFailure::Run(e.to_string()))?;
-            Ok(out.outputs.into_iter().skip(1).collect())
-        };
         let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) = (at(x - h)?, at(x + h)?);
+        let (down, up) =
+            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
         Ok(down.iter().zip(&up).any(|(a, b)| !a.bit_eq(b)))
     }
 
@@ -352,15 +356,8 @@ impl GradCase {
                 g.add_output(&format!("sum{}", index.len()), *v).map_err(|e| GradFailure::Run(e.to_string()))?;
             }
         }
-        let precise = Options { precise: true, ..Options::default() };
         let at = |x: f64| -> Result<Vec<Vec<f64>>, GradFailure> {
-            let mut inputs = self.inputs.clone();
-            let mut values = inputs[input].to_f64_vec();
-            values[element] = x;
-            inputs[input] = Tensor::new(inputs[input].shape().to_vec(), TensorData::F64(values))
-                .map_err(|e| GradFailure::Run(e.to_string()))?;
-            let out = interp::run(&g, &inputs, &precise).map_err(|e| GradFailure::Run(e.to_string()))?;
-            Ok(out.outputs.iter().skip(1).map(Tensor::to_f64_vec).collect())
+            Ok(self.extra_outputs(&g, input, element, x)?.iter().map(Tensor::to_f64_vec).collect())
         };
         let x = self.inputs[input].to_f64_vec()[element];
         let (down, up) = (at(x - h)?, at(x + h)?);

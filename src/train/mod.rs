@@ -257,13 +257,7 @@ impl Trainer {
         self.forward.run_views_into(&views, &mut self.forward_out)?;
         let fw = &self.forward_out.outputs;
         let loss = fw[self.loss].to_f64_vec().first().copied().unwrap_or(f64::NAN);
-        let scalars: Vec<Tensor> = self
-            .optimizer
-            .scalars(self.step + 1)
-            .into_iter()
-            .map(|x| Tensor::from_f32(&[], vec![x as f32]))
-            .collect::<Result<_, _>>()
-            .map_err(|e| TrainError::Input(e.to_string()))?;
+        let scalars = self.scalars()?;
         let views: Vec<TensorView> = self
             .sources
             .iter()
@@ -287,6 +281,16 @@ impl Trainer {
             }
         }
         Ok(loss)
+    }
+
+    /// The optimizer's scalars for the next step (Adam's bias corrections), as f32 tensors.
+    fn scalars(&self) -> Result<Vec<Tensor>, TrainError> {
+        self.optimizer
+            .scalars(self.step + 1)
+            .into_iter()
+            .map(|x| Tensor::from_f32(&[], vec![x as f32]))
+            .collect::<Result<_, _>>()
+            .map_err(|e| TrainError::Input(e.to_string()))
     }
 
     /// The parameters' current values.
@@ -315,13 +319,7 @@ impl Trainer {
             })
             .collect::<Result<_, _>>()?;
         let forward = self.forward.profile(&model_inputs, runs)?;
-        let scalars: Vec<Tensor> = self
-            .optimizer
-            .scalars(self.step + 1)
-            .into_iter()
-            .map(|x| Tensor::from_f32(&[], vec![x as f32]))
-            .collect::<Result<_, _>>()
-            .map_err(|e| TrainError::Input(e.to_string()))?;
+        let scalars = self.scalars()?;
         self.forward.run_views_into(&runtime_views(&model_inputs), &mut self.forward_out)?;
         let update_inputs: Vec<Tensor> = self
             .sources
