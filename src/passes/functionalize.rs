@@ -40,6 +40,11 @@ use crate::ops::OpKind;
 pub enum FunctionalizeError {
     #[error("{value} = {op}: writes through a broadcast view of {base}, where several elements share one location")]
     WriteThroughBroadcast { value: String, op: &'static str, base: String },
+    /// A write through a strided slice (`step > 1`) of a symbolic length: writing every
+    /// step-th element back needs interior padding of a symbolic size, which `pad` does not
+    /// have (`slice_scatter`'s shape rule refuses it).
+    #[error("{value} = {op}: writes through {view}, a slice with step {step} of the symbolic length {len}: a strided write-back needs a static length")]
+    SymbolicStridedWrite { value: String, op: &'static str, view: String, step: i64, len: String },
     #[error("rebuilding the graph failed: {0}")]
     Graph(#[from] GraphError),
 }
@@ -306,7 +311,23 @@ impl State<'_> {
                 }
                 self.rw.emit_with(Permute, &[child], &[("perm", AttrValue::Ints(inverse))])?
             }
-            Slice => self.rw.emit_with(SliceScatter, &[parent, child], &attrs_list(&node.attrs))?,
+            Slice => {
+                let old = self.rw.old;
+                let step = node.attrs.int("step");
+                let axis = crate::ops::util::normalize_axis(node.attrs.int("axis"), pty.rank())
+                    .map_err(|e| GraphError::Op { op: node.op.name(), value: view, error: e })?;
+                let len = &old.ty(view).shape.dims()[axis];
+                if step > 1 && !len.is_static() {
+                    return Err(FunctionalizeError::SymbolicStridedWrite {
+                        value: old.display_value(at),
+                        op: old.node(at).op.name(),
+                        view: old.display_value(view),
+                        step,
+                        len: len.to_string(),
+                    });
+                }
+                self.rw.emit_with(SliceScatter, &[parent, child], &attrs_list(&node.attrs))?
+            }
             Select => {
                 let axis = node.attrs.int("axis");
                 let index = node.attrs.int("index");

@@ -135,3 +135,32 @@ fn a_write_through_an_identity_expand_functionalizes() {
     let g = ladder::text::parse(src).unwrap();
     assert!(matches!(functionalize(&g), Err(ladder::passes::FunctionalizeError::WriteThroughBroadcast { .. })));
 }
+
+/// A write through a strided slice of a symbolic length cannot be written back (interior
+/// padding of a symbolic size): a typed refusal naming the view, never an ill-typed node;
+/// the same write on a static length is written back.
+#[test]
+fn a_strided_write_of_symbolic_length_is_a_typed_refusal() {
+    let src = |dim: &str| {
+        format!(
+            "graph g(%x: f64[{dim}]) {{\n  %n = neg(%x)\n  %s = slice(%n) {{axis=0, step=2}}\n  %d = div_(%s, %s)\n  return %d, %n\n}}"
+        )
+    };
+    let g = ladder::text::parse(&src("batch")).unwrap();
+    match functionalize(&g) {
+        Err(e @ ladder::passes::FunctionalizeError::SymbolicStridedWrite { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("step 2") && text.contains("(batch + 1) / 2"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let g = ladder::text::parse(&src("5")).unwrap();
+    let f = functionalize(&g).unwrap_or_else(|e| panic!("{e}"));
+    verify(&f.graph, Stage::Functional).unwrap();
+    let x = Tensor::from_f64_as(ladder::DType::F64, &[5], &[1.0, -2.0, 3.0, 4.0, -5.0]).unwrap();
+    let want = run(&g, std::slice::from_ref(&x), &Options::default()).unwrap();
+    let got = run(&f.graph, &[x], &Options::default()).unwrap();
+    for (w, o) in want.outputs.iter().zip(&got.outputs) {
+        assert!(same(w, o), "{w} vs {o}\n{}", print(&f.graph));
+    }
+}
