@@ -337,13 +337,19 @@ impl GradCase {
     /// each argument, so only rounding does that: a huge term absorbing a small one's change
     /// (a term past `1e80` after a chain of `expm1` beside terms of order 1), and the quotient
     /// then measures the rounding, not the derivative.
+    ///
+    /// The opaque `matmul` and `conv` sum products inside: being bilinear, their move is
+    /// exactly `op(Δa, b̄) + op(ā, Δb)` (`Δ` the difference of the two points, the bar their
+    /// mean), which is evaluated with no huge term beside the change (`Δ` is zero outside
+    /// what moved), and the same test applies per element (a convolution of an input with
+    /// itself whose terms reach `1e237`, where an element's change is lost in the sum).
     fn absorbed(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
         use OpKind::*;
         let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
         let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
         let sums: Vec<(Value, OpKind, Vec<Value>)> = g
             .nodes()
-            .filter(|(_, n)| matches!(n.op, Add | Sub | ReduceSum) && n.ty.dtype.is_float())
+            .filter(|(_, n)| matches!(n.op, Add | Sub | ReduceSum | Matmul | Conv) && n.ty.dtype.is_float())
             .map(|(v, n)| (v, n.op, n.args.to_vec()))
             .collect();
         if sums.is_empty() {
@@ -356,11 +362,12 @@ impl GradCase {
                 g.add_output(&format!("sum{}", index.len()), *v).map_err(|e| GradFailure::Run(e.to_string()))?;
             }
         }
-        let at = |x: f64| -> Result<Vec<Vec<f64>>, GradFailure> {
-            Ok(self.extra_outputs(&g, input, element, x)?.iter().map(Tensor::to_f64_vec).collect())
-        };
         let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) = (at(x - h)?, at(x + h)?);
+        let (down, up) =
+            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        let shape = |v: &Value| up[index[v]].shape().to_vec();
+        let (down, up): (Vec<Vec<f64>>, Vec<Vec<f64>>) =
+            (down.iter().map(Tensor::to_f64_vec).collect(), up.iter().map(Tensor::to_f64_vec).collect());
         let moves = |v: &Value| -> Vec<f64> {
             let i = index[v];
             up[i].iter().zip(&down[i]).map(|(u, d)| u - d).collect()
@@ -368,10 +375,20 @@ impl GradCase {
         let lost = |got: f64, sum: f64| {
             sum.is_finite() && got.is_finite() && sum != 0.0 && (got - sum).abs() > 0.5 * sum.abs()
         };
-        for (v, op, args) in &sums {
+        for (v, op, arg_values) in &sums {
             let out = moves(v);
-            let args: Vec<Vec<f64>> = args.iter().map(moves).collect();
-            let lose = if *op == ReduceSum {
+            let args: Vec<Vec<f64>> = arg_values.iter().map(moves).collect();
+            let lose = if matches!(op, Matmul | Conv) {
+                let point = |a: &Value, up_or_down: &[Vec<f64>]| up_or_down[index[a]].clone();
+                let mean = |a: &Value| -> Vec<f64> {
+                    point(a, &up).iter().zip(&point(a, &down)).map(|(u, d)| 0.5 * u + 0.5 * d).collect()
+                };
+                let (a, b) = (&arg_values[0], &arg_values[1]);
+                let bilinear = Bilinear::new(&g, *v, [shape(a), shape(b)])?;
+                let first = bilinear.eval(&args[0], &mean(b))?;
+                let second = bilinear.eval(&mean(a), &args[1])?;
+                (0..out.len()).any(|i| lost(out[i], first[i] + second[i]))
+            } else if *op == ReduceSum {
                 lost(out.iter().sum(), args[0].iter().sum())
             } else if args.iter().all(|a| a.len() == out.len()) {
                 let sign = if *op == Sub { -1.0 } else { 1.0 };
@@ -451,6 +468,41 @@ impl GradCase {
     pub fn check(&self, keep: &[OpKind], tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
         let joint = self.joint(keep)?;
         self.compare(&joint, tolerance, kinks)
+    }
+}
+
+/// A `matmul` or `conv` node of a graph alone, on two inputs of its arguments' types, to
+/// evaluate on other arguments ([`GradCase::absorbed`]).
+struct Bilinear {
+    graph: Graph,
+    shapes: [Vec<usize>; 2],
+}
+
+impl Bilinear {
+    /// Node `v` of `g` on arguments of the shapes the run gave them (`g`'s may be symbolic).
+    fn new(g: &Graph, v: Value, shapes: [Vec<usize>; 2]) -> Result<Bilinear, GradFailure> {
+        let fail = |e: &dyn fmt::Display| GradFailure::Run(e.to_string());
+        let node = g.node(v);
+        let mut graph = Graph::new("bilinear");
+        let mut args = Vec::with_capacity(2);
+        for (k, &a) in node.args.iter().enumerate() {
+            let dims: Vec<u64> = shapes[k].iter().map(|&d| d as u64).collect();
+            let ty = TensorType::new(g.ty(a).dtype, crate::ir::Shape::from_static(&dims));
+            args.push(graph.add_input(&format!("a{k}"), ty).map_err(|e| fail(&e))?);
+        }
+        let out = graph.add_node(node.op, &args, node.attrs.clone()).map_err(|e| fail(&e))?;
+        graph.add_output("out", out).map_err(|e| fail(&e))?;
+        Ok(Bilinear { graph, shapes })
+    }
+
+    fn eval(&self, a: &[f64], b: &[f64]) -> Result<Vec<f64>, GradFailure> {
+        let fail = |e: &dyn fmt::Display| GradFailure::Run(e.to_string());
+        let dtype = |k: usize| self.graph.ty(self.graph.inputs()[k]).dtype;
+        let tensor = |k: usize, x: &[f64]| Tensor::from_f64_as(dtype(k), &self.shapes[k], x);
+        let inputs = [tensor(0, a).map_err(|e| fail(&e))?, tensor(1, b).map_err(|e| fail(&e))?];
+        let precise = Options { precise: true, ..Options::default() };
+        let out = interp::run(&self.graph, &inputs, &precise).map_err(|e| fail(&e))?;
+        Ok(out.outputs[0].to_f64_vec())
     }
 }
 

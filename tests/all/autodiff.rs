@@ -711,3 +711,29 @@ fn gelu_hand_rule_matches_the_derived_one() {
     let (checked, _) = check_high_level(OpKind::Gelu, &[OpKind::Gelu], 6);
     assert!(checked >= 6, "gelu with its hand rule: only {checked} cases checked");
 }
+
+/// A convolution's own sum can lose an element's change as an `add` can: `conv(x, x)` with
+/// `x = [1e100, 1, 2, 3]` is `x₀²` whatever the small elements do, so the loss
+/// `conv(x, x) - x₀²` is 0 at every point of a difference while its derivative in `x₁` is 2.
+/// Compared strictly that is a mismatch; on random graphs it is counted as a kink (the
+/// bilinear move `conv(Δx, x̄) + conv(x̄, Δx)` is not 0 where the convolution's move is), and
+/// the element whose change survives is still compared.
+#[test]
+fn a_change_lost_in_a_convolutions_sum_is_a_kink() {
+    for (op, src) in [("conv", "%c = conv(%x, %x)"), ("matmul", "%c = matmul(%x, %x) {transpose_b=true}")] {
+        let text = format!(
+            "graph t(%x: f64[1, 1, 4]) {{\n  {src}\n  %x0 = slice(%x) {{axis=2, start=0, end=1}}\n  \
+             %sq = mul(%x0, %x0)\n  %d = sub(%c, %sq)\n  %l = sum(%d)\n  return %l as loss\n}}"
+        );
+        let x = Tensor::new(vec![1, 1, 4], ladder::TensorData::F64(vec![1e100, 1.0, 2.0, 3.0])).unwrap();
+        let case = GradCase { loss_graph: parse(&text), inputs: vec![x], wrt: vec![0] };
+        let joint = case.joint(&[]).unwrap();
+        let ad = case.gradients(&joint).unwrap();
+        assert_eq!(ad[0][1..], [2.0, 4.0, 6.0], "{op}");
+        let tolerance = grad_tolerance(OpKind::Conv);
+        let strict = case.compare(&joint, tolerance, Kinks::Compare).unwrap_err();
+        assert!(matches!(strict, GradFailure::Mismatch { element: 1, .. }), "{op}: {strict}");
+        let check = case.compare(&joint, tolerance, Kinks::Skip).unwrap();
+        assert_eq!((check.compared, check.kinks), (1, 3), "{op}");
+    }
+}
