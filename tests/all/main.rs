@@ -37,6 +37,7 @@ mod decompose_random;
 mod dim_algebra;
 mod dot;
 mod dtypes_int;
+mod embedding;
 mod filetests;
 mod functionalize;
 mod fuzz_dims;
