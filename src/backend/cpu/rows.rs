@@ -325,19 +325,19 @@ macro_rules! multiversion {
                     return unsafe { $avx2($($arg),*) };
                 }
             }
-            $generic($($arg),*)
+            $generic::<PORTABLE_FMA>($($arg),*)
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
         unsafe fn $avx512($($arg: $ty),*) {
-            $generic($($arg),*)
+            $generic::<true>($($arg),*)
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn $avx2($($arg: $ty),*) {
-            $generic($($arg),*)
+            $generic::<true>($($arg),*)
         }
     };
 }
@@ -447,20 +447,59 @@ const LN2_LO: f32 = -1.904_654_2e-9;
 /// (relative error of `1 + r q(r)` 1.0e-8 before rounding).
 const EXP_Q: [f32; 6] = [0.001_393_366_7, 0.008_369_169, 0.041_666_463, 0.166_665_05, 0.5, 1.0];
 
+/// ln 2 split for a reduction without fused multiply-adds: `LN2_SHORT` has 9 significant
+/// bits, so `n * LN2_SHORT` is exact for every `n` the floor allows.
+const LN2_SHORT: f32 = 0.693_359_4;
+const LN2_SHORT_LO: f32 = -2.121_944_4e-4;
+
+/// Whether the portable paths' target has fused multiply-add instructions: aarch64 always,
+/// x86-64 where ladder is compiled for them. Elsewhere `mul_add` is a call per element
+/// (glibc's `fmaf`, emulated in software on CPUs without FMA: the portable softmax ran 90
+/// times slower than the AVX2 one), so the portable code multiplies and adds instead, which
+/// the compiler vectorizes with SSE.
+pub(crate) const PORTABLE_FMA: bool = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
+
+/// `a * b + c`: fused (one rounding) with `FMA`, else a multiply and an add.
+#[inline(always)]
+pub(crate) fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// [`fmadd`] in f64.
+#[inline(always)]
+pub(crate) fn fmadd64<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// e^d for d <= 0 (and NaN, which stays NaN); see the module docs for its bound. Valid up
-/// to d = 88 (no overflow handling above).
+/// to d = 88 (no overflow handling above). The AVX-512 and AVX2 paths' bits.
 #[inline(always)]
 pub fn exp_neg(d: f32) -> f32 {
+    exp_neg_with::<true>(d)
+}
+
+/// [`exp_neg`] with fused multiply-adds (`FMA`, the same bits as the vector paths), or
+/// without: then the reduction `d - n ln 2` subtracts an `n ln 2` split so that its first
+/// product is exact, and every step rounds twice (within 2 ulp of `e^d`, tested).
+#[inline(always)]
+pub fn exp_neg_with<const FMA: bool>(d: f32) -> f32 {
     let dc = if d < EXP_FLOOR { EXP_FLOOR } else { d };
-    let t = dc.mul_add(std::f32::consts::LOG2_E, EXP_MAGIC);
+    let t = fmadd::<FMA>(dc, std::f32::consts::LOG2_E, EXP_MAGIC);
     let n = t - EXP_MAGIC;
-    let r = n.mul_add(-LN2_HI, dc);
-    let r = n.mul_add(-LN2_LO, r);
+    let r = if FMA { n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, dc)) } else { (dc - n * LN2_SHORT) - n * LN2_SHORT_LO };
     let mut q = EXP_Q[0];
     for &c in &EXP_Q[1..] {
-        q = q.mul_add(r, c);
+        q = fmadd::<FMA>(q, r, c);
     }
-    let p = r.mul_add(q, 1.0);
+    let p = fmadd::<FMA>(r, q, 1.0);
     p * f32::from_bits(t.to_bits() << 23)
 }
 
@@ -532,10 +571,10 @@ fn row_sum(x: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn softmax_row(x: &[f32], y: &mut [f32]) {
+fn softmax_row<const FMA: bool>(x: &[f32], y: &mut [f32]) {
     let max = row_max(x);
     for (&xv, yv) in x.iter().zip(y.iter_mut()) {
-        *yv = exp_neg(xv - max);
+        *yv = exp_neg_with::<FMA>(xv - max);
     }
     let r = 1.0 / row_sum(y);
     for v in y.iter_mut() {
@@ -544,10 +583,10 @@ fn softmax_row(x: &[f32], y: &mut [f32]) {
 }
 
 #[inline(always)]
-fn log_softmax_row(x: &[f32], y: &mut [f32]) {
+fn log_softmax_row<const FMA: bool>(x: &[f32], y: &mut [f32]) {
     let max = row_max(x);
     for (&xv, yv) in x.iter().zip(y.iter_mut()) {
-        *yv = exp_neg(xv - max);
+        *yv = exp_neg_with::<FMA>(xv - max);
     }
     let lse = (row_sum(y) as f64).ln() as f32;
     for (&xv, yv) in x.iter().zip(y.iter_mut()) {
@@ -589,7 +628,7 @@ fn stat_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
 /// bits are lost (43 left at n = 1024), against the 24 of the f32 result. A non-finite
 /// element makes the sums, and so the row, NaN, as the op's two-pass definition does.
 #[inline(always)]
-fn layer_norm_stats(x: &[f32], eps: f64) -> (f32, f32) {
+fn layer_norm_stats<const FMA: bool>(x: &[f32], eps: f64) -> (f32, f32) {
     let n = x.len() as f64;
     let k = x[0] as f64;
     let (mut s1, mut s2) = ([0f64; STAT_LANES], [0f64; STAT_LANES]);
@@ -598,7 +637,7 @@ fn layer_norm_stats(x: &[f32], eps: f64) -> (f32, f32) {
         for j in 0..STAT_LANES {
             let d = ch[j] as f64 - k;
             s1[j] += d;
-            s2[j] = d.mul_add(d, s2[j]);
+            s2[j] = fmadd64::<FMA>(d, d, s2[j]);
         }
     }
     layer_norm_finish(s1, s2, c.remainder(), k, n, eps)
@@ -631,14 +670,14 @@ fn layer_norm_finish(
 }
 
 #[inline(always)]
-fn layer_norm_row(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64) {
+fn layer_norm_row<const FMA: bool>(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, y: &mut [f32], eps: f64) {
     let n = x.len();
     if n == 0 {
         return;
     }
     // The row's statistics are exact to f64 rounding; the output pass is in f32 (16 lanes),
     // as the op's prims decomposition computes it.
-    let (mean, inv) = layer_norm_stats(x, eps);
+    let (mean, inv) = layer_norm_stats::<FMA>(x, eps);
     let y = &mut y[..n];
     match (w, b) {
         (Some(w), Some(b)) => {
@@ -690,7 +729,7 @@ fn layer_norm_rows_into(
 }
 
 #[inline(always)]
-fn rms_norm_row(x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64) {
+fn rms_norm_row<const FMA: bool>(x: &[f32], w: Option<&[f32]>, y: &mut [f32], eps: f64) {
     let n = x.len();
     if n == 0 {
         return;
@@ -787,7 +826,6 @@ mod tests {
 
     /// Within the tolerance table's bound for softmax (`log`: log_softmax) on a row of `n`,
     /// taking `a` as the reference: both come from sums of the same terms in another order.
-    #[cfg(target_arch = "x86_64")]
     fn close(a: f32, b: f32, n: usize, log: bool) -> bool {
         if a.is_nan() || b.is_nan() {
             return a.is_nan() && b.is_nan();
@@ -813,19 +851,22 @@ mod tests {
             let n = row.len() as f64;
             let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
             let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-            let (m, inv) = layer_norm_stats(row, 1e-5);
             let want_inv = (1.0 / (var + 1e-5).sqrt()) as f32;
             let ulps = |a: f32, b: f32| (a.to_bits() as i64 - b.to_bits() as i64).abs();
-            assert!(ulps(m, mean as f32) <= 1, "mean of {:?}…: {m} vs {mean}", &row[..row.len().min(4)]);
-            assert!(ulps(inv, want_inv) <= 1, "rsqrt of {:?}…: {inv} vs {want_inv}", &row[..row.len().min(4)]);
+            // Fused (the vector paths' bits) and not (the portable path without FMA).
+            for (m, inv) in [layer_norm_stats::<true>(row, 1e-5), layer_norm_stats::<false>(row, 1e-5)] {
+                assert!(ulps(m, mean as f32) <= 1, "mean of {:?}…: {m} vs {mean}", &row[..row.len().min(4)]);
+                assert!(ulps(inv, want_inv) <= 1, "rsqrt of {:?}…: {inv} vs {want_inv}", &row[..row.len().min(4)]);
+            }
         }
         // A non-finite element makes the statistics NaN.
         for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
             for at in [0, 5] {
                 let mut row = vec![1.5f32; 40];
                 row[at] = v;
-                let (m, inv) = layer_norm_stats(&row, 1e-5);
-                assert!(inv.is_nan() && (m.is_nan() || m.is_infinite()), "{v} at {at}: {m} {inv}");
+                for (m, inv) in [layer_norm_stats::<true>(&row, 1e-5), layer_norm_stats::<false>(&row, 1e-5)] {
+                    assert!(inv.is_nan() && (m.is_nan() || m.is_infinite()), "{v} at {at}: {m} {inv}");
+                }
             }
         }
     }
@@ -861,7 +902,7 @@ mod tests {
         for row in rows() {
             let n = row.len();
             let (mut p, mut v) = (vec![0f32; n], vec![0f32; n]);
-            softmax_row(&row, &mut p);
+            softmax_row::<true>(&row, &mut p);
             // SAFETY: checked for AVX-512F and FMA above.
             unsafe { avx512::softmax(&row, &mut v, false) };
             for i in 0..n {
@@ -872,7 +913,7 @@ mod tests {
                     v[i]
                 );
             }
-            log_softmax_row(&row, &mut p);
+            log_softmax_row::<true>(&row, &mut p);
             // SAFETY: as above.
             unsafe { avx512::log_softmax(&row, &mut v, false) };
             for i in 0..n {
@@ -888,7 +929,7 @@ mod tests {
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
             let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
             for (w, b) in [(None, None), (Some(&w[..]), None), (Some(&w[..]), Some(&b[..]))] {
-                layer_norm_row(&row, w, b, &mut p, 1e-5);
+                layer_norm_row::<true>(&row, w, b, &mut p, 1e-5);
                 layer_norm_rows_into(&row, w, b, &mut v, n, 1e-5, false);
                 for i in 0..n {
                     assert!(
@@ -898,6 +939,61 @@ mod tests {
                         v[i]
                     );
                 }
+            }
+        }
+    }
+
+    /// Without fused multiply-adds (the portable path where the target has none), `exp_neg`
+    /// stays within 2 ulp of `e^d` over the softmax range (and exact at its edges), and the
+    /// rows agree with the fused ones up to the order of their sums.
+    #[test]
+    fn portable_paths_without_fma_stay_close() {
+        for v in [0.0f32, -0.0] {
+            assert_eq!(exp_neg_with::<false>(v), 1.0);
+        }
+        assert_eq!(exp_neg_with::<false>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_neg_with::<false>(-88.0), 0.0);
+        assert!(exp_neg_with::<false>(f32::NAN).is_nan());
+        let mut bits = 0x8000_0001u32;
+        let mut worst = 0f64;
+        while f32::from_bits(bits) >= -87.0 {
+            let d = f32::from_bits(bits);
+            let (got, want) = (exp_neg_with::<false>(d) as f64, (d as f64).exp());
+            if want >= f32::MIN_POSITIVE as f64 {
+                let ulp = (want as f32).next_up() as f64 - want as f32 as f64;
+                worst = worst.max((got - want).abs() / ulp);
+            } else {
+                // Subnormal results: the scaling by 2^n rounds once more.
+                assert!(
+                    (got - want).abs() <= 2.0 * f32::from_bits(1) as f64,
+                    "exp_neg({d:e}) = {got:e}, exp = {want:e}"
+                );
+            }
+            bits += 1013;
+        }
+        assert!(worst <= 2.0, "exp_neg without FMA: {worst} ulp");
+        for row in rows() {
+            let n = row.len();
+            let (mut f, mut u) = (vec![0f32; n], vec![0f32; n]);
+            softmax_row::<true>(&row, &mut f);
+            softmax_row::<false>(&row, &mut u);
+            for i in 0..n {
+                assert!(
+                    close(u[i], f[i], n, false),
+                    "softmax of a row of {n} at {i}: {} unfused, {} fused",
+                    u[i],
+                    f[i]
+                );
+            }
+            log_softmax_row::<true>(&row, &mut f);
+            log_softmax_row::<false>(&row, &mut u);
+            for i in 0..n {
+                assert!(
+                    close(u[i], f[i], n, true),
+                    "log_softmax of a row of {n} at {i}: {} unfused, {} fused",
+                    u[i],
+                    f[i]
+                );
             }
         }
     }
@@ -1193,8 +1289,8 @@ mod tests {
                     }
                     want
                 };
-                let softmax = one_row(&|x, y| softmax_row(x, y));
-                let log_softmax = one_row(&|x, y| log_softmax_row(x, y));
+                let softmax = one_row(&|x, y| softmax_row::<true>(x, y));
+                let log_softmax = one_row(&|x, y| log_softmax_row::<true>(x, y));
                 for (stream, shift) in PLACES {
                     let (mut buf, at) = shifted(x.len(), shift);
                     let got = &mut buf[at..at + x.len()];
@@ -1226,7 +1322,7 @@ mod tests {
                     store_fence();
                     assert_same_rows(got, &log_softmax, n, &format!("AVX2 one-row log_softmax of {how}"));
                     for (wv, bv) in [(Some(&w[..]), Some(&b[..])), (Some(&w[..]), None), (None, None)] {
-                        let want = one_row(&|x, y| layer_norm_row(x, wv, bv, y, 1e-5));
+                        let want = one_row(&|x, y| layer_norm_row::<true>(x, wv, bv, y, 1e-5));
                         got.fill(STALE);
                         // SAFETY: as above; w and b hold n elements.
                         unsafe { avx2::layer_norm_rows(x, wv, bv, got, n, 1e-5, stream) };
@@ -1235,7 +1331,7 @@ mod tests {
                         assert_same_rows(got, &want, n, &format!("AVX2 layer_norm of {how}, weight {hw}, bias {hb}"));
                     }
                     for (wv, eps) in [(Some(&w[..]), 1e-5), (None, 0.0), (Some(&w[..]), 0.0)] {
-                        let want = one_row(&|x, y| rms_norm_row(x, wv, y, eps));
+                        let want = one_row(&|x, y| rms_norm_row::<true>(x, wv, y, eps));
                         got.fill(STALE);
                         // SAFETY: as above; w holds n elements.
                         unsafe { avx2::rms_norm_rows(x, wv, got, n, eps) };
