@@ -25,9 +25,10 @@
 //! at 0 (abs, relu, sign, max/min against 0). Where a random graph cannot avoid a kink
 //! ([`Kinks::Skip`], for the fuzz target), an element whose difference quotient changes when
 //! `h` shrinks fourfold, or whose difference interval moves a discrete value (a `floor`, an
-//! integer or bool result: a step), or where a sum loses the interval's change to rounding
-//! (a huge term absorbing a small one: [`GradCase::compare`]), is counted as a kink and not
-//! compared.
+//! integer or bool result: a step), or turns a `sin` or `cos` by a radian or more (the
+//! quotient averages over its period), or where a sum loses the interval's change to rounding
+//! (a huge term absorbing a small one, in an `add` or inside a `matmul` or `conv`:
+//! [`GradCase::compare`]), is counted as a kink and not compared.
 
 use std::fmt;
 
@@ -330,6 +331,37 @@ impl GradCase {
         Ok(down.iter().zip(&up).any(|(a, b)| !a.bit_eq(b)))
     }
 
+    /// Whether the argument of a `sin` or `cos` among the loss graph's prims moves by a
+    /// radian or more between the two points of the central difference for `element` of
+    /// input `input`: the quotient then spans a sixth of a period or more (many periods,
+    /// after a chain of `expm1`), and measures an average of the derivative over them, not
+    /// its value at the point. The two quotients agree with each other there (both average),
+    /// so the stability test does not catch it.
+    fn oscillates(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
+        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
+        let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
+        let args: Vec<Value> = g
+            .nodes()
+            .filter(|(_, n)| matches!(n.op, OpKind::Sin | OpKind::Cos) && n.ty.dtype.is_float())
+            .map(|(_, n)| n.args[0])
+            .collect();
+        if args.is_empty() {
+            return Ok(false);
+        }
+        for (i, &v) in args.iter().enumerate() {
+            g.add_output(&format!("angle{i}"), v).map_err(|e| GradFailure::Run(e.to_string()))?;
+        }
+        let x = self.inputs[input].to_f64_vec()[element];
+        let (down, up) =
+            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        Ok(down.iter().zip(&up).any(|(a, b)| {
+            a.to_f64_vec().iter().zip(b.to_f64_vec()).any(|(a, b)| {
+                let turn = (b - a).abs();
+                (turn >= 1.0 || turn.is_nan()) && (a.is_finite() || b.is_finite())
+            })
+        }))
+    }
+
     /// Whether a sum among the loss graph's prims loses the change the difference interval
     /// for `element` of input `input` brings to its arguments: an `add`, `sub` or
     /// `reduce_sum` whose result moves between the two points by less than half or more than
@@ -446,6 +478,7 @@ impl GradCase {
                     if !stable
                         || !fd.is_finite()
                         || self.steps_between(input, element, h)?
+                        || self.oscillates(input, element, h)?
                         || self.absorbed(input, element, h)?
                     {
                         check.kinks += 1;
