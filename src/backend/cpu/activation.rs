@@ -21,6 +21,8 @@ use crate::ir::Attrs;
 use crate::ops::nn::{sigmoid as sigmoid_f64, Activation as OpActivation};
 use crate::ops::OpKind;
 
+use super::rows::{fmadd, fmadd64, PORTABLE_FMA};
+
 /// The activation of an epilogue.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum Activation {
@@ -167,14 +169,14 @@ fn dispatch(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
         unsafe { apply_avx2(addend, act, xs) }
     } else {
         add_in_place(addend, xs);
-        apply_generic(act, xs)
+        apply_generic::<PORTABLE_FMA>(act, xs)
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 fn dispatch(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
     add_in_place(addend, xs);
-    apply_generic(act, xs)
+    apply_generic::<PORTABLE_FMA>(act, xs)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -183,7 +185,7 @@ unsafe fn apply_avx512(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
     add_in_place(addend, xs);
     match act {
         Activation::Gelu => x86::gelu_erf_avx512(xs),
-        _ => apply_generic(act, xs),
+        _ => apply_generic::<true>(act, xs),
     }
 }
 
@@ -193,7 +195,7 @@ unsafe fn apply_avx2(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
     add_in_place(addend, xs);
     match act {
         Activation::Gelu => x86::gelu_erf_avx2(xs),
-        _ => apply_generic(act, xs),
+        _ => apply_generic::<true>(act, xs),
     }
 }
 
@@ -250,11 +252,11 @@ macro_rules! chunked_times_sigmoid {
 }
 
 #[inline(always)]
-fn apply_generic(act: &Activation, xs: &mut [f32]) {
+fn apply_generic<const FMA: bool>(act: &Activation, xs: &mut [f32]) {
     match act {
         Activation::None => {}
         Activation::Relu => map!(xs, relu),
-        Activation::Gelu => gelu_erf_slice(xs),
+        Activation::Gelu => gelu_erf_slice::<FMA>(xs),
         Activation::GeluTanh => chunked_times_sigmoid!(xs, gelu_tanh_arg, gelu_tanh),
         Activation::Sigmoid => map!(xs, sigmoid),
         Activation::Silu => chunked_times_sigmoid!(xs, |x: f32| x, silu),
@@ -263,7 +265,7 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
             for x in xs.iter_mut() {
                 *x = if *x == f32::NEG_INFINITY { f32::NAN } else { *x };
             }
-            apply_generic(base, xs)
+            apply_generic::<FMA>(base, xs)
         }
         Activation::Op(op) => {
             for x in xs.iter_mut() {
@@ -276,7 +278,10 @@ fn apply_generic(act: &Activation, xs: &mut [f32]) {
 // ---------------------------------------------------------------------------------------------
 // f32 kernels. Branch-free (both sides of every choice are computed and one is selected) so
 // that the loops above vectorize. Polynomials use `mul_add`: one rounding per step, the same
-// bits on every target (where the CPU lacks FMA, the portable build pays for a software fma).
+// bits on every target with FMA. The portable path of a target without it (x86-64 below AVX2,
+// where `mul_add` is a call to glibc's `fmaf` per element) runs gelu with separate multiplies
+// and adds, its body in f64 (`FMA = false`: measured body 0.90 / 2.10 ulp for x > 0 / x < 0,
+// tail 1.07 / 3.23, within the same bounds); the other activations keep `mul_add` there.
 // ---------------------------------------------------------------------------------------------
 
 /// An f64 table rounded to f32 at compile time.
@@ -343,21 +348,28 @@ const EXP_LN2_LO: f32 = -2.121_944_4e-4;
 /// results round once. Below -104 the result is 0, above 89 it is inf.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
+    exp_with::<true>(x)
+}
+
+/// [`exp`] with fused multiply-adds (`FMA`) or a multiply and an add each step (the
+/// reduction's first product is exact either way).
+#[inline(always)]
+fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = EXP_LN2_HI;
     const LN2_LO: f32 = EXP_LN2_LO;
     let xc = if x < -104.0 { 0.0 } else { x.min(89.0) };
     // n = round(x log2 e), and its integer value read from the bits of n + ROUND_MAGIC.
-    let t = xc.mul_add(LOG2E, ROUND_MAGIC);
+    let t = fmadd::<FMA>(xc, LOG2E, ROUND_MAGIC);
     let n = t - ROUND_MAGIC;
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
-    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, xc));
-    let q = r.mul_add(1.0 / 5040.0, 1.0 / 720.0);
-    let q = r.mul_add(q, 1.0 / 120.0);
-    let q = r.mul_add(q, 1.0 / 24.0);
-    let q = r.mul_add(q, 1.0 / 6.0);
-    let q = r.mul_add(q, 0.5);
-    let p = 1.0 + (r * r).mul_add(q, r);
+    let r = fmadd::<FMA>(-n, LN2_LO, fmadd::<FMA>(-n, LN2_HI, xc));
+    let q = fmadd::<FMA>(r, 1.0 / 5040.0, 1.0 / 720.0);
+    let q = fmadd::<FMA>(r, q, 1.0 / 120.0);
+    let q = fmadd::<FMA>(r, q, 1.0 / 24.0);
+    let q = fmadd::<FMA>(r, q, 1.0 / 6.0);
+    let q = fmadd::<FMA>(r, q, 0.5);
+    let p = 1.0 + fmadd::<FMA>(r * r, q, r);
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
     // Below -104 the result is 0, selected rather than scaled down through subnormals (a
@@ -468,8 +480,8 @@ fn gelu_tanh(x: f32) -> f32 {
 #[inline(always)]
 #[cfg_attr(not(test), allow(dead_code))]
 fn gelu_erf(x: f32) -> f32 {
-    let tail = gelu_erf_tail(x);
-    select_nan(x, if x.abs() < 1.0 { gelu_erf_body(x) } else { tail })
+    let tail = gelu_erf_tail::<true>(x);
+    select_nan(x, if x.abs() < 1.0 { gelu_erf_body::<true>(x) } else { tail })
 }
 
 /// Elements per block of [`gelu_erf_slice`] (a block's tail arguments stay in L1).
@@ -481,7 +493,7 @@ const GELU_BLOCK: usize = 256;
 /// formulas, so the same bits as [`gelu_erf`]; on normally distributed data about a third of
 /// the elements take the tail.
 #[inline(always)]
-fn gelu_erf_slice(xs: &mut [f32]) {
+fn gelu_erf_slice<const FMA: bool>(xs: &mut [f32]) {
     let (mut at, mut tail) = ([0u16; GELU_BLOCK], [0f32; GELU_BLOCK]);
     for block in xs.chunks_mut(GELU_BLOCK) {
         let mut n = 0usize;
@@ -490,12 +502,12 @@ fn gelu_erf_slice(xs: &mut [f32]) {
             n += usize::from(x.abs() >= 1.0);
         }
         for x in block.iter_mut() {
-            *x = select_nan(*x, gelu_erf_body(*x));
+            *x = select_nan(*x, gelu_erf_body::<FMA>(*x));
         }
         // Whole vectors only: the lanes past `n` hold earlier blocks' arguments (or zeros),
         // computed and never written back; a scalar remainder cost as much as the vectors.
         for t in tail[..n.next_multiple_of(16)].iter_mut() {
-            *t = gelu_erf_tail(*t);
+            *t = gelu_erf_tail::<FMA>(*t);
         }
         for (&i, &t) in at[..n].iter().zip(&tail[..n]) {
             block[i as usize] = t;
@@ -507,9 +519,20 @@ fn gelu_erf_slice(xs: &mut [f32]) {
 /// polynomial in `t = z²` on `[0, 1/2]`, fitted for relative error (7.1e-10 before its
 /// coefficients are rounded to f32; the Taylor series needs 10 terms for that).
 #[inline(always)]
-fn gelu_erf_body(x: f32) -> f32 {
+fn gelu_erf_body<const FMA: bool>(x: f32) -> f32 {
     const ERF: [f32; 6] = GELU_BODY_ERF;
     let z = x * std::f32::consts::FRAC_1_SQRT_2;
+    if !FMA {
+        // Without FMA each f32 step would round twice, and near -1, where `1 + z p` cancels
+        // to a third, that reached 3.6 ulp: the same coefficients in f64 instead.
+        let (z, x) = (z as f64, x as f64);
+        let z2 = z * z;
+        let mut p = ERF[5] as f64;
+        for &c in ERF[..5].iter().rev() {
+            p = p * z2 + c as f64;
+        }
+        return ((0.5 * x) * (z * p + 1.0)) as f32;
+    }
     let z2 = z * z;
     let mut p = ERF[5];
     for &c in ERF[..5].iter().rev() {
@@ -553,23 +576,23 @@ const GELU_TAIL: [f64; 12] = [
 /// multiply-adds, all-f64 `G` gave 2.91 at about 1.3x the cost of the whole slice, all-f32
 /// 5.06 at 0.9x.
 #[inline(always)]
-fn gelu_erf_tail(x: f32) -> f32 {
+fn gelu_erf_tail<const FMA: bool>(x: f32) -> f32 {
     const TAIL: [f32; 12] = to_f32(GELU_TAIL);
     const WIDE: usize = 3;
     let ac = x.abs().min(40.0);
     let v = 3.0 / (3.0 + ac);
     let mut g = TAIL[0];
     for &c in &TAIL[1..12 - WIDE] {
-        g = g.mul_add(v, c);
+        g = fmadd::<FMA>(g, v, c);
     }
     // v to about 2^-46 in f64: the f32 quotient refined by one Newton step.
     let (d, v64) = (3.0 + ac as f64, v as f64);
     let v64 = v64 + v64 * ((3.0 - d * v64) * (1.0 / 3.0));
     let mut g64 = g as f64;
     for &c in &GELU_TAIL[12 - WIDE..] {
-        g64 = g64.mul_add(v64, c);
+        g64 = fmadd64::<FMA>(g64, v64, c);
     }
-    tail_finish(x, ac, g64 as f32)
+    tail_finish::<FMA>(x, ac, g64 as f32)
 }
 
 /// `x - G e^(-a²/2)` (x > 0) or `-G e^(-a²/2)`, `a = min(|x|, 40)`, with `a²` split exactly.
@@ -577,14 +600,14 @@ fn gelu_erf_tail(x: f32) -> f32 {
 /// polynomial (relative error below 7e-8 at 0.32, below 3e-13 at 0.1, i.e. wherever
 /// `a <= 13` and the result is a normal f32); the large one goes through [`exp`].
 #[inline(always)]
-fn tail_finish(x: f32, ac: f32, g: f32) -> f32 {
+fn tail_finish<const FMA: bool>(x: f32, ac: f32, g: f32) -> f32 {
     let a_hi = floor_small(ac * 128.0) * (1.0 / 128.0);
     let rest = -0.5 * ((ac - a_hi) * (ac + a_hi));
     let mut e: f32 = 1.0 / 720.0;
     for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-        e = e.mul_add(rest, c);
+        e = fmadd::<FMA>(e, rest, c);
     }
-    let t = (g * e) * exp(-0.5 * (a_hi * a_hi));
+    let t = (g * e) * exp_with::<FMA>(-0.5 * (a_hi * a_hi));
     if x > 0.0 {
         x - t
     } else {
@@ -716,6 +739,42 @@ mod tests {
             }
             assert!(worst.0 <= bound, "gelu body: {} ulp at {}", worst.0, worst.1);
         }
+    }
+
+    /// The portable path where the target has no FMA multiplies and adds: the body and the
+    /// tail over the sweeps above stay within the same bounds, and `exp` keeps its edges.
+    #[test]
+    fn gelu_without_fma_stays_within_its_bounds() {
+        let gelu =
+            |x: f32| select_nan(x, if x.abs() < 1.0 { gelu_erf_body::<false>(x) } else { gelu_erf_tail::<false>(x) });
+        for (sign, body, tail) in [(1.0f32, 2.0, 1.5), (-1.0, 3.5, 3.5)] {
+            for (start, end, step, bound) in [(1e-6, 1.0, 61, body), (1.0, 14.0, 31, tail)] {
+                let (mut worst, mut x) = ((0.0f64, 0.0f32), start * sign);
+                while x.abs() < end {
+                    let u = ulps(gelu(x), Activation::Gelu.eval_f64(x as f64));
+                    if u > worst.0 {
+                        worst = (u, x);
+                    }
+                    x = f32::from_bits(x.to_bits() + step);
+                }
+                assert!(worst.0 <= bound, "gelu without FMA: {} ulp at {}", worst.0, worst.1);
+            }
+        }
+        let mut xs = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 40.0, -40.0, 1e30, -1e30, 1e-40];
+        xs.extend((0..4 * GELU_BLOCK).map(|k| k as f32 * 0.37 - 300.0));
+        let mut got = xs.clone();
+        gelu_erf_slice::<false>(&mut got);
+        for (&x, &g) in xs.iter().zip(&got) {
+            assert!(g.to_bits() == gelu(x).to_bits() || (g.is_nan() && x.is_nan()), "gelu({x}) = {g}");
+            let want = Activation::Gelu.eval_f64(x as f64);
+            assert!(ulps(g, want) <= 4.0 || (g.is_nan() && want.is_nan()), "gelu({x}) = {g}, want {want}");
+        }
+        for &x in &[-103.0f32, -90.0, -20.0, -1.0, -1e-3, 1e-3, 0.5, 1.0, 10.0, 80.0, 88.7] {
+            let u = ulps(exp_with::<false>(x), (x as f64).exp());
+            assert!(u <= 2.0, "exp({x}) without FMA: {u} ulp");
+        }
+        assert_eq!(exp_with::<false>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_with::<false>(89.0), f32::INFINITY);
     }
 
     #[test]

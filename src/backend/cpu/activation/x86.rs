@@ -69,7 +69,7 @@ pub(super) unsafe fn gelu_erf_avx512(xs: &mut [f32]) {
             n += k.count_ones() as usize;
         }
     }
-    gelu_erf_slice(rest);
+    gelu_erf_slice::<true>(rest);
 }
 
 /// [`gelu_erf_tail`] on 16 lanes: the same operations in the same order (so the same bits)
@@ -251,7 +251,7 @@ pub(super) unsafe fn gelu_erf_avx2(xs: &mut [f32]) {
             n += k.count_ones() as usize;
         }
     }
-    gelu_erf_slice(rest);
+    gelu_erf_slice::<true>(rest);
 }
 
 /// [`gelu_erf_tail`] on 8 lanes, as [`gelu_tail16`] does it on 16.
