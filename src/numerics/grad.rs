@@ -25,10 +25,10 @@
 //! at 0 (abs, relu, sign, max/min against 0). Where a random graph cannot avoid a kink
 //! ([`Kinks::Skip`], for the fuzz target), an element whose difference quotient changes when
 //! `h` shrinks fourfold, or whose difference interval moves a discrete value (a `floor`, an
-//! integer or bool result: a step), or turns a `sin` or `cos` by a radian or more (the
-//! quotient averages over its period), or where a sum loses the interval's change to rounding
-//! (a huge term absorbing a small one, in an `add` or inside a `matmul` or `conv`:
-//! [`GradCase::compare`]), is counted as a kink and not compared.
+//! integer or bool result, or the quotient a `rem` truncates: a step), or turns a `sin` or
+//! `cos` by a radian or more (the quotient averages over its period), or where a sum loses
+//! the interval's change to rounding (a huge term absorbing a small one, in an `add` or
+//! inside a `matmul` or `conv`: [`GradCase::compare`]), is counted as a kink and not compared.
 
 use std::fmt;
 
@@ -331,6 +331,34 @@ impl GradCase {
         Ok(down.iter().zip(&up).any(|(a, b)| !a.bit_eq(b)))
     }
 
+    /// Whether the truncated quotient `trunc(a / b)` of a float `rem` among the loss graph's
+    /// prims changes between the two points of the central difference for `element` of input
+    /// `input`: `rem` is a sawtooth that jumps by `b` there (a divisor near 0 packs hundreds of
+    /// teeth into the interval, and the quotient measures their average slope), a step its
+    /// derivative `1 - trunc(a / b) db/da` does not see.
+    fn rem_steps_between(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
+        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
+        let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
+        let rems: Vec<Vec<Value>> = g
+            .nodes()
+            .filter(|(_, n)| n.op == OpKind::Rem && n.ty.dtype.is_float())
+            .map(|(_, n)| n.args.to_vec())
+            .collect();
+        if rems.is_empty() {
+            return Ok(false);
+        }
+        for (i, args) in rems.iter().enumerate() {
+            let q = g.add_node(OpKind::Div, args, Default::default()).map_err(|e| GradFailure::Run(e.to_string()))?;
+            g.add_output(&format!("quotient{i}"), q).map_err(|e| GradFailure::Run(e.to_string()))?;
+        }
+        let x = self.inputs[input].to_f64_vec()[element];
+        let (down, up) =
+            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        Ok(down.iter().zip(&up).any(|(a, b)| {
+            a.to_f64_vec().iter().zip(b.to_f64_vec()).any(|(a, b)| a.trunc().to_bits() != b.trunc().to_bits())
+        }))
+    }
+
     /// Whether the argument of a `sin` or `cos` among the loss graph's prims moves by a
     /// radian or more between the two points of the central difference for `element` of
     /// input `input`: the quotient then spans a sixth of a period or more (many periods,
@@ -478,6 +506,7 @@ impl GradCase {
                     if !stable
                         || !fd.is_finite()
                         || self.steps_between(input, element, h)?
+                        || self.rem_steps_between(input, element, h)?
                         || self.oscillates(input, element, h)?
                         || self.absorbed(input, element, h)?
                     {
