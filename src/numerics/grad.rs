@@ -392,10 +392,12 @@ impl GradCase {
 
     /// Whether a sum among the loss graph's prims loses the change the difference interval
     /// for `element` of input `input` brings to its arguments: an `add`, `sub` or
-    /// `reduce_sum` whose result moves between the two points by less than half or more than
-    /// one and a half times what its arguments' moves add up to. A sum's derivative is 1 in
-    /// each argument, so only rounding does that: a huge term absorbing a small one's change
-    /// (a term past `1e80` after a chain of `expm1` beside terms of order 1), and the quotient
+    /// `reduce_sum` whose result's move between the two points differs from what its
+    /// arguments' moves add up to by more than `rtol` (the comparison's relative tolerance)
+    /// of that. A sum's derivative is 1 in each argument, so only rounding does that: a huge
+    /// term absorbing a small one's change (a term past `1e80` after a chain of `expm1` beside
+    /// terms of order 1), or part of it (`x²⁴` of 1e12 beside one of order 1, whose move then
+    /// carries the sum's rounding at 1e-3, which a `cos` after it passes on), and the quotient
     /// then measures the rounding, not the derivative.
     ///
     /// The opaque `matmul` and `conv` sum products inside: being bilinear, their move is
@@ -403,7 +405,7 @@ impl GradCase {
     /// mean), which is evaluated with no huge term beside the change (`Δ` is zero outside
     /// what moved), and the same test applies per element (a convolution of an input with
     /// itself whose terms reach `1e237`, where an element's change is lost in the sum).
-    fn absorbed(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
+    fn absorbed(&self, input: usize, element: usize, h: f64, rtol: f64) -> Result<bool, GradFailure> {
         use OpKind::*;
         let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
         let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
@@ -433,7 +435,7 @@ impl GradCase {
             up[i].iter().zip(&down[i]).map(|(u, d)| u - d).collect()
         };
         let lost = |got: f64, sum: f64| {
-            sum.is_finite() && got.is_finite() && sum != 0.0 && (got - sum).abs() > 0.5 * sum.abs()
+            sum.is_finite() && got.is_finite() && sum != 0.0 && (got - sum).abs() > rtol * sum.abs()
         };
         for (v, op, arg_values) in &sums {
             let out = moves(v);
@@ -508,7 +510,7 @@ impl GradCase {
                         || self.steps_between(input, element, h)?
                         || self.rem_steps_between(input, element, h)?
                         || self.oscillates(input, element, h)?
-                        || self.absorbed(input, element, h)?
+                        || self.absorbed(input, element, h, tolerance.rtol)?
                     {
                         check.kinks += 1;
                         continue;
