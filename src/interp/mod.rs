@@ -28,7 +28,7 @@ pub use view::{
 
 use cranelift_entity::EntityRef;
 
-use crate::ir::{Dim, DimError, Graph, Value};
+use crate::ir::{Attrs, Dim, DimError, Graph, SizeExpr, Value};
 use crate::limits::{named, Limits};
 use crate::ops::OpKind;
 use crate::tensor::Tensor;
@@ -225,6 +225,13 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
                 let touched: u64 = args.iter().map(|a| a.numel() as u64).sum::<u64>().saturating_add(elements);
                 ctx.charge(touched.max(1)).map_err(eval_err)?;
                 ctx.out_shape = Some(dims.iter().map(|&d| d as usize).collect());
+                if kind == OpKind::Slice {
+                    let x = graph.ty(node.args[0]);
+                    if let Ok(axis) = crate::ops::util::normalize_axis(node.attrs.int("axis"), x.shape.rank()) {
+                        let n = args[0].shape().get(axis).map_or(0, |&d| d as u64);
+                        check_slice_start(&x.shape.dims()[axis], n, &node.attrs, &ctx).map_err(eval_err)?;
+                    }
+                }
                 (kind.spec().eval)(kind, &mut ctx, &node.attrs, &args, &node.ty).map_err(eval_err)?
             }
         };
@@ -319,4 +326,43 @@ pub fn bind_symbols(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, 
         }
     }
     Ok(bindings)
+}
+
+/// For a `slice` (attributes `attrs`) of a dim the graph declares as `dim` and this run
+/// binds to `n`: where `dim` is symbolic, the shape rule placed the slice without clamping
+/// (`ops::shape::slice_range`), assuming its first index (`n - 4` for `start=-4`) lies inside the dim.
+/// A run that breaks that assumption is an error even where clamping would give the count
+/// the graph assumed (`start=-4, step=2` on a dim of 3: two elements either way), since what
+/// follows was derived from the assumption (a derivative pads by `n - 4`). Statically empty
+/// slices and static dims assume nothing.
+fn check_slice_start(dim: &Dim, n: u64, attrs: &Attrs, ctx: &EvalCtx) -> Result<(), EvalError> {
+    let step = attrs.int("step");
+    if dim.is_static() || step < 1 {
+        return Ok(());
+    }
+    let (start, end) = (attrs.size("start"), attrs.size("end"));
+    let Ok(range) = crate::ops::shape::slice_range(dim, &start, &end, step) else { return Ok(()) };
+    if range.len.as_const() == Some(0) {
+        return Ok(());
+    }
+    let first = SizeExpr::from_dim(&range.first)
+        .map_err(|e| EvalError::Invalid(format!("slice start {}: {e}", range.first)))?;
+    let at = ctx.size(&first)?;
+    // An empty slice reads nothing, wherever it starts (`start=1` of a dim of 0 or 1).
+    let empty = SizeExpr::from_dim(&range.len).ok().and_then(|l| ctx.size(&l).ok()).is_some_and(|l| l <= 0);
+    if !empty && (at < 0 || at as u64 >= n) {
+        let show = |e: &SizeExpr| match e.as_const() {
+            Some(i64::MAX) => String::new(),
+            Some(c) => c.to_string(),
+            None => e.to_string(),
+        };
+        return Err(EvalError::Invalid(format!(
+            "slice {}:{}:{step} of a dim of size {n}: the graph assumed its first element at {} = {at}, \
+             outside the dim (the symbolic dim is too small)",
+            show(&start),
+            show(&end),
+            range.first
+        )));
+    }
+    Ok(())
 }

@@ -365,6 +365,14 @@ fn slice_symbolic() {
     // A run where seq is smaller than the graph assumed is a typed error, not a wrong shape.
     let err = eval_err(&src, &[iota_f32(&[1, 2])]);
     assert!(matches!(&err, EvalError::Invalid(m) if m.contains("too small")), "{err}");
+    // The count alone does not show it: `start=-4, step=2` assumes seq >= 4, and on 3
+    // clamping would give two elements too (what follows, a derivative's padding by
+    // `seq - 4`, was derived from the assumption). The run loop checks the start.
+    let src = one("%x: f32[seq, 2]", "slice(%x) {axis=0, start=-4, step=2}");
+    assert_eq!(ty_of(&src), "f32[2, 2]");
+    assert_eq!(both1(&src, &[iota_f32(&[5, 2])]).1, vec![2., 3., 6., 7.]);
+    let err = run(&src, &[iota_f32(&[3, 2])]).unwrap_err().to_string();
+    assert!(err.contains("seq - 4 = -1") && err.contains("too small"), "{err}");
     // A static axis next to a symbolic one is unaffected.
     let src = one("%x: f32[seq, 5]", "slice(%x) {axis=1, start=1, end=4, step=2}");
     assert_eq!(ty_of(&src), "f32[seq, 2]");
