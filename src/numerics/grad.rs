@@ -305,6 +305,26 @@ impl GradCase {
         Ok(out.outputs.into_iter().skip(1).collect())
     }
 
+    /// [`GradCase::extra_outputs`] of `g` at the two points of the central difference for
+    /// `element` of input `input` with step `h`: `(x - h, x + h)`.
+    fn at_both_points(
+        &self,
+        g: &Graph,
+        input: usize,
+        element: usize,
+        h: f64,
+    ) -> Result<(Vec<Tensor>, Vec<Tensor>), GradFailure> {
+        let x = self.inputs[input].to_f64_vec()[element];
+        Ok((self.extra_outputs(g, input, element, x - h)?, self.extra_outputs(g, input, element, x + h)?))
+    }
+
+    /// The loss graph lowered to prims with nothing kept whole: where the sums, quotients
+    /// and angles the kink tests look at are.
+    fn prims(&self) -> Result<Graph, GradFailure> {
+        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
+        crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)
+    }
+
     /// Whether a discrete value of the loss graph (a `floor`, `ceil`, `round` or
     /// `sign`, or any integer or bool result) differs between the two points of the central
     /// difference for `element` of input `input`: the interval then straddles a step, where
@@ -325,9 +345,7 @@ impl GradCase {
         for (i, &v) in discrete.iter().enumerate() {
             g.add_output(&format!("discrete{i}"), v).map_err(|e| GradFailure::Run(e.to_string()))?;
         }
-        let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) =
-            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        let (down, up) = self.at_both_points(&g, input, element, h)?;
         Ok(down.iter().zip(&up).any(|(a, b)| !a.bit_eq(b)))
     }
 
@@ -337,8 +355,7 @@ impl GradCase {
     /// teeth into the interval, and the quotient measures their average slope), a step its
     /// derivative `1 - trunc(a / b) db/da` does not see.
     fn rem_steps_between(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
-        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
-        let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
+        let mut g = self.prims()?;
         let rems: Vec<Vec<Value>> = g
             .nodes()
             .filter(|(_, n)| n.op == OpKind::Rem && n.ty.dtype.is_float())
@@ -351,9 +368,7 @@ impl GradCase {
             let q = g.add_node(OpKind::Div, args, Default::default()).map_err(|e| GradFailure::Run(e.to_string()))?;
             g.add_output(&format!("quotient{i}"), q).map_err(|e| GradFailure::Run(e.to_string()))?;
         }
-        let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) =
-            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        let (down, up) = self.at_both_points(&g, input, element, h)?;
         Ok(down.iter().zip(&up).any(|(a, b)| {
             a.to_f64_vec().iter().zip(b.to_f64_vec()).any(|(a, b)| a.trunc().to_bits() != b.trunc().to_bits())
         }))
@@ -366,8 +381,7 @@ impl GradCase {
     /// its value at the point. The two quotients agree with each other there (both average),
     /// so the stability test does not catch it.
     fn oscillates(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
-        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
-        let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
+        let mut g = self.prims()?;
         let args: Vec<Value> = g
             .nodes()
             .filter(|(_, n)| matches!(n.op, OpKind::Sin | OpKind::Cos) && n.ty.dtype.is_float())
@@ -379,9 +393,7 @@ impl GradCase {
         for (i, &v) in args.iter().enumerate() {
             g.add_output(&format!("angle{i}"), v).map_err(|e| GradFailure::Run(e.to_string()))?;
         }
-        let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) =
-            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        let (down, up) = self.at_both_points(&g, input, element, h)?;
         Ok(down.iter().zip(&up).any(|(a, b)| {
             a.to_f64_vec().iter().zip(b.to_f64_vec()).any(|(a, b)| {
                 let turn = (b - a).abs();
@@ -407,8 +419,7 @@ impl GradCase {
     /// itself whose terms reach `1e237`, where an element's change is lost in the sum).
     fn absorbed(&self, input: usize, element: usize, h: f64, rtol: f64) -> Result<bool, GradFailure> {
         use OpKind::*;
-        let lowered = crate::passes::lower::functional(&self.loss_graph).map_err(GradFailure::Lower)?;
-        let mut g = crate::passes::lower::prims(&lowered, &[]).map_err(GradFailure::Lower)?;
+        let mut g = self.prims()?;
         let sums: Vec<(Value, OpKind, Vec<Value>)> = g
             .nodes()
             .filter(|(_, n)| matches!(n.op, Add | Sub | ReduceSum | Matmul | Conv) && n.ty.dtype.is_float())
@@ -424,9 +435,7 @@ impl GradCase {
                 g.add_output(&format!("sum{}", index.len()), *v).map_err(|e| GradFailure::Run(e.to_string()))?;
             }
         }
-        let x = self.inputs[input].to_f64_vec()[element];
-        let (down, up) =
-            (self.extra_outputs(&g, input, element, x - h)?, self.extra_outputs(&g, input, element, x + h)?);
+        let (down, up) = self.at_both_points(&g, input, element, h)?;
         let shape = |v: &Value| up[index[v]].shape().to_vec();
         let (down, up): (Vec<Vec<f64>>, Vec<Vec<f64>>) =
             (down.iter().map(Tensor::to_f64_vec).collect(), up.iter().map(Tensor::to_f64_vec).collect());
