@@ -28,7 +28,11 @@
 //! integer or bool result, or the quotient a `rem` truncates: a step), or turns a `sin` or
 //! `cos` by a radian or more (the quotient averages over its period), or where a sum loses
 //! the interval's change to rounding (a huge term absorbing a small one, in an `add` or
-//! inside a `matmul` or `conv`: [`GradCase::compare`]), is counted as a kink and not compared.
+//! inside a `matmul` or `conv`), or a saturated op's result is flat in f64 while its argument
+//! moves (`erf(7)` is 1), is counted as a kink and not compared; so is a derivative that does
+//! not scale with the loss's weights (its cotangents): a rule is linear in its cotangent, so
+//! that derivative is the rounding of the backward, huge terms that cancel
+//! ([`GradCase::compare`]).
 
 use std::fmt;
 
@@ -474,11 +478,79 @@ impl GradCase {
         Ok(false)
     }
 
+    /// Whether a strictly monotone elementwise prim among the loss graph's (`exp`, `exp2`,
+    /// `expm1`, `log`, `log1p`, `sqrt`, `rsqrt`, `reciprocal`, `tanh`, `erf`) rounds away
+    /// the move the difference interval for `element` of input `input` brings to its
+    /// argument: an element whose argument moves by more than 2⁻³⁰ of itself (far above
+    /// rounding) while its result moves by no more than four units in its last place. The
+    /// op's derivative is not 0 there, but its result is flat in f64 (`erf` of 7 is 1 exactly,
+    /// its derivative `2/√π e⁻⁴⁹`), so whatever the derivative carries (a weight of `1e30`
+    /// after it) the quotient does not see. (Rules written with the result, as `expm1`'s
+    /// `ct · (y + 1)`, are 0 where the result is flat, as the quotient is.)
+    fn flattened(&self, input: usize, element: usize, h: f64) -> Result<bool, GradFailure> {
+        use OpKind::*;
+        let mut g = self.prims()?;
+        let pairs: Vec<(Value, Value)> = g
+            .nodes()
+            .filter(|(_, n)| {
+                matches!(n.op, Exp | Exp2 | Expm1 | Log | Log1p | Sqrt | Rsqrt | Reciprocal | Tanh | Erf)
+                    && n.ty.dtype.is_float()
+            })
+            .map(|(v, n)| (n.args[0], v))
+            .collect();
+        if pairs.is_empty() {
+            return Ok(false);
+        }
+        for (i, &(a, y)) in pairs.iter().enumerate() {
+            g.add_output(&format!("argument{i}"), a).map_err(|e| GradFailure::Run(e.to_string()))?;
+            g.add_output(&format!("result{i}"), y).map_err(|e| GradFailure::Run(e.to_string()))?;
+        }
+        let (down, up) = self.at_both_points(&g, input, element, h)?;
+        let (down, up): (Vec<Vec<f64>>, Vec<Vec<f64>>) =
+            (down.iter().map(Tensor::to_f64_vec).collect(), up.iter().map(Tensor::to_f64_vec).collect());
+        let moved = |d: f64, u: f64| (u - d).abs() > (0.5 * u + 0.5 * d).abs() * (-30f64).exp2();
+        let flat = |d: f64, u: f64| (u - d).abs() <= 4.0 * f64::EPSILON * u.abs().max(d.abs());
+        Ok((0..pairs.len()).any(|i| {
+            let (a_down, a_up, y_down, y_up) = (&down[2 * i], &up[2 * i], &down[2 * i + 1], &up[2 * i + 1]);
+            (0..a_up.len()).any(|k| {
+                a_up[k].is_finite() && a_down[k].is_finite() && moved(a_down[k], a_up[k]) && flat(y_down[k], y_up[k])
+            })
+        }))
+    }
+
+    /// The gradients of `joint` with the loss's weights (the `__weight` inputs, the
+    /// cotangents of the graph's outputs) scaled by each of [`RESCALES`], divided back by the
+    /// scale: a derivative is linear in its cotangent, so each is the gradient again, up to
+    /// the backward's rounding ([`GradCase::compare`] reads them where a derivative disagrees).
+    /// None for a loss graph without weights (built by hand).
+    fn rescaled_gradients(&self, joint: &Joint) -> Result<Vec<Vec<Vec<f64>>>, GradFailure> {
+        let weights: Vec<usize> = (0..self.loss_graph.inputs().len())
+            .filter(|&i| self.loss_graph.input_name(i).starts_with("__weight"))
+            .collect();
+        if weights.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut all = Vec::with_capacity(RESCALES.len());
+        for &scale in &RESCALES {
+            let mut case = self.clone();
+            for &i in &weights {
+                let t = &self.inputs[i];
+                let scaled: Vec<f64> = t.to_f64_vec().iter().map(|w| w * scale).collect();
+                case.inputs[i] =
+                    Tensor::from_f64_as(t.dtype(), t.shape(), &scaled).map_err(|e| GradFailure::Run(e.to_string()))?;
+            }
+            let grads = case.gradients(joint)?;
+            all.push(grads.into_iter().map(|g| g.into_iter().map(|d| d / scale).collect()).collect());
+        }
+        Ok(all)
+    }
+
     /// Compares `joint`'s gradients with central differences, element by element.
     pub fn compare(&self, joint: &Joint, tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
         let grads = self.gradients(joint)?;
         let base = self.loss(&self.inputs)?;
         let mut check = GradCheck::default();
+        let mut rescaled: Option<Vec<Vec<Vec<f64>>>> = None;
         for (k, (&input, ad)) in self.wrt.iter().zip(&grads).enumerate() {
             let values = self.inputs[input].to_f64_vec();
             debug_assert_eq!(values.len(), ad.len(), "gradient {k} has its input's shape");
@@ -514,12 +586,25 @@ impl GradCase {
                         continue;
                     }
                     let stable = (finer - fd).abs() <= tolerance.atol + tolerance.rtol * finer.abs().max(fd.abs());
+                    // A derivative that changes with the scale of its cotangent is the rounding
+                    // of the backward (huge terms that cancel: a softmax's backward, whose row
+                    // sums to 0, over values of 1e37), not a rule's value.
+                    let rescaled = match &rescaled {
+                        Some(r) => r,
+                        None => rescaled.insert(self.rescaled_gradients(joint)?),
+                    };
+                    let linear = rescaled.iter().all(|grads| {
+                        let again = grads[k][element];
+                        (again - ad).abs() <= tolerance.atol + tolerance.rtol * again.abs().max(ad.abs())
+                    });
                     if !stable
+                        || !linear
                         || !fd.is_finite()
                         || self.steps_between(input, element, h)?
                         || self.rem_steps_between(input, element, h)?
                         || self.oscillates(input, element, h)?
                         || self.absorbed(input, element, h, tolerance.rtol)?
+                        || self.flattened(input, element, h)?
                     {
                         check.kinks += 1;
                         continue;
@@ -543,6 +628,10 @@ impl GradCase {
         self.compare(&joint, tolerance, kinks)
     }
 }
+
+/// The scales [`GradCase::compare`] applies to a loss's weights to tell a derivative from
+/// the rounding of its backward: near 1, not powers of two (which scale without rounding).
+const RESCALES: [f64; 2] = [1.0 + 1.0 / 1024.0 / 3.0, 1.0 - 1.0 / 4096.0 / 7.0];
 
 /// A `matmul` or `conv` node of a graph alone, on two inputs of its arguments' types, to
 /// evaluate on other arguments ([`GradCase::absorbed`]).

@@ -737,3 +737,56 @@ fn a_change_lost_in_a_convolutions_sum_is_a_kink() {
         assert_eq!((check.compared, check.kinks), (1, 3), "{op}");
     }
 }
+
+/// `erf(7)` is 1 in f64 at every point of a difference, while its derivative is
+/// `2/√π e⁻⁴⁹`: times a weight of `1e30`, under a `cos`, the derivative is of order `1e8`
+/// and the quotient 0.
+/// Compared strictly that is a mismatch; on random graphs it is counted as a kink (the
+/// argument moves, the result is flat), and the element whose change survives is still
+/// compared.
+#[test]
+fn a_change_a_saturated_op_rounds_away_is_a_kink() {
+    let text = "graph t(%x: f64[2], %w: f64[2]) {\n  %k = erf(%x)\n  %p = mul(%k, %w)\n  %c = cos(%p)\n  \
+                %l = sum(%c)\n  return %l as loss\n}";
+    let x = Tensor::new(vec![2], ladder::TensorData::F64(vec![7.0, 0.5])).unwrap();
+    let w = Tensor::new(vec![2], ladder::TensorData::F64(vec![1e30, 1.0])).unwrap();
+    let case = GradCase { loss_graph: parse(text), inputs: vec![x, w], wrt: vec![0] };
+    let joint = case.joint(&[]).unwrap();
+    let ad = case.gradients(&joint).unwrap();
+    let want = -(1e30f64).sin() * 2.0 / std::f64::consts::PI.sqrt() * (-49f64).exp() * 1e30;
+    assert!((ad[0][0] / want - 1.0).abs() < 1e-12 && want.abs() > 1e6, "{} vs {want}", ad[0][0]);
+    let tolerance = grad_tolerance(OpKind::Erf);
+    let strict = case.compare(&joint, tolerance, Kinks::Compare).unwrap_err();
+    assert!(matches!(strict, GradFailure::Mismatch { element: 0, .. }), "{strict}");
+    let check = case.compare(&joint, tolerance, Kinks::Skip).unwrap();
+    assert_eq!((check.compared, check.kinks), (1, 1));
+}
+
+/// A softmax is unchanged when every score moves by the same amount, so the derivative in
+/// a shift `x` of all scores is 0; its backward computes that 0 as `Σ p (g - Σ p g)` with `g`
+/// of order `1e30` here (the values the softmax weighs), and leaves the rounding of those
+/// terms, ~`1e14`, which the `cos` after it passes on. The scores `x + b` are exact in the
+/// binade of `x` (`b` in quarters), so the forward is bit for bit the same at every point of
+/// the difference (the quotient is 0). Compared strictly that is a mismatch; on random
+/// graphs the element is skipped: with the loss's weights scaled by a number near 1 the
+/// derivative does not scale with them (it is rounding), which a rule, linear in its
+/// cotangent, always does.
+#[test]
+fn a_derivative_that_is_the_rounding_of_its_backward_is_skipped() {
+    let text = "graph t(%x: f64[], %b: f64[4], %v: f64[4]) {\n  \
+                %xb = broadcast_in_dim(%x) {shape=[4], broadcast_dims=[]}\n  %s = add(%b, %xb)\n  \
+                %p = softmax(%s) {axis=0}\n  %pv = mul(%p, %v)\n  %o = sum(%pv)\n  %c = cos(%o)\n  \
+                return %c\n}";
+    let x = Tensor::new(vec![], ladder::TensorData::F64(vec![1000.375])).unwrap();
+    let b = Tensor::new(vec![4], ladder::TensorData::F64(vec![0.75, 0.25, 0.5, 0.0])).unwrap();
+    let v = Tensor::new(vec![4], ladder::TensorData::F64(vec![3.1e30, 1.7e30, -2.2e30, 0.9e30])).unwrap();
+    let case = GradCase::new(&parse(text), &[x, b, v], &[0], 5).unwrap();
+    let joint = case.joint(&[]).unwrap();
+    let ad = case.gradients(&joint).unwrap()[0][0];
+    assert!(ad.abs() > 1.0, "the backward's rounding is visible: {ad}");
+    let tolerance = grad_tolerance(OpKind::Softmax);
+    let strict = case.compare(&joint, tolerance, Kinks::Compare).unwrap_err();
+    assert!(matches!(strict, GradFailure::Mismatch { element: 0, fd, .. } if fd == 0.0), "{strict}");
+    let check = case.compare(&joint, tolerance, Kinks::Skip).unwrap();
+    assert_eq!((check.compared, check.kinks), (0, 1));
+}
