@@ -121,11 +121,12 @@ pub(super) fn batch_norm_bounds(ctx: &CompareCtx, r: &[f64], dtype: DType) -> Re
             // An infinite `x - mean` (either infinite) times a scale `rsqrt(var + eps) w` that
             // the dtype may round to 0 (below its smallest normal) is ±inf or NaN.
             let underflow = (xv[flat] - mean).is_infinite() && (rs * w).abs() < tiny(dtype);
-            // A product past the dtype's range (`x · rsqrt(var + eps) w`, or the mean's) is ±inf
-            // where the reference may stay finite, and with an infinite bias NaN.
+            // A product past the dtype's range (`x · rsqrt(var + eps) w`, or the mean's, or the
+            // scale `rsqrt(var + eps) w` itself, which times an `x - mean` of 0 is NaN) is ±inf
+            // or NaN where the reference may stay finite, and with an infinite bias NaN.
             let scale = (rs * w).abs();
             let fits = |v: f64| !v.is_finite() || v.abs() <= maxf;
-            let in_range = fits(xv[flat] * scale) && fits(mean * scale) && fits(xhat * w);
+            let in_range = fits(scale) && fits(xv[flat] * scale) && fits(mean * scale) && fits(xhat * w);
             ElemBound::new(abs, rho < 0.25 && !underflow && in_range)
         })
         .collect())
