@@ -256,3 +256,75 @@ fn a_pooling_stays_separate_where_the_convolution_result_is_needed() {
         }
     }
 }
+
+/// Equal bits, or both NaN (which NaN a sum ends in depends on which operand an
+/// instruction propagates).
+fn same_values(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// Rows of at most 32 columns run by the channel-vector kernel (AVX-512; output channels a
+/// multiple of 16, a 3×3 kernel) give the blocked kernel's values bit for bit (the same sums
+/// in the same order, the padding's taps multiplying a 0): rows of 1 to 32 columns, strides 1
+/// and 2, padding 0 to 2, one or more vectors of channels (an odd count leaves a single
+/// one), rows reaching into the padding, 1 and 2 threads, batches of 1 and 2, with and
+/// without a bias, on adversarial inputs. Wider rows, other kernels and pooled results stay
+/// with the blocked kernel.
+#[test]
+fn narrow_rows_by_channel_vectors_give_the_blocked_kernels_values() {
+    use ladder::backend::cpu::conv_blocked::{channel_vectors, conv_blocked, pack, packed_len};
+    use ladder::backend::cpu::isa::{active, Isa};
+    // (in channels, out channels, height, width, stride, padding)
+    let convs = [
+        (16, 32, 40, 56, 2, 1),
+        (3, 16, 9, 13, 1, 1),
+        (5, 48, 7, 20, 2, 1),
+        (8, 16, 5, 32, 1, 1),
+        (4, 32, 6, 1, 1, 1),
+        (4, 16, 3, 3, 1, 0),
+        (6, 32, 8, 17, 2, 0),
+        (6, 16, 8, 9, 1, 2),
+        (2, 16, 1, 7, 1, 1),
+        (7, 64, 4, 30, 1, 1),
+    ];
+    let mut rng = Rng::new(29);
+    let mut took = 0;
+    for (cin, cout, h, w, s, p) in convs {
+        let weights = random_tensor(&mut rng, DType::F32, &[cout, cin, 3, 3]).unwrap();
+        let weights = weights.as_f32().unwrap();
+        let packed = PackedWeights::new(&[cout, cin, 3, 3], 1, weights).unwrap();
+        let bias: Vec<f32> = (0..cout).map(|c| [0.5, -0.0, f32::NAN, 3e38, -1.25][c % 5]).collect();
+        for batch in [1usize, 2] {
+            let x = adversarial(&mut rng, batch * cin * h * w);
+            let (si, pi) = (s as i64, p as i64);
+            let g = ConvGeom::new(&[batch, cin, h, w], &[cout, cin, 3, 3], &[si, si], &[pi; 4], &[1, 1], 1).unwrap();
+            let ow = g.out_sp[1];
+            assert!(ow <= 32, "conv {cin}->{cout} {h}x{w}");
+            assert_eq!(channel_vectors(&g), active() >= Isa::Avx512, "conv {cin}->{cout} {h}x{w}");
+            took += usize::from(channel_vectors(&g));
+            let mut wp = vec![0.0; packed_len(&g)];
+            pack(&g, weights, &mut wp);
+            for threads in [1, 2] {
+                for epi in [Epilogue::none(), Epilogue { bias: Some(&bias), ..Epilogue::none() }] {
+                    let case = format!(
+                        "conv {cin}->{cout} {h}x{w} s{s} p{p}, n={batch}, threads={threads}, bias={}",
+                        epi.bias.is_some()
+                    );
+                    let mut want = vec![f32::NAN; g.out_len()];
+                    conv_blocked(&g, &x, &wp, &mut want, threads, &epi);
+                    let mut got = vec![f32::NAN; g.out_len()];
+                    assert!(packed.conv(&g, &x, &mut got, threads, &epi).unwrap(), "{case}");
+                    assert!(same_values(&got, &want), "{case}");
+                }
+            }
+        }
+    }
+    assert_eq!(took > 0, active() >= Isa::Avx512);
+    // Rows of 33 columns, a 5×5 kernel, 24 output channels: the blocked kernel.
+    for (w_shape, x_shape, pad) in
+        [([16, 4, 3, 3], [1, 4, 5, 33], 1), ([16, 4, 5, 5], [1, 4, 8, 8], 2), ([24, 4, 3, 3], [1, 4, 8, 8], 1)]
+    {
+        let g = ConvGeom::new(&x_shape, &w_shape, &[1, 1], &[pad; 4], &[1, 1], 1).unwrap();
+        assert!(!channel_vectors(&g), "{w_shape:?} on {x_shape:?}");
+    }
+}

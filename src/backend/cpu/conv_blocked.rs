@@ -168,6 +168,9 @@ pub struct PackedWeights {
     cg: usize,
     k_sp: SmallVec<[usize; 2]>,
     data: Vec<f32>,
+    /// `data` regrouped for the channel-vector kernel (rows too narrow for the blocked
+    /// kernel, on AVX-512), on its first call.
+    lanes: std::sync::OnceLock<Vec<f32>>,
 }
 
 impl PackedWeights {
@@ -190,12 +193,19 @@ impl PackedWeights {
         let og = out_ch / groups;
         let mut data = vec![0.0; groups * og.div_ceil(CB) * CB * cg * kpos];
         pack_as(groups, og, cg, kpos, w, &mut data);
-        Some(PackedWeights { groups, out_ch, cg, k_sp: k_sp.iter().copied().collect(), data })
+        Some(PackedWeights {
+            groups,
+            out_ch,
+            cg,
+            k_sp: k_sp.iter().copied().collect(),
+            data,
+            lanes: std::sync::OnceLock::new(),
+        })
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        4 * self.data.len()
+        4 * (self.data.len() + self.lanes.get().map_or(0, Vec::len))
     }
 
     /// `out = epi(conv(x, w))` by the blocked kernel with these weights, when `g` is the
@@ -261,10 +271,34 @@ impl PackedWeights {
         if epi.residual.is_some_and(|r| r.len() != out.len()) || epi.hook.is_some() {
             return Ok(false);
         }
+        #[cfg(target_arch = "x86_64")]
+        if pool.is_none() && channel_vectors(g) {
+            let pl = Plane::of(g).expect("channel_vectors checked the geometry");
+            let wl = self.lanes.get_or_init(|| lanes::repack(&self.data, g.out_ch, self.cg));
+            if !out.is_empty() {
+                lanes::conv(g, &pl, x, wl, out, threads, epi);
+            }
+            return Ok(true);
+        }
         if !out.is_empty() {
             blocked(g, x, &self.data, out, threads, epi, pool);
         }
         Ok(true)
+    }
+}
+
+/// Whether [`PackedWeights::conv`] runs `g` (without a pooling) by the channel-vector kernel
+/// (`conv_blocked/lanes.rs`: rows of at most 32 columns, a 3×3 kernel, output channels a
+/// multiple of 16, AVX-512) rather than the blocked one; its results have the same bits.
+pub fn channel_vectors(g: &ConvGeom) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Plane::of(g).is_some_and(|pl| lanes::applies(g, &pl))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = g;
+        false
     }
 }
 
@@ -599,5 +633,7 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -
     acc
 }
 
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod x86;
