@@ -32,7 +32,9 @@
 //! moves (`erf(7)` is 1), is counted as a kink and not compared; so is a derivative that does
 //! not scale with the loss's weights (its cotangents): a rule is linear in its cotangent, so
 //! that derivative is the rounding of the backward, huge terms that cancel
-//! ([`GradCase::compare`]).
+//! ([`GradCase::compare`]); and so is an element at a kink of its own point (a maximum whose
+//! argument is another at both points of the difference), where the derivatives at both
+//! points agree with the quotient and the one at the point does not.
 
 use std::fmt;
 
@@ -545,6 +547,17 @@ impl GradCase {
         Ok(all)
     }
 
+    /// Element `element` of the gradient for input `input` (the `k`th differentiated one),
+    /// with that element moved to `x`.
+    fn derivative_at(&self, joint: &Joint, k: usize, input: usize, element: usize, x: f64) -> Result<f64, GradFailure> {
+        let mut case = self.clone();
+        let mut values = case.inputs[input].to_f64_vec();
+        values[element] = x;
+        case.inputs[input] = Tensor::new(case.inputs[input].shape().to_vec(), TensorData::F64(values))
+            .map_err(|e| GradFailure::Run(e.to_string()))?;
+        Ok(case.gradients(joint)?[k][element])
+    }
+
     /// Compares `joint`'s gradients with central differences, element by element.
     pub fn compare(&self, joint: &Joint, tolerance: GradTolerance, kinks: Kinks) -> Result<GradCheck, GradFailure> {
         let grads = self.gradients(joint)?;
@@ -597,8 +610,16 @@ impl GradCase {
                         let again = grads[k][element];
                         (again - ad).abs() <= tolerance.atol + tolerance.rtol * again.abs().max(ad.abs())
                     });
+                    // A kink at the point itself (a `reduce_max` whose maximum is another
+                    // element at both points of the difference, and this one only at `x`): the
+                    // derivatives at both points agree with the quotient, the one at `x` not. A
+                    // wrong rule is wrong beside the point too.
+                    let sided = |d: f64| (d - fd).abs() <= allowance(fd);
+                    let at_kink = sided(self.derivative_at(joint, k, input, element, x - h)?)
+                        && sided(self.derivative_at(joint, k, input, element, x + h)?);
                     if !stable
                         || !linear
+                        || at_kink
                         || !fd.is_finite()
                         || self.steps_between(input, element, h)?
                         || self.rem_steps_between(input, element, h)?
