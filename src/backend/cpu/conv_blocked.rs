@@ -272,8 +272,7 @@ impl PackedWeights {
             return Ok(false);
         }
         #[cfg(target_arch = "x86_64")]
-        if pool.is_none() && channel_vectors(g) {
-            let pl = Plane::of(g).expect("channel_vectors checked the geometry");
+        if let Some(pl) = Plane::of(g).filter(|pl| pool.is_none() && lanes::applies(g, pl)) {
             let wl = self.lanes.get_or_init(|| lanes::repack(&self.data, g.out_ch, self.cg));
             if !out.is_empty() {
                 lanes::conv(g, &pl, x, wl, out, threads, epi);

@@ -93,6 +93,10 @@ pub(super) fn conv(
     let in_len = cg * pl.ih * pl.iw;
     let w_len = cg * K * K * LANES;
     let dst = Dst { ptr: SendPtr(out.as_mut_ptr()), len: out.len() };
+    // Columns whose every tap is inside the input row (`lo..hi`) run in `n` chunks of at
+    // most `P`, of nearly equal sizes; the others one at a time, with bounds checks.
+    let (lo, hi) = super::interior_columns(pl.iw, pl.pl, K, pl.sw, 1, pl.ow);
+    let n = (hi - lo).div_ceil(P);
     let task = |t: usize| {
         let (unit, chunk) = (t / chunks, t % chunks);
         let (b, pair) = (unit / pairs, unit % pairs);
@@ -102,10 +106,6 @@ pub(super) fn conv(
         let w = &wl[2 * pair * w_len..(2 * pair + nb) * w_len];
         let co0 = 2 * pair * LANES;
         let base = (b * oc + co0) * plane;
-        // Columns whose every tap is inside the input row (`lo..hi`) in chunks of at most
-        // `P`, of nearly equal sizes; the others one at a time, with bounds checks.
-        let (lo, hi) = super::interior_columns(pl.iw, pl.pl, K, pl.sw, 1, pl.ow);
-        let n = (hi - lo).div_ceil(P);
         for r in rows.clone() {
             for col in (0..lo).chain(hi..pl.ow) {
                 let at = Chunk { row: r, col, np: 1, base, plane };
