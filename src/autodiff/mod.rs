@@ -144,6 +144,8 @@ pub fn rule(op: OpKind) -> Option<VjpFn> {
         Conv => linalg::conv,
         // High-level ops with a hand rule (see `HAND_RULES`).
         Gelu => elementwise::gelu,
+        Softmax => reduce::softmax,
+        LogSoftmax => reduce::log_softmax,
         _ => return None,
     };
     Some(f)
@@ -152,9 +154,10 @@ pub fn rule(op: OpKind) -> Option<VjpFn> {
 /// High-level ops with a hand rule in [`rule`]: faster than the rule derived from their
 /// decomposition, and checked against it (`tests/all/autodiff.rs`). When a loss is
 /// differentiated in native mode the prims rung keeps them whole, so the forward runs their
-/// library kernel and the backward their rule. All are elementwise: the partitioner may
-/// recompute them.
-pub const HAND_RULES: &[OpKind] = &[OpKind::Gelu];
+/// library kernel and the backward their rule. The elementwise ones (gelu) the partitioner
+/// may recompute; the row ops (softmax, log_softmax) it saves, as it saves every library
+/// kernel's result.
+pub const HAND_RULES: &[OpKind] = &[OpKind::Gelu, OpKind::Softmax, OpKind::LogSoftmax];
 
 /// No contribution to any argument.
 fn none(_: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
@@ -277,7 +280,7 @@ pub fn grad(g: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, AdError> {
     }
     let forward: Vec<Value> = g.values().collect();
     walk.extend_active(&joint, &forward);
-    let mut e = Emitter { g: &mut joint };
+    let mut e = Emitter { g: &mut joint, keep: &[] };
     let mut seed = None;
     if walk.is_active(loss_value) {
         let ones = e.full_like(1.0, loss_value).map_err(|error| rule_error(g, loss_value, error))?;

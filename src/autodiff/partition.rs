@@ -29,8 +29,8 @@
 //! capacities are bytes only, and what is not nearly free is banned instead: `matmul` and
 //! `conv` (their FLOPs), reductions that shrink their input by [`SHRINK_BAN`] or more (their
 //! result is small to save and costly to recompute: a full pass over the input), and every
-//! op above the prims (a library kernel kept whole: attention, `lstm`, pooling) but the
-//! elementwise ones with a hand derivative (`super::HAND_RULES`: gelu). ladder has no
+//! op above the prims (a library kernel kept whole: attention, `lstm`, pooling, softmax) but
+//! the elementwise ones with a hand derivative (`super::HAND_RULES`: gelu). ladder has no
 //! random ops; one would be banned as not repeatable.
 //!
 //! ## Overrides and baselines
@@ -325,7 +325,11 @@ impl<'a> Facts<'a> {
                 {
                     Some(format!("{} (shrinks {first} elements to {out})", node.op.name()))
                 }
-                op if op.rung() != Rung::Prim && !super::HAND_RULES.contains(&op) => Some(op.name().to_string()),
+                op if op.rung() != Rung::Prim
+                    && !(super::HAND_RULES.contains(&op) && crate::ops::library::is_activation(op)) =>
+                {
+                    Some(op.name().to_string())
+                }
                 _ => None,
             };
         }

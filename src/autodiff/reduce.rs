@@ -6,14 +6,21 @@
 //! and the rest get 0; where two or more are 0, everything gets 0. `reduce_max`/`reduce_min`
 //! share the cotangent equally among the elements equal to the extreme. `gather` and
 //! `scatter_add` are each other's adjoints; their index operands get no gradient.
+//!
+//! `softmax` and `log_softmax` have hand rules (`super::HAND_RULES`), from their results:
+//! `dx = y (g - Σ g y)` and `dx = g - exp(y) Σ g` over the axis. The rules derived from
+//! their decompositions run back through the row's maximum (whose contribution is 0 in exact
+//! arithmetic: the result does not depend on the shift), the exponentials and the sum, and
+//! need those saved or recomputed; these need the result alone, and leave the forward to the
+//! library kernel.
 
 use smallvec::smallvec;
 
 use super::shape::{dims, ints};
 use super::{Grads, Vjp};
 use crate::decomp::{DecompError, Emitter};
-use crate::ir::{AttrValue, Shape, Value};
-use crate::ops::util::normalize_axes;
+use crate::ir::{AttrValue, DType, Shape, Value};
+use crate::ops::util::{normalize_axes, normalize_axis};
 use crate::ops::OpKind;
 
 /// The reduced axes of a reduction node, normalised.
@@ -87,4 +94,42 @@ pub(super) fn gather(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
 pub(super) fn scatter_add(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
     let d_src = e.prim(OpKind::Gather, &[v.ct, v.arg(1)], &axis_attr(v))?;
     Ok(smallvec![Some(v.ct), None, Some(d_src)])
+}
+
+/// `softmax`'s hand rule: `dx = y (g - Σ_axis g y)`, in the dtype the decomposition computes
+/// in (f32 for f16 and bf16).
+pub(super) fn softmax(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
+    let (axis, dtype, wide) = softmax_axis(e, v)?;
+    let y = e.convert(v.out, wide)?;
+    let g = e.convert(v.ct, wide)?;
+    let gy = e.mul(g, y)?;
+    let s = e.reduce(OpKind::ReduceSum, gy, &[axis], true)?;
+    let d = e.sub(g, s)?;
+    let dx = e.mul(y, d)?;
+    Ok(smallvec![Some(e.convert(dx, dtype)?)])
+}
+
+/// `log_softmax`'s hand rule: `dx = g - exp(y) Σ_axis g`, in the dtype the decomposition
+/// computes in.
+pub(super) fn log_softmax(e: &mut Emitter, v: &Vjp) -> Result<Grads, DecompError> {
+    let (axis, dtype, wide) = softmax_axis(e, v)?;
+    let y = e.convert(v.out, wide)?;
+    let g = e.convert(v.ct, wide)?;
+    let s = e.reduce(OpKind::ReduceSum, g, &[axis], true)?;
+    let p = e.unary(OpKind::Exp, y)?;
+    let ps = e.mul(p, s)?;
+    let dx = e.sub(g, ps)?;
+    Ok(smallvec![Some(e.convert(dx, dtype)?)])
+}
+
+/// A softmax node's normalised axis, its dtype, and the dtype its rule computes in.
+fn softmax_axis(e: &Emitter, v: &Vjp) -> Result<(usize, DType, DType), DecompError> {
+    let axis = normalize_axis(v.node.attrs.int("axis"), e.rank(v.arg(0)))
+        .map_err(|error| DecompError::Unsupported { op: v.node.op.name(), reason: error.to_string() })?;
+    let dtype = e.dtype(v.arg(0));
+    let wide = match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    };
+    Ok((axis, dtype, wide))
 }

@@ -58,6 +58,10 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
 /// Emits explicit prims into a graph.
 pub struct Emitter<'g> {
     pub g: &'g mut Graph,
+    /// High-level ops the graph keeps whole (`passes::decompose_keeping`): a decomposition
+    /// that needs one of them (attention's softmax) emits the op ([`Emitter::kept`]) rather
+    /// than its prims. Empty outside decomposition.
+    pub keep: &'g [OpKind],
 }
 
 fn ints(v: &[usize]) -> AttrValue {
@@ -99,6 +103,23 @@ impl Emitter<'_> {
         check_explicit(op, &node.attrs, &arg_types)
             .map_err(|error| DecompError::NotExplicit { op: op.name(), error })?;
         Ok(v)
+    }
+
+    /// Whether the graph keeps `op` whole (see [`Emitter::keep`]).
+    pub fn keeps(&self, op: OpKind) -> bool {
+        self.keep.contains(&op)
+    }
+
+    /// A node of `op`, one of the high-level ops the graph keeps whole, its type from the
+    /// op's shape rule.
+    pub fn kept(&mut self, op: OpKind, args: &[Value], attrs: &[(&str, AttrValue)]) -> Result<Value, DecompError> {
+        if !self.keeps(op) {
+            return Err(DecompError::NotPrim { op: op.name() });
+        }
+        let given = attrs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+        let attrs = Attrs::resolve(op.spec().attrs, given)
+            .map_err(|e| DecompError::NotExplicit { op: op.name(), error: OpError::Attr(e) })?;
+        Ok(self.g.add_node(op, args, attrs)?)
     }
 
     /// `x` converted to `dtype` (no node when it already is).

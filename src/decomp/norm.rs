@@ -130,16 +130,29 @@ fn mean_keep(e: &mut Emitter, x: Value, axes: &[usize]) -> Result<Value, DecompE
 
 /// Max-subtracted softmax (or log-softmax) of `x` along `axis`, in `x`'s dtype.
 pub(super) fn softmax_core(e: &mut Emitter, x: Value, axis: usize, log: bool) -> Result<Value, DecompError> {
+    Ok(softmax_parts(e, x, axis, log)?.0)
+}
+
+/// [`softmax_core`], with the row maximum (keepdim) it subtracted. When the graph keeps the
+/// op whole (differentiating in native mode: its library kernel runs the forward and its
+/// hand rule the backward, `crate::autodiff::HAND_RULES`) the result is the op's node, and
+/// there is no maximum.
+fn softmax_parts(e: &mut Emitter, x: Value, axis: usize, log: bool) -> Result<(Value, Option<Value>), DecompError> {
+    let op = if log { OpKind::LogSoftmax } else { OpKind::Softmax };
+    if e.keeps(op) {
+        return Ok((e.kept(op, &[x], &[("axis", AttrValue::Int(axis as i64))])?, None));
+    }
     let m = e.reduce(OpKind::ReduceMax, x, &[axis], true)?;
     let s = e.sub(x, m)?;
     let ex = e.unary(OpKind::Exp, s)?;
     let sum = e.reduce(OpKind::ReduceSum, ex, &[axis], true)?;
-    if log {
+    let y = if log {
         let l = e.unary(OpKind::Log, sum)?;
-        e.sub(s, l)
+        e.sub(s, l)?
     } else {
-        e.div(ex, sum)
-    }
+        e.div(ex, sum)?
+    };
+    Ok((y, Some(m)))
 }
 
 /// `(x - mean) * rsqrt(var + eps)` (`center`) or `x * rsqrt(mean(x²) + eps)` over `axes`,
@@ -348,17 +361,17 @@ fn attention(e: &mut Emitter, node: &Node, args: &[Value]) -> Result<Value, Deco
         scores = e.add(scores, bias)?;
     }
     let axis = e.rank(scores) - 1;
-    let m = e.reduce(OpKind::ReduceMax, scores, &[axis], true)?;
-    let shifted = e.sub(scores, m)?;
-    let ex = e.unary(OpKind::Exp, shifted)?;
-    let sum = e.reduce(OpKind::ReduceSum, ex, &[axis], true)?;
-    let p = e.div(ex, sum)?;
+    let (p, m) = softmax_parts(e, scores, axis, false)?;
     let out = e.matmul(p, v, false, false)?;
     if !node.attrs.bool("safe_softmax") {
         // Plain softmax: an all -inf row is NaN already; S = 0 gives the matmul's zeros.
         return e.convert(out, node.ty.dtype);
     }
     // `_safe_softmax`: a row whose every score is -inf (S = 0 included) attends to nothing.
+    let m = match m {
+        Some(m) => m,
+        None => e.reduce(OpKind::ReduceMax, scores, &[axis], true)?,
+    };
     let nothing = e.binary_scalar(OpKind::Eq, m, f64::NEG_INFINITY)?;
     let zero = e.full(0.0, dtype, &Shape::scalar())?;
     let out = e.select(nothing, zero, out)?;

@@ -45,7 +45,7 @@ pub fn decompose_keeping(g: &Graph, keep: &[OpKind]) -> Result<Graph, DecomposeE
             }));
         }
         let args: Vec<Value> = node.args.iter().map(|&a| rw.get(a)).collect();
-        let mut e = Emitter { g: &mut rw.new };
+        let mut e = Emitter { g: &mut rw.new, keep };
         let new = match node.op.rung() {
             Rung::High if keep.contains(&node.op) => rw.new.add_node(node.op, &args, node.attrs.clone())?,
             Rung::High => {

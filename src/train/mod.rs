@@ -424,7 +424,7 @@ fn update_graph(
         optimizer.scalar_names().iter().map(|n| input(&mut g, n, scalar_ty.clone())).collect::<Result<_, _>>()?;
     let mut outputs = Vec::new();
     {
-        let mut e = Emitter { g: &mut g };
+        let mut e = Emitter { g: &mut g, keep: &[] };
         for (k, (name, _)) in params.iter().enumerate() {
             let (p, grad) = (param_values[k], grads[k]);
             let dtype = e.dtype(p);

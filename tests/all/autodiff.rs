@@ -712,6 +712,112 @@ fn gelu_hand_rule_matches_the_derived_one() {
     assert!(checked >= 6, "gelu with its hand rule: only {checked} cases checked");
 }
 
+/// The gradient of input `wrt` of `g`'s loss `l` on `inputs`, from the joint graph of `prims`.
+fn joint_gradient(prims: &Graph, inputs: &[Tensor], wrt: &str) -> Vec<f64> {
+    let joint = grad(prims, "l", &[wrt]).unwrap();
+    let out = interp::run(&joint.graph, inputs, &Options::default()).unwrap();
+    out.outputs[joint.grad_output(0)].to_f64_vec()
+}
+
+/// Whether `a` and `b` agree to `1e-12` relative (NaN agreeing with NaN).
+fn agree(a: f64, b: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-12 * (1.0 + b.abs())
+}
+
+/// `softmax`'s and `log_softmax`'s hand rules against the rules derived from their
+/// decompositions, in f64 over every axis of rows with huge spreads, tiny values, `-inf`
+/// entries and a row of nothing but `-inf`; then against central differences with the op kept
+/// whole.
+#[test]
+fn softmax_hand_rules_match_the_derived_ones() {
+    let kept_ops = [OpKind::Softmax, OpKind::LogSoftmax];
+    assert!(kept_ops.iter().all(|op| ladder::autodiff::HAND_RULES.contains(op)));
+    let ninf = f64::NEG_INFINITY;
+    #[rustfmt::skip]
+    let xs = [
+        0.5, -1.0, 2.0, 0.1, -0.3,
+        1e3, 999.0, -1e3, 0.0, 1e-300,
+        ninf, 0.2, ninf, 3.0, -2.0,
+        ninf, ninf, ninf, ninf, ninf,
+    ];
+    let mut rng = Rng::new(5);
+    let r = rng.tensor(ladder::numerics::grad::Domain::Any, &[4, 5]);
+    let inputs = [Tensor::from_f64_as(DType::F64, &[4, 5], &xs).unwrap(), r];
+    for (op, kind) in [("softmax", OpKind::Softmax), ("log_softmax", OpKind::LogSoftmax)] {
+        for axis in [0, 1, -1] {
+            let src = format!(
+                "graph g(%x: f64[4, 5], %r: f64[4, 5]) {{\n  %y = {op}(%x) {{axis={axis}}}\n  \
+                 %p = mul(%y, %r)\n  %l = sum(%p)\n  return %l\n}}"
+            );
+            let g = parse(&src);
+            let f = ladder::passes::functionalize(&g).unwrap();
+            let kept = ladder::passes::lower::prims(&f, &kept_ops).unwrap();
+            assert!(kept.nodes().any(|(_, n)| n.op == kind));
+            let derived = ladder::passes::lower(&g).unwrap().prims;
+            let (hand, want) = (joint_gradient(&kept, &inputs, "x"), joint_gradient(&derived, &inputs, "x"));
+            let finite = hand.iter().filter(|d| d.is_finite()).count();
+            assert!(finite >= 10, "{op} axis {axis}: only {finite} finite derivatives");
+            for (i, (&a, &b)) in hand.iter().zip(&want).enumerate() {
+                assert!(agree(a, b), "{op} axis {axis} at x = {}: hand {a}, derived {b}", xs[i]);
+            }
+        }
+        let (checked, _) = check_high_level(kind, &kept_ops, 6);
+        assert!(checked >= 6, "{op} with its hand rule: only {checked} cases checked");
+    }
+}
+
+/// Differentiating in native mode keeps `softmax` whole inside the decompositions that use
+/// one: attention's scores go through the `softmax` op (its library kernel forward, its hand
+/// rule backward), and the gradients of `q`, `k`, `v` and a float mask equal those derived
+/// through the decomposition's prims, causal and not, with the safe softmax's empty rows.
+#[test]
+fn attention_with_its_softmax_kept_matches_the_derived_gradient() {
+    let kept_ops = [OpKind::Softmax, OpKind::LogSoftmax];
+    let mut rng = Rng::new(11);
+    let any = ladder::numerics::grad::Domain::Any;
+    let mut mask = rng.tensor(any, &[4, 5]).to_f64_vec();
+    mask[13] = f64::NEG_INFINITY;
+    let qkv = [rng.tensor(any, &[2, 4, 3]), rng.tensor(any, &[2, 5, 3]), rng.tensor(any, &[2, 5, 3])];
+    let weights = rng.tensor(any, &[2, 4, 3]);
+    let mut empty = mask.clone();
+    empty[5..10].fill(f64::NEG_INFINITY);
+    // With a row that attends to nothing (all -inf; zeros with the safe softmax) the
+    // gradients that row reaches are NaN both ways: its softmax is 0/0, and the matmuls'
+    // backward carries that into `k` and `v`. (PyTorch's `_safe_softmax` backward gives zeros
+    // there; the decomposition does not.)
+    let cases = [
+        ("causal=true, safe_softmax=false", &mask, true),
+        ("safe_softmax=false", &mask, true),
+        ("safe_softmax=true", &mask, true),
+        ("causal=true", &mask, true),
+        ("safe_softmax=true", &empty, false),
+    ];
+    for (attrs, mask, finite) in cases {
+        let mut inputs = qkv.to_vec();
+        inputs.push(Tensor::from_f64_as(DType::F64, &[4, 5], mask).unwrap());
+        inputs.push(weights.clone());
+        let src = format!(
+            "graph g(%q: f64[2, 4, 3], %k: f64[2, 5, 3], %v: f64[2, 5, 3], %m: f64[4, 5], %r: f64[2, 4, 3]) {{\n  \
+             %o = scaled_dot_product_attention(%q, %k, %v, %m) {{{attrs}}}\n  %p = mul(%o, %r)\n  \
+             %l = sum(%p)\n  return %l\n}}"
+        );
+        let g = parse(&src);
+        let f = ladder::passes::functionalize(&g).unwrap();
+        let kept = ladder::passes::lower::prims(&f, &kept_ops).unwrap();
+        assert!(kept.nodes().any(|(_, n)| n.op == OpKind::Softmax), "{attrs}: no softmax kept");
+        let derived = ladder::passes::lower(&g).unwrap().prims;
+        assert!(!derived.nodes().any(|(_, n)| n.op == OpKind::Softmax));
+        for wrt in ["q", "k", "v", "m"] {
+            let (hand, want) = (joint_gradient(&kept, &inputs, wrt), joint_gradient(&derived, &inputs, wrt));
+            let n = hand.iter().filter(|d| d.is_finite()).count();
+            assert!(if finite { n >= 8 } else { n < hand.len() }, "{attrs}, {wrt}: {hand:?}");
+            for (i, (&a, &b)) in hand.iter().zip(&want).enumerate() {
+                assert!(agree(a, b), "{attrs}, d/d{wrt}[{i}]: kept {a}, derived {b}");
+            }
+        }
+    }
+}
+
 /// A convolution's own sum can lose an element's change as an `add` can: `conv(x, x)` with
 /// `x = [1e100, 1, 2, 3]` is `x₀²` whatever the small elements do, so the loss
 /// `conv(x, x) - x₀²` is 0 at every point of a difference while its derivative in `x₁` is 2.

@@ -182,7 +182,7 @@ fn lower_softmax(g: &Graph, naive: bool) -> Result<Lowering, LowerError> {
     }
     let x = map.iter().find(|(old, _)| *old == node.args[0]).map(|&(_, new)| new).ok_or_else(|| fail("arg".into()))?;
     let axis = normalize_axis(node.attrs.int("axis"), g.ty(v).rank()).map_err(|e| fail(e.to_string()))?;
-    let mut e = Emitter { g: &mut p };
+    let mut e = Emitter { g: &mut p, keep: &[] };
     let y = (|| {
         let shifted = if naive {
             x
