@@ -18,7 +18,7 @@ use smallvec::smallvec;
 
 use super::shape::{dims, ints};
 use super::{Grads, Vjp};
-use crate::decomp::{DecompError, Emitter};
+use crate::decomp::{compute_dtype, DecompError, Emitter};
 use crate::ir::{AttrValue, DType, Shape, Value};
 use crate::ops::util::{normalize_axes, normalize_axis};
 use crate::ops::OpKind;
@@ -127,9 +127,5 @@ fn softmax_axis(e: &Emitter, v: &Vjp) -> Result<(usize, DType, DType), DecompErr
     let axis = normalize_axis(v.node.attrs.int("axis"), e.rank(v.arg(0)))
         .map_err(|error| DecompError::Unsupported { op: v.node.op.name(), reason: error.to_string() })?;
     let dtype = e.dtype(v.arg(0));
-    let wide = match dtype {
-        DType::F16 | DType::BF16 => DType::F32,
-        d => d,
-    };
-    Ok((axis, dtype, wide))
+    Ok((axis, dtype, compute_dtype(dtype)))
 }

@@ -55,6 +55,15 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
         .or_else(|| recur::rule(op))
 }
 
+/// The dtype float composites (decompositions and hand derivative rules) compute in: f16
+/// and bf16 widen to f32, others are kept.
+pub fn compute_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
 /// Emits explicit prims into a graph.
 pub struct Emitter<'g> {
     pub g: &'g mut Graph,

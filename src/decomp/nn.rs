@@ -30,7 +30,7 @@
 
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
-use super::reduce::compute_dtype;
+use super::compute_dtype;
 use super::{DecompError, DecompFn, Emitter};
 use crate::ir::{DType, Node, Value};
 use crate::ops::OpKind;

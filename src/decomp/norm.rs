@@ -44,7 +44,7 @@
 //!   `>= C` are replaced by the minimum too.
 //! - **mse_loss**: `(a - b)²` reduced; the mean divides by the (broadcast) element count.
 
-use super::{DecompError, DecompFn, Emitter};
+use super::{compute_dtype, DecompError, DecompFn, Emitter};
 use crate::ir::{AttrValue, DType, Dim, Node, Shape, Value};
 use crate::ops::util::normalize_axis;
 use crate::ops::OpKind;
@@ -70,14 +70,6 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
 
 pub(super) fn unsupported(op: &'static str, reason: impl Into<String>) -> DecompError {
     DecompError::Unsupported { op, reason: reason.into() }
-}
-
-/// The dtype a composite computes in: half types widen to f32, others are kept.
-pub(super) fn compute_dtype(d: DType) -> DType {
-    match d {
-        DType::F16 | DType::BF16 => DType::F32,
-        d => d,
-    }
 }
 
 /// `x` converted to its compute dtype.

@@ -6,8 +6,8 @@
 //! convert back once, like the activations. The sequence length must be static: unrolling
 //! needs the count (an importer that emits `lstm` knows it).
 
+use super::compute_dtype;
 use super::nn::sigmoid_of;
-use super::reduce::compute_dtype;
 use super::{DecompError, DecompFn, Emitter};
 use crate::ir::{Dim, Node, Shape, Value};
 use crate::ops::OpKind;

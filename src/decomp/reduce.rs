@@ -31,7 +31,7 @@
 //!   `j <= i` over a new axis `j`: `n` terms per element, meant for the short axes models scan
 //!   (positions from an attention mask).
 
-use super::{DecompError, DecompFn, Emitter};
+use super::{compute_dtype, DecompError, DecompFn, Emitter};
 use crate::ir::{AttrValue, DType, Node, Shape, Value};
 use crate::ops::reduce::reduced_shape;
 use crate::ops::util::{normalize_axes, normalize_axis};
@@ -58,14 +58,6 @@ pub fn rule(op: OpKind) -> Option<DecompFn> {
 
 fn bad(node: &Node, reason: impl ToString) -> DecompError {
     DecompError::Unsupported { op: node.op.name(), reason: reason.to_string() }
-}
-
-/// The dtype float composites compute in: f16 and bf16 widen to f32.
-pub(super) fn compute_dtype(dtype: DType) -> DType {
-    match dtype {
-        DType::F16 | DType::BF16 => DType::F32,
-        d => d,
-    }
 }
 
 /// The normalised axes (`[]` = all) and `keepdim` of a high-level reduction node.
