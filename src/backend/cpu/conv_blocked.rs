@@ -335,11 +335,7 @@ fn blocked(
         Some(pool) => (pool.out_rows(), pool.band(), pool.out_cols()),
         None => (pl.oh, 1, pl.ow),
     };
-    // Rows per task: enough tasks for the threads to share (4 per thread), whole rows.
-    let threads = threads.max(1);
-    let chunks = if threads == 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, out_rows.max(1)) };
-    let rows_per = out_rows.div_ceil(chunks).max(1);
-    let chunks = out_rows.div_ceil(rows_per).max(1);
+    let (rows_per, chunks) = row_chunks(threads, units, out_rows);
     let op = SendPtr(out.as_mut_ptr());
     let out_len = out.len();
     let out_plane = out_rows * out_cols;
@@ -413,6 +409,15 @@ fn blocked(
     } else {
         (0..tasks).for_each(task);
     }
+}
+
+/// How `units` independent units of `rows` output rows each split into tasks for `threads`
+/// threads: `(rows per task, tasks per unit)`, enough tasks for the threads to share (4 per
+/// thread) in whole rows; one task per unit on one thread. `units` must not be 0.
+fn row_chunks(threads: usize, units: usize, rows: usize) -> (usize, usize) {
+    let chunks = if threads <= 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, rows.max(1)) };
+    let rows_per = rows.div_ceil(chunks).max(1);
+    (rows_per, rows.div_ceil(rows_per).max(1))
 }
 
 fn row_epilogue(rows: &mut [f32], co: usize, start: usize, epi: &Epilogue<'_, f32>) {

@@ -84,11 +84,7 @@ pub(super) fn conv(
     let vectors = oc / LANES;
     let pairs = vectors.div_ceil(2);
     let units = g.batch * pairs;
-    // Rows per task: enough tasks for the threads to share (4 per thread), whole rows.
-    let threads = threads.max(1);
-    let chunks = if threads == 1 { 1 } else { (4 * threads).div_ceil(units).clamp(1, pl.oh) };
-    let rows_per = pl.oh.div_ceil(chunks);
-    let chunks = pl.oh.div_ceil(rows_per);
+    let (rows_per, chunks) = super::row_chunks(threads, units, pl.oh);
     let plane = pl.oh * pl.ow;
     let in_len = cg * pl.ih * pl.iw;
     let w_len = cg * K * K * LANES;
@@ -135,7 +131,7 @@ pub(super) fn conv(
         }
     };
     let tasks = units * chunks;
-    if threads == 1 || tasks == 1 {
+    if threads <= 1 || tasks == 1 {
         (0..tasks).for_each(task);
     } else {
         (0..tasks).into_par_iter().for_each(task);
