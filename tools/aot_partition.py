@@ -1,6 +1,7 @@
 """Measure what PyTorch AOTAutograd saves between forward and backward.
 
 For three small models (an MLP, a pre-norm transformer block and a tiny CNN)
+and the transformer of ``ladder bench --train --workload T2``
 this traces the joint forward+backward graph with ``functorch.compile.
 aot_function`` and splits it with two partitioners:
 
@@ -35,6 +36,8 @@ too; the CUDA build runs on CPU.)
 """
 
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +47,10 @@ from functorch.compile import (
     make_boxed_func,
     min_cut_rematerialization_partition,
 )
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_train_torch  # noqa: E402  (the T2 model, shared with the step-time peer)
 
 
 def mlp(x, w1, b1, w2, t):
@@ -78,6 +85,24 @@ def cnn(x, w, k):
     return F.cross_entropy(s, k)
 
 
+def t2(x, t, *flat):
+    """One step's loss of `ladder bench --train --workload T2` (the model of
+    tools/bench_train_torch.py: 2 pre-norm blocks, d 128, seq 64, batch 8)."""
+    names = ("g1", "c1", "g2", "c2", "wq", "wk", "wv", "wo", "w1", "w2")
+    n = len(names)
+    layers = [dict(zip(names, flat[i * n:(i + 1) * n])) for i in range(len(flat) // n)]
+    return bench_train_torch.forward(layers, x, t)
+
+
+def t2_inputs():
+    gen = torch.Generator().manual_seed(0)
+    mix = bench_train_torch.uniform(gen, (bench_train_torch.D,) * 2, 1 / math.sqrt(bench_train_torch.D))
+    layers = bench_train_torch.make_params(gen)
+    x, t = bench_train_torch.batch(gen, mix)
+    names = ("g1", "c1", "g2", "c2", "wq", "wk", "wv", "wo", "w1", "w2")
+    return [x, t] + [p[k] for p in layers for k in names]
+
+
 def rand(*shape):
     return torch.randn(*shape, requires_grad=True)
 
@@ -93,6 +118,7 @@ def make_inputs():
             + [rand(16), rand(16), rand(32, 16), rand(16, 32)],
         ),
         "cnn": (cnn, [rand(2, 3, 6, 6), rand(4, 3, 3, 3), torch.randint(0, 5, (2,))]),
+        "t2": (t2, t2_inputs()),
     }
 
 

@@ -163,8 +163,13 @@ impl Task {
             Data::Sequence { batch, seq, d, mix } => {
                 let (rows, d) = (batch * seq, *d);
                 let x = uniform(&mut self.rng, rows * d, 1.0);
-                let t: Vec<f32> =
-                    (0..rows * d).map(|k| (0..d).map(|j| x[(k / d) * d + j] * mix[j * d + k % d]).sum()).collect();
+                // `t = x · mix`, row by row: each row of `mix` scaled into the row of `t`.
+                let mut t = vec![0.0f32; rows * d];
+                for (tr, xr) in t.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+                    for (&xj, mr) in xr.iter().zip(mix.chunks_exact(d)) {
+                        tr.iter_mut().zip(mr).for_each(|(o, &m)| *o += xj * m);
+                    }
+                }
                 vec![("x", tensor(&[*batch, *seq, d], x)), ("t", tensor(&[*batch, *seq, d], t))]
             }
         }
