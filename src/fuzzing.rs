@@ -112,3 +112,50 @@ pub fn check_onnx(data: &[u8]) {
         let _ = interp::run(&g, &inputs, &tight_options(false));
     }
 }
+
+/// Limits for fuzzed artifact bytes: small, so no input can make a case slow.
+pub fn tight_artifact_limits() -> crate::Limits {
+    crate::Limits {
+        max_tensor_bytes: 1 << 20,
+        max_file_bytes: 1 << 22,
+        max_nodes: 1 << 12,
+        ..crate::Limits::untrusted()
+    }
+}
+
+/// Artifact reader invariants on arbitrary bytes (`ladder::artifact`):
+/// 1. reading returns an artifact or a typed `ArtifactError`; it never panics, and no count in
+///    the bytes sizes an allocation (the reader checks each against the bytes first);
+/// 2. an artifact that reads writes back to bytes that read again to the same bytes;
+/// 3. its stored graph compiles (verified at its rung) and runs on the interpreter (tight
+///    limits, zero inputs) to a result or a typed error.
+///
+/// The bytes are read twice: as given (the checksum usually rejects them) and with their
+/// checksum recomputed, so that the fuzzer reaches the structure behind it.
+pub fn check_artifact(data: &[u8]) {
+    use crate::artifact::Artifact;
+    let limits = tight_artifact_limits();
+    let _ = Artifact::from_bytes(data, &limits);
+    let mut sealed = data.to_vec();
+    if sealed.len() >= 16 {
+        let crc = crc32fast::hash(&sealed[16..]);
+        sealed[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+    let Ok(a) = Artifact::from_bytes(&sealed, &limits) else { return };
+    let bytes = a.to_bytes();
+    match Artifact::from_bytes(&bytes, &limits) {
+        Ok(back) => assert!(back.to_bytes() == bytes, "an artifact written again reads back different"),
+        Err(e) => panic!("an artifact that read does not read again once written: {e}"),
+    }
+    let options = crate::CompileOptions {
+        backend: crate::BackendKind::Interp,
+        limits: limits.clone(),
+        ..crate::CompileOptions::reference()
+    };
+    if a.compile(&options).is_err() {
+        return;
+    }
+    if let Some(inputs) = zero_inputs(&a.graph) {
+        let _ = interp::run(&a.graph, &inputs, &tight_options(false));
+    }
+}

@@ -38,6 +38,7 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod artifact;
 #[doc(hidden)]
 pub mod autodiff;
 #[doc(hidden)]

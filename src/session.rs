@@ -50,6 +50,8 @@ pub enum LoadError {
     Parse { path: PathBuf, error: crate::text::ParseError },
     #[error("{}: {error}", path.display())]
     Onnx { path: PathBuf, error: Box<ImportError> },
+    #[error("{}: {error}", path.display())]
+    Artifact { path: PathBuf, error: Box<crate::artifact::ArtifactError> },
 }
 
 impl From<ImportError> for SessionError {
@@ -78,7 +80,13 @@ pub enum SessionError {
 #[derive(Clone, Debug)]
 enum Source {
     Graph(Graph),
-    Onnx { model: Arc<ModelProto>, dir: Option<PathBuf>, options: ImportOptions },
+    /// A graph already lowered (an artifact's): plans only schedule and compile it.
+    Lowered(Arc<crate::artifact::Artifact>),
+    Onnx {
+        model: Arc<ModelProto>,
+        dir: Option<PathBuf>,
+        options: ImportOptions,
+    },
 }
 
 /// A loaded model: a graph, or an ONNX model that can be imported for given input shapes.
@@ -94,6 +102,20 @@ impl Model {
     }
 
     /// A decoded ONNX model; `dir` is where its external data lives (when `options` allow it).
+    /// A model from a compiled artifact ([`crate::artifact`]): its plans start from the
+    /// stored rung.
+    pub fn from_artifact(artifact: crate::artifact::Artifact) -> Model {
+        Model { source: Source::Lowered(Arc::new(artifact)) }
+    }
+
+    /// The artifact this model was loaded from, if it was.
+    pub fn artifact(&self) -> Option<&Arc<crate::artifact::Artifact>> {
+        match &self.source {
+            Source::Lowered(a) => Some(a),
+            _ => None,
+        }
+    }
+
     pub fn from_onnx(model: ModelProto, dir: Option<PathBuf>, options: ImportOptions) -> Model {
         Model { source: Source::Onnx { model: Arc::new(model), dir, options } }
     }
@@ -119,6 +141,11 @@ impl Model {
             return Err(LoadError::Onnx { path: path.into(), error: Box::new(error) });
         }
         let bytes = std::fs::read(path).map_err(read_err)?;
+        if crate::artifact::is_artifact(&bytes) {
+            let artifact = crate::artifact::Artifact::from_bytes(&bytes, &options.limits)
+                .map_err(|error| LoadError::Artifact { path: path.into(), error: Box::new(error) })?;
+            return Ok(Model::from_artifact(artifact));
+        }
         if is_onnx(path, &bytes[..bytes.len().min(64)]) {
             let model = onnx::decode(&bytes, options)
                 .map_err(|error| LoadError::Onnx { path: path.into(), error: Box::new(error) })?;
@@ -137,6 +164,7 @@ impl Model {
     pub fn graph(&self) -> Result<Graph, ImportError> {
         match &self.source {
             Source::Graph(g) => Ok(g.clone()),
+            Source::Lowered(a) => Ok(a.graph.clone()),
             Source::Onnx { model, dir, options } => onnx::import_model(model, options, dir.as_deref()),
         }
     }
@@ -151,6 +179,7 @@ impl Model {
     ) -> Result<Graph, ImportError> {
         match &self.source {
             Source::Graph(g) => Ok(g.clone()),
+            Source::Lowered(a) => Ok(a.graph.clone()),
             Source::Onnx { model, dir, options } => {
                 let options = ImportOptions { input_shapes: shapes, known_values: values, probe, ..options.clone() };
                 onnx::import_model(model, &options, dir.as_deref())
@@ -161,9 +190,8 @@ impl Model {
     /// The declared inputs: name and type (symbolic dims where the model has them).
     pub fn inputs(&self) -> Result<Vec<(String, TensorType)>, ImportError> {
         match &self.source {
-            Source::Graph(g) => {
-                Ok(g.inputs().iter().enumerate().map(|(i, &v)| (g.input_name(i), g.ty(v).clone())).collect())
-            }
+            Source::Graph(g) => Ok(graph_inputs(g)),
+            Source::Lowered(a) => Ok(graph_inputs(&a.graph)),
             Source::Onnx { model, options, .. } => onnx::input_types(model, options),
         }
     }
@@ -172,11 +200,24 @@ impl Model {
     pub fn output_names(&self) -> Vec<String> {
         match &self.source {
             Source::Graph(g) => g.outputs().iter().map(|o| o.name.clone()).collect(),
+            // The lowered graph's outputs include the new contents of inputs it writes.
+            Source::Lowered(a) => a
+                .graph
+                .outputs()
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !a.epilogue.mutations.iter().any(|m| m.output == *k))
+                .map(|(_, o)| o.name.clone())
+                .collect(),
             Source::Onnx { model, .. } => {
                 model.graph.as_ref().map(|g| g.output.iter().map(|o| o.name.clone()).collect()).unwrap_or_default()
             }
         }
     }
+}
+
+fn graph_inputs(g: &Graph) -> Vec<(String, TensorType)> {
+    g.inputs().iter().enumerate().map(|(i, &v)| (g.input_name(i), g.ty(v).clone())).collect()
 }
 
 /// True when `path` names an ONNX file: by its `.onnx` extension, or, for any other name, by
@@ -295,6 +336,9 @@ impl Session {
 
     fn compile(&self, g: &Graph) -> Result<Plan, SessionError> {
         self.compilations.fetch_add(1, Ordering::Relaxed);
+        if let Source::Lowered(a) = &self.model.source {
+            return Ok(a.compile(&self.options)?);
+        }
         Ok(compile(g, &self.options)?)
     }
 

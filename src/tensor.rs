@@ -27,6 +27,56 @@ pub enum TensorData {
     U64(Vec<u64>),
 }
 
+impl TensorData {
+    /// Elements of `dtype` from their little-endian bytes (ONNX's `raw_data`, an artifact's
+    /// blobs): `raw.len() / dtype.size_bytes()` of them (a trailing partial element is
+    /// ignored; callers check the length); a bool is any nonzero byte.
+    pub fn from_le_bytes(dtype: DType, raw: &[u8]) -> TensorData {
+        fn chunks<const N: usize>(raw: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+            raw.chunks_exact(N).map(|c| {
+                let mut a = [0u8; N];
+                a.copy_from_slice(c);
+                a
+            })
+        }
+        match dtype {
+            DType::F32 => TensorData::F32(chunks::<4>(raw).map(f32::from_le_bytes).collect()),
+            DType::F64 => TensorData::F64(chunks::<8>(raw).map(f64::from_le_bytes).collect()),
+            DType::I32 => TensorData::I32(chunks::<4>(raw).map(i32::from_le_bytes).collect()),
+            DType::I64 => TensorData::I64(chunks::<8>(raw).map(i64::from_le_bytes).collect()),
+            DType::F16 => TensorData::F16(chunks::<2>(raw).map(|b| f16::from_bits(u16::from_le_bytes(b))).collect()),
+            DType::BF16 => TensorData::BF16(chunks::<2>(raw).map(|b| bf16::from_bits(u16::from_le_bytes(b))).collect()),
+            DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
+            DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
+            DType::U8 => TensorData::U8(raw.to_vec()),
+            DType::I16 => TensorData::I16(chunks::<2>(raw).map(i16::from_le_bytes).collect()),
+            DType::U16 => TensorData::U16(chunks::<2>(raw).map(u16::from_le_bytes).collect()),
+            DType::U32 => TensorData::U32(chunks::<4>(raw).map(u32::from_le_bytes).collect()),
+            DType::U64 => TensorData::U64(chunks::<8>(raw).map(u64::from_le_bytes).collect()),
+        }
+    }
+
+    /// Appends the elements' little-endian bytes to `out` (a bool as one byte, 0 or 1): the
+    /// inverse of [`TensorData::from_le_bytes`].
+    pub fn write_le_bytes(&self, out: &mut Vec<u8>) {
+        match self {
+            TensorData::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_bits().to_le_bytes())),
+            TensorData::BF16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_bits().to_le_bytes())),
+            TensorData::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+            TensorData::I8(v) => out.extend(v.iter().map(|&b| b as u8)),
+            TensorData::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::U8(v) => out.extend_from_slice(v),
+            TensorData::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            TensorData::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        }
+    }
+}
+
 /// Applies `$f` to the vector inside any `TensorData` variant.
 macro_rules! each_data {
     ($d:expr, $v:ident => $f:expr) => {

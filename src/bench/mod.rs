@@ -98,6 +98,9 @@ pub struct Workload {
     pub io_bytes: usize,
     /// The outputs' part of `io_bytes` (what the copy floor writes; the rest it reads).
     pub out_bytes: usize,
+    /// Where `graph` is a compiled artifact's stored rung: the artifact, which native plans
+    /// compile from (only scheduling and kernel compilation, as loading it does).
+    pub lowered: Option<Arc<crate::artifact::Artifact>>,
 }
 
 /// Why a benchmark could not run.
@@ -189,6 +192,19 @@ pub fn prepare(
     }
 }
 
+/// [`prepare`] for `w`: a workload from an artifact compiles from its stored rung.
+fn prepare_workload(
+    w: &Workload,
+    backend: BackendKind,
+    threads: usize,
+    native: Native,
+) -> Result<Box<dyn Runnable>, BenchError> {
+    match (&w.lowered, backend) {
+        (Some(a), BackendKind::Cpu) => Ok(Box::new(native.compile_artifact(a, threads)?)),
+        _ => prepare(&w.graph, backend, threads, native),
+    }
+}
+
 /// The switches of the CPU backend's native mode that `ladder bench` compares (both on by
 /// default, as `CompileOptions::native_cpu` sets them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,13 +222,23 @@ impl Default for Native {
 }
 
 impl Native {
-    fn compile(self, graph: &Graph, threads: usize) -> Result<crate::Plan, BenchError> {
+    fn options(self, threads: usize) -> Result<crate::runtime::CompileOptions, BenchError> {
         let mut options = crate::runtime::CompileOptions::native_cpu(threads)
             .map_err(|e| BenchError::Backend(format!("cpu backend: {e}")))?;
         options.recover = self.recover;
         options.pack_weights = self.pack_weights;
-        crate::runtime::compile(graph, &options)
+        Ok(options)
+    }
+
+    fn compile(self, graph: &Graph, threads: usize) -> Result<crate::Plan, BenchError> {
+        crate::runtime::compile(graph, &self.options(threads)?)
             .map_err(|e| BenchError::Backend(format!("cannot compile for the cpu backend: {e}")))
+    }
+
+    /// A plan from `a`'s stored rung (its lowering mode wins over `recover`).
+    fn compile_artifact(self, a: &crate::artifact::Artifact, threads: usize) -> Result<crate::Plan, BenchError> {
+        a.compile(&self.options(threads)?)
+            .map_err(|e| BenchError::Backend(format!("cannot compile the artifact for the cpu backend: {e}")))
     }
 }
 
@@ -235,7 +261,10 @@ pub fn profile(
     let threads = threads.max(1);
     let pool = pool(threads)?;
     pool.install(|| {
-        let plan = native.compile(&w.graph, threads)?;
+        let plan = match &w.lowered {
+            Some(a) => native.compile_artifact(a, threads)?,
+            None => native.compile(&w.graph, threads)?,
+        };
         plan.profile(&w.inputs, runs).map_err(|e| BenchError::Run(e.to_string()))
     })
 }
@@ -305,7 +334,7 @@ impl Builder {
         self.b.output("y", y)?;
         let graph = self.b.finish()?;
         let (inputs, io_bytes, out_bytes) = (self.inputs, self.io_bytes, out_elems * 4);
-        Ok(Workload { name: name.to_string(), graph, inputs, floor, flops, io_bytes, out_bytes })
+        Ok(Workload { name: name.to_string(), graph, inputs, floor, flops, io_bytes, out_bytes, lowered: None })
     }
 }
 
@@ -529,7 +558,16 @@ pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<W
     }
     let lookup = |s: &str| bound.iter().find(|(name, _)| name == s).map(|&(_, n)| n);
     let flops = graph_flops_with(&graph, &lookup);
-    Ok(Workload { name: name.to_string(), graph, inputs, floor: FloorKind::Max, flops, io_bytes, out_bytes })
+    Ok(Workload {
+        name: name.to_string(),
+        graph,
+        inputs,
+        floor: FloorKind::Max,
+        flops,
+        io_bytes,
+        out_bytes,
+        lowered: None,
+    })
 }
 
 /// 2 × multiply-adds of the statically shaped matmul, linear, conv and attention nodes.
@@ -910,7 +948,7 @@ pub fn run(
     let pool = pool(threads)?;
     pool.install(|| {
         let t = Instant::now();
-        let runnable = prepare(&w.graph, backend, threads, native)?;
+        let runnable = prepare_workload(w, backend, threads, native)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut out = Vec::new();
         let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;

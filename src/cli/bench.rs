@@ -115,9 +115,12 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             // The graph for every shape, or the one specialized for these inputs (their shapes
             // and the values the model's graph depends on).
             let interp = super::run::compile_options(BackendKind::Interp, false, false, 1)?;
+            let lowered = model.artifact().cloned();
             let g = super::run::session(model, Some(path), interp)?.plan_for(&inputs)?.graph().clone();
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-            work.push(bench::model_workload(&name, g, inputs).map_err(usage)?);
+            let mut w = bench::model_workload(&name, g, inputs).map_err(usage)?;
+            w.lowered = lowered;
+            work.push(w);
         }
         None => {
             if !args.inputs.is_empty() || !args.dims.is_empty() {

@@ -1,4 +1,5 @@
-//! `ladder info`: what an ONNX model holds and whether ladder can import it.
+//! `ladder info`: what an ONNX model holds and whether ladder can import it; what a compiled
+//! artifact holds.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use super::Error;
 
 #[derive(clap::Args, Debug)]
 pub struct InfoArgs {
-    /// An ONNX model file.
+    /// An ONNX model file, or a compiled artifact (`ladder compile`).
     pub model: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -26,6 +27,13 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
         )));
     }
     let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
+    let mut head = [0u8; 8];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .map_err(|source| Error::Read { path: path.clone(), source })?;
+    if ladder::artifact::is_artifact(&head[..n]) {
+        return artifact_info(args, out);
+    }
     let bytes = onnx::read_bounded(path, &options.limits).map_err(onnx_err)?;
     let model = onnx::decode(&bytes, &options).map_err(onnx_err)?;
     let dir = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -86,4 +94,57 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
         Err(ImportError::Unsupported(list)) => w(out, format!("import: fails: {} unsupported op type(s)", list.len())),
         Err(e) => w(out, format!("import: fails: {e}")),
     }
+}
+
+/// `info` of a compiled artifact: its format, who wrote it and how it was lowered, its inputs,
+/// outputs, weights and ops.
+fn artifact_info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let path = &args.model;
+    let a = ladder::artifact::Artifact::load(path, &super::model::limits())
+        .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+    let g = &a.graph;
+    let inputs: Vec<(String, String)> =
+        g.inputs().iter().enumerate().map(|(i, &v)| (g.input_name(i), g.ty(v).to_string())).collect();
+    let outputs: Vec<(String, String)> =
+        g.outputs().iter().map(|o| (o.name.clone(), g.ty(o.value).to_string())).collect();
+    let weights: usize = g.blobs().map(|(_, b)| b.tensor.numel() * b.tensor.dtype().size_bytes()).sum();
+    let mut ops: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (_, node) in g.nodes() {
+        *ops.entry(node.op.name()).or_default() += 1;
+    }
+    let mode = match a.mode {
+        ladder::pipeline::Mode::Native => "native (recovered rung)",
+        ladder::pipeline::Mode::Reference => "reference (simplified rung)",
+    };
+    let w = |out: &mut dyn Write, line: String| writeln!(out, "{line}").map_err(Error::Stdout);
+    if args.json {
+        let pairs = |v: &[(String, String)]| -> Vec<serde_json::Value> {
+            v.iter().map(|(n, t)| serde_json::json!({"name": n, "type": t})).collect()
+        };
+        let j = serde_json::json!({
+            "artifact": true,
+            "format_version": a.format_version,
+            "writer": a.writer,
+            "mode": mode,
+            "source": a.source,
+            "inputs": pairs(&inputs),
+            "outputs": pairs(&outputs),
+            "blobs": g.blobs().count(),
+            "weight_bytes": weights,
+            "ops": ops,
+            "writes_inputs": a.epilogue.mutations.iter().map(|m| m.input).collect::<Vec<_>>(),
+        });
+        return w(out, serde_json::to_string_pretty(&j).unwrap_or_default());
+    }
+    w(out, format!("artifact: {} (format version {}, written by {})", path.display(), a.format_version, a.writer))?;
+    w(out, format!("compiled from: {}, {mode} lowering", a.source))?;
+    for (n, t) in &inputs {
+        w(out, format!("input  {n}: {t}"))?;
+    }
+    for (n, t) in &outputs {
+        w(out, format!("output {n}: {t}"))?;
+    }
+    w(out, format!("weights: {} blobs, {weights} bytes", g.blobs().count()))?;
+    let hist: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    w(out, format!("ops ({} nodes): {}", g.len(), hist.join(", ")))
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_steps;
 mod check;
+mod compile;
 mod conformance;
 mod coverage;
 mod dump;
@@ -61,6 +62,9 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Run a model on a backend and on the interpreter (precise mode) and compare the outputs.
     Check(check::CheckArgs),
+    /// Lower a model once and write it as an artifact (`-o model.ladder`) that every command
+    /// loads without importing or lowering it again.
+    Compile(compile::CompileArgs),
     /// Describe an ONNX model: inputs, outputs, opsets, op histogram, what ladder supports.
     Info(info::InfoArgs),
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
@@ -175,6 +179,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args, &mut out),
         Command::Dump(args) => dump::dump(&args, &mut out),
         Command::Check(args) => check::check(&args, &mut out),
+        Command::Compile(args) => compile::compile(&args, &mut out),
         Command::Info(args) => info::info(&args, &mut out),
         Command::Conformance(args) => conformance::conformance(&args, &mut out),
         Command::Bench(args) => bench::bench(&args, &mut out),

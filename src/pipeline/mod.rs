@@ -32,7 +32,7 @@ use std::fmt::Write;
 use crate::autodiff::{AdError, Joint, Partition, PartitionOptions};
 use crate::ir::verify::Stage;
 use crate::ir::Graph;
-use crate::passes::functionalize::{Functional, OutputAlias};
+use crate::passes::functionalize::{Epilogue, Functional, OutputAlias};
 use crate::passes::LowerError;
 use crate::recover::Recovered;
 use crate::sched::{ScheduleError, Scheduled};
@@ -251,6 +251,36 @@ pub fn lower_partial_with(
         l.reached = r.rung;
     }
     (l, None)
+}
+
+/// A graph already lowered in `mode` (the `recovered` rung in native mode, `simplified` in
+/// reference mode; as [`Lowering::graph`] gives it and an artifact stores it), with the
+/// epilogue of the graph it came from, lowered on to `until` (`kernels` at most): the rungs
+/// above are not recomputed, and `parsed`, `functional` and `simplified` all hold `g`. `g`
+/// is verified at its rung first.
+pub fn resume(g: &Graph, mode: Mode, epilogue: Epilogue, until: Rung) -> Result<Lowering, PipelineError> {
+    let stage = match mode {
+        Mode::Native => Stage::Recovered,
+        Mode::Reference => Stage::Prims,
+    };
+    crate::passes::lower::check("input", g, stage)?;
+    let mut l = Lowering {
+        mode,
+        parsed: g.clone(),
+        functional: Some(Functional { graph: g.clone(), epilogue }),
+        prims: None,
+        differentiate: None,
+        joint: None,
+        simplified: Some(g.clone()),
+        recovered: None,
+        scheduled: None,
+        reached: Rung::Recovered,
+    };
+    if until >= Rung::Kernels {
+        l.step(Rung::Kernels)?;
+        l.reached = Rung::Kernels;
+    }
+    Ok(l)
 }
 
 impl Lowering {

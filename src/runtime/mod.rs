@@ -233,6 +233,9 @@ pub struct Plan {
     /// What the scheduled graph assumes of its sizes and checks each run: a slice with a
     /// symbolic dim or bound lies inside its dim (`crate::ops::shape::slice_range`).
     assumptions: Vec<Assumption>,
+    /// `graph` is already functional ([`compile_lowered`]): its outputs include the new
+    /// contents of the inputs it writes, at the epilogue's output slots.
+    functional_graph: bool,
 }
 
 /// A slice of `len` elements from `first` to `stop` (one past its last) lies inside a dim of
@@ -277,10 +280,9 @@ fn slice_assumptions(g: &Graph) -> Vec<Assumption> {
     out
 }
 
-/// Compiles `g` for `options.backend`.
-pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError> {
-    let names = |n: usize| g.input_name(n);
-    let mut plan = Plan {
+/// An empty plan for `g`, to be filled by [`compile`] or [`compile_lowered`].
+fn new_plan(g: &Graph, options: &CompileOptions) -> Plan {
+    Plan {
         backend: options.backend,
         graph: g.clone(),
         epilogue: Epilogue::default(),
@@ -292,24 +294,72 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         pool: Mutex::new(Vec::new()),
         interp: crate::interp::Options::from_limits(options.precise, &options.limits),
         assumptions: Vec::new(),
-    };
+        functional_graph: false,
+    }
+}
+
+/// The input guards of a plan without a program: each input's dtype and dims as declared.
+fn graph_guards(g: &Graph) -> Vec<InputGuard> {
+    g.inputs()
+        .iter()
+        .enumerate()
+        .map(|(n, &v)| InputGuard { name: g.input_name(n), dtype: g.ty(v).dtype, dims: g.ty(v).shape.dims().to_vec() })
+        .collect()
+}
+
+fn pipeline_error(e: PipelineError) -> CompileError {
+    match e {
+        PipelineError::Schedule(e) => CompileError::Schedule(e),
+        e => CompileError::Pipeline(e),
+    }
+}
+
+/// Compiles `g` for `options.backend`.
+pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError> {
+    let mut plan = new_plan(g, options);
     let Some(backend) = options.program_backend() else {
         // Only the epilogue is needed: which inputs the graph mutates.
         let functional = crate::passes::functionalize(g).map_err(|e| PipelineError::from(LowerError::from(e)))?;
         plan.epilogue = functional.epilogue;
-        plan.guards = g
-            .inputs()
-            .iter()
-            .enumerate()
-            .map(|(n, &v)| InputGuard { name: names(n), dtype: g.ty(v).dtype, dims: g.ty(v).shape.dims().to_vec() })
-            .collect();
+        plan.guards = graph_guards(g);
         return Ok(plan);
     };
     let mode = if options.recover { Mode::Native } else { Mode::Reference };
-    let mut lowering = crate::pipeline::lower(g, mode, Rung::Kernels).map_err(|e| match e {
-        PipelineError::Schedule(e) => CompileError::Schedule(e),
-        e => CompileError::Pipeline(e),
-    })?;
+    let lowering = crate::pipeline::lower(g, mode, Rung::Kernels).map_err(pipeline_error)?;
+    finish(plan, lowering, backend)
+}
+
+/// Compiles `g`, a graph already lowered in `mode` ([`crate::pipeline::resume`]: the
+/// `recovered` rung in native mode, `simplified` in reference mode, as an artifact stores it),
+/// whose source graph's epilogue was `epilogue`: the passes above that rung are not run
+/// again. `mode` wins over `options.recover` (the rung was lowered in it); the reference
+/// backend interprets `g` itself.
+pub fn compile_lowered(
+    g: &Graph,
+    mode: Mode,
+    epilogue: Epilogue,
+    options: &CompileOptions,
+) -> Result<Plan, CompileError> {
+    let mut plan = new_plan(g, options);
+    plan.functional_graph = true;
+    let Some(backend) = options.program_backend() else {
+        crate::passes::lower::check("input", g, crate::ir::verify::Stage::Recovered)
+            .map_err(|e| CompileError::Pipeline(e.into()))?;
+        plan.epilogue = epilogue;
+        plan.guards = graph_guards(g);
+        return Ok(plan);
+    };
+    let lowering = crate::pipeline::resume(g, mode, epilogue, Rung::Kernels).map_err(pipeline_error)?;
+    finish(plan, lowering, backend)
+}
+
+/// Fills `plan` from `lowering` (down to the kernels rung): the program, its guards and
+/// assumptions, the epilogue, and the executable `backend` prepares.
+fn finish(
+    mut plan: Plan,
+    mut lowering: crate::pipeline::Lowering,
+    backend: Box<dyn Backend>,
+) -> Result<Plan, CompileError> {
     let scheduled = lowering
         .scheduled
         .take()
@@ -318,6 +368,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
     let simplified = lowering.graph();
     plan.assumptions = slice_assumptions(simplified);
     let p = scheduled.program;
+    let names = |n: usize| plan.graph.input_name(n);
     plan.guards = input_guards(&p, &names);
     let consts: Vec<Option<Arc<Tensor>>> = p
         .buffers
@@ -520,6 +571,16 @@ impl Plan {
         let mut values = Vec::new();
         bind_inputs(&self.guards, &interp_symbols(&self.graph), &views(inputs), &mut values)?;
         let outcome = interp::run(&self.graph, inputs, &self.interp)?;
+        if self.functional_graph {
+            let (mut outputs, mut mutated_inputs) = (Vec::new(), Vec::new());
+            for (k, t) in outcome.outputs.into_iter().enumerate() {
+                match self.epilogue.mutations.iter().find(|m| m.output == k) {
+                    Some(m) => mutated_inputs.push((m.input, t)),
+                    None => outputs.push(t),
+                }
+            }
+            return Ok(Outputs { outputs, mutated_inputs });
+        }
         let mutated_inputs =
             self.epilogue.mutations.iter().map(|m| (m.input, outcome.inputs_after[m.input].clone())).collect();
         Ok(Outputs { outputs: outcome.outputs, mutated_inputs })

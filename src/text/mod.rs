@@ -23,7 +23,7 @@ mod lexer;
 mod parse;
 mod print;
 
-pub use parse::{parse, parse_with, ParseError};
+pub use parse::{parse, parse_with, parse_with_blobs, ParseError};
 pub use print::{print, print_with, PrintOptions};
 
 /// True for names that print without quotes: ASCII letters, digits, `_` and `.`.

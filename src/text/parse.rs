@@ -40,17 +40,30 @@ pub fn parse(src: &str) -> Result<Graph, ParseError> {
 /// within `Limits::max_nodes` (a limit reached is an error at the place it is reached, naming
 /// the limit).
 pub fn parse_with(src: &str, limits: &Limits) -> Result<Graph, ParseError> {
+    parse_with_blobs(src, limits, None)
+}
+
+/// [`parse_with`], where a blob whose data reads `elided` takes the tensor of its name in
+/// `external` (which must have the declared dtype and shape): how an artifact stores a graph,
+/// its text with the blobs' bytes beside it. Without `external`, elided data is an error.
+pub fn parse_with_blobs(
+    src: &str,
+    limits: &Limits,
+    external: Option<&std::collections::HashMap<String, Arc<Tensor>>>,
+) -> Result<Graph, ParseError> {
     if src.len() as u64 > limits.max_file_bytes {
         let message =
             format!("the text is {} bytes, above {}", src.len(), named("max_file_bytes", limits.max_file_bytes));
         return Err(ParseError { line: 1, col: 1, message });
     }
     let tokens = lex(src)?;
-    let mut p = Parser { tokens, pos: 0, dim_depth: 0, limits: limits.clone(), nodes: 0 };
+    let mut p = Parser { tokens, pos: 0, dim_depth: 0, limits: limits.clone(), nodes: 0, external };
     p.file()
 }
 
-struct Parser {
+struct Parser<'a> {
+    /// Tensors for blobs printed as `elided` ([`parse_with_blobs`]).
+    external: Option<&'a std::collections::HashMap<String, Arc<Tensor>>>,
     tokens: Vec<Token>,
     pos: usize,
     limits: Limits,
@@ -64,7 +77,7 @@ struct Parser {
 /// Deepest nesting of parentheses and `min`/`max` calls a dim may have.
 pub const MAX_DIM_NESTING: usize = 64;
 
-impl Parser {
+impl Parser<'_> {
     fn peek(&self) -> &Token {
         &self.tokens[self.pos.min(self.tokens.len() - 1)]
     }
@@ -128,7 +141,7 @@ impl Parser {
     }
 
     fn file(&mut self) -> Result<Graph, ParseError> {
-        let mut blobs: Vec<(String, Tensor)> = Vec::new();
+        let mut blobs: Vec<(String, Arc<Tensor>)> = Vec::new();
         while self.is_ident("blob") {
             let start = self.peek().clone();
             let (name, t) = self.blob()?;
@@ -140,7 +153,7 @@ impl Parser {
         let mut g = self.graph_header()?;
         for (name, t) in blobs {
             // Names were checked unique above.
-            g.add_blob(&name, Arc::new(t)).map_err(|e| self.error_at(&self.peek().clone(), e.to_string()))?;
+            g.add_blob(&name, t).map_err(|e| self.error_at(&self.peek().clone(), e.to_string()))?;
         }
         self.graph_body(&mut g)?;
         if self.peek().tok != Tok::Eof {
@@ -150,7 +163,7 @@ impl Parser {
     }
 
     /// `blob @name: dtype[dims] = [values]`
-    fn blob(&mut self) -> Result<(String, Tensor), ParseError> {
+    fn blob(&mut self) -> Result<(String, Arc<Tensor>), ParseError> {
         self.expect_ident("blob")?;
         let name = match self.next().tok {
             Tok::Blob(n) => n,
@@ -177,8 +190,28 @@ impl Parser {
             })?;
         self.expect_punct('=')?;
         if self.is_ident("elided") {
-            let t = self.peek().clone();
-            return Err(self.error_at(&t, format!("the data of blob `@{name}` was elided when this text was printed")));
+            let t = self.next();
+            let Some(external) = self.external else {
+                return Err(
+                    self.error_at(&t, format!("the data of blob `@{name}` was elided when this text was printed"))
+                );
+            };
+            let found = external
+                .get(&name)
+                .ok_or_else(|| self.error_at(&t, format!("blob `@{name}` has no data beside the text")))?;
+            if found.dtype() != ty.dtype || found.shape() != dims.as_slice() {
+                return Err(self.error_at(
+                    &at,
+                    format!(
+                        "blob `@{name}` is declared {}{:?} but its data is {}{:?}",
+                        ty.dtype,
+                        dims,
+                        found.dtype(),
+                        found.shape()
+                    ),
+                ));
+            }
+            return Ok((name, Arc::clone(found)));
         }
         let open = self.peek().clone();
         self.expect_punct('[')?;
@@ -190,7 +223,7 @@ impl Parser {
             );
         }
         let t = Tensor::new(dims, data).map_err(|e| self.error_at(&open, e.to_string()))?;
-        Ok((name, t))
+        Ok((name, Arc::new(t)))
     }
 
     fn blob_values(&mut self, dtype: DType, n: usize) -> Result<TensorData, ParseError> {

@@ -16,6 +16,7 @@ mod onnx_build;
 // Repository rules: file sizes, the crate's public modules, the test binaries, module docs.
 mod tidy;
 
+mod artifact;
 mod autodiff;
 mod bench;
 mod builder;

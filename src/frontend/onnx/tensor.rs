@@ -194,28 +194,7 @@ pub fn tensor_from_proto(
 }
 
 fn decode_raw(dtype: DType, raw: &[u8]) -> TensorData {
-    fn chunks<const N: usize>(raw: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-        raw.chunks_exact(N).map(|c| {
-            let mut a = [0u8; N];
-            a.copy_from_slice(c);
-            a
-        })
-    }
-    match dtype {
-        DType::F32 => TensorData::F32(chunks::<4>(raw).map(f32::from_le_bytes).collect()),
-        DType::F64 => TensorData::F64(chunks::<8>(raw).map(f64::from_le_bytes).collect()),
-        DType::I32 => TensorData::I32(chunks::<4>(raw).map(i32::from_le_bytes).collect()),
-        DType::I64 => TensorData::I64(chunks::<8>(raw).map(i64::from_le_bytes).collect()),
-        DType::F16 => TensorData::F16(chunks::<2>(raw).map(|b| f16::from_bits(u16::from_le_bytes(b))).collect()),
-        DType::BF16 => TensorData::BF16(chunks::<2>(raw).map(|b| bf16::from_bits(u16::from_le_bytes(b))).collect()),
-        DType::Bool => TensorData::Bool(raw.iter().map(|&b| b != 0).collect()),
-        DType::I8 => TensorData::I8(raw.iter().map(|&b| b as i8).collect()),
-        DType::U8 => TensorData::U8(raw.to_vec()),
-        DType::I16 => TensorData::I16(chunks::<2>(raw).map(i16::from_le_bytes).collect()),
-        DType::U16 => TensorData::U16(chunks::<2>(raw).map(u16::from_le_bytes).collect()),
-        DType::U32 => TensorData::U32(chunks::<4>(raw).map(u32::from_le_bytes).collect()),
-        DType::U64 => TensorData::U64(chunks::<8>(raw).map(u64::from_le_bytes).collect()),
-    }
+    TensorData::from_le_bytes(dtype, raw)
 }
 
 /// Checks that an external-data location is a plain relative path inside the model's folder.
