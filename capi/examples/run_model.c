@@ -40,8 +40,9 @@ static int fill(LadderDType dtype, size_t i, unsigned char* dst) {
 
 static size_t dtype_size(LadderDType dtype) {
     switch (dtype) {
-    case LADDER_DTYPE_F64: case LADDER_DTYPE_I64: return 8;
-    case LADDER_DTYPE_F32: case LADDER_DTYPE_I32: return 4;
+    case LADDER_DTYPE_F64: case LADDER_DTYPE_I64: case LADDER_DTYPE_U64: return 8;
+    case LADDER_DTYPE_F32: case LADDER_DTYPE_I32: case LADDER_DTYPE_U32: return 4;
+    case LADDER_DTYPE_F16: case LADDER_DTYPE_BF16: case LADDER_DTYPE_I16: case LADDER_DTYPE_U16: return 2;
     default: return 1;
     }
 }
