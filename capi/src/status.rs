@@ -138,3 +138,28 @@ pub(crate) fn call_value<T: Copy>(fallback: T, body: impl FnOnce() -> Result<T, 
         fallback
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: the pointer is this thread's NUL-terminated message, alive until the next failure.
+        unsafe { std::ffi::CStr::from_ptr(last_error_ptr()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_is_caught_and_reported_as_internal() {
+        let status = call(|| panic!("an invariant broke at step {}", 3));
+        assert_eq!(status, LADDER_ERR_INTERNAL);
+        assert!(last_error().contains("an invariant broke at step 3"), "{}", last_error());
+        assert_eq!(call_value(7usize, || panic!("static message")), 7);
+        assert!(last_error().contains("static message"), "{}", last_error());
+    }
+
+    #[test]
+    fn a_nul_in_a_message_is_kept_visible() {
+        assert_eq!(call(|| Err(Error::invalid("name `a\0b`"))), LADDER_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error(), "name `a\\0b`");
+    }
+}
