@@ -17,8 +17,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["recover", "sched", "backend"],
     // The one compile path, and drawings of its rungs.
     &["pipeline", "dot"],
-    // Plans and running them.
-    &["runtime"],
+    // Plans and running them, and compiled artifacts (a lowered graph a plan compiles from).
+    &["runtime", "artifact"],
     // Importers, sessions and training over plans.
     &["frontend", "session", "train"],
     // Test and benchmark support.
