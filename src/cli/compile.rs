@@ -31,8 +31,12 @@ pub struct CompileArgs {
 
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> Result<(), Error> {
     if let Some(path) = &args.model {
-        let head = std::fs::read(path).map_err(|source| Error::Read { path: path.clone(), source })?;
-        if ladder::artifact::is_artifact(&head) {
+        // The magic is all that is needed: the model itself is read once, below.
+        let mut head = [0u8; 8];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .map_err(|source| Error::Read { path: path.clone(), source })?;
+        if ladder::artifact::is_artifact(&head[..n]) {
             return Err(Error::Arguments(format!("`{}` is already a compiled artifact", path.display())));
         }
     }
