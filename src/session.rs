@@ -36,7 +36,9 @@
 //! into, so a session dropped mid-compile returns at once and the thread ends when its
 //! compile does, dropping the plan. Tiering applies to the general plan only: a model
 //! compiled per call (specialized plans) compiles each plan natively on the calling thread,
-//! as a session that is not tiered does.
+//! as a session that is not tiered does. An ONNX model whose general graph imports but does
+//! not compile natively for symbolic shapes stays on the reference plan
+//! ([`Tier::Failed`] says why), where [`Session::new`] would compile it per call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

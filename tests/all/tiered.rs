@@ -297,3 +297,20 @@ fn a_model_compiled_per_call_is_not_tiered() {
     assert_eq!(s.plan_for(&inputs).unwrap().backend(), BackendKind::Cpu);
     assert_eq!(mismatch(&s.run(&inputs).unwrap().outputs, &want), None);
 }
+
+#[test]
+fn an_artifact_starts_on_the_reference_tier_too() {
+    use ladder::artifact::Artifact;
+    use ladder::pipeline::Mode;
+    let cases = encoder_cases();
+    let artifact = Artifact::lower(&example_encoder().unwrap(), Mode::Native, "encoder").unwrap();
+    let gate = Gated::new();
+    let s = Session::new_tiered(Model::from_artifact(artifact), native_with(gate.clone())).unwrap();
+    let (x, want) = &cases[3];
+    assert_eq!(plan_kind(&s, x), (BackendKind::Interp, 0));
+    assert_eq!(mismatch(&s.run(std::slice::from_ref(x)).unwrap().outputs, want), None, "reference tier");
+    gate.release();
+    assert_eq!(s.wait_native(), Tier::Native);
+    assert_eq!(plan_kind(&s, x).0, BackendKind::Cpu);
+    assert_eq!(mismatch(&s.run(std::slice::from_ref(x)).unwrap().outputs, want), None, "native tier");
+}
