@@ -22,15 +22,32 @@
 //!
 //! A model that fails for another reason (an op ladder does not have, a malformed file) fails
 //! when the session is made, not on a later call.
+//!
+//! **Tiered start-up.** [`Session::new_tiered`] makes a session that answers before its
+//! native code exists: it builds the general plan for the reference interpreter
+//! ([`BackendKind::Interp`]: an import and a functionalization, no lowering, no code
+//! generation) and compiles the plan its options ask for on a thread of its own. Each call
+//! takes the native plan once it is ready, the reference plan until then; the switch is one
+//! lock-free read of a [`OnceLock`] per call, and a call runs wholly on the plan it took, so
+//! its outputs all come from one tier. A compile that fails (or panics) is kept:
+//! [`Session::tier`] reports it and the session goes on serving from the reference plan.
+//! [`Session::wait_native`] blocks until the native plan is ready or has failed. The compile
+//! thread is detached: it owns what it compiles from and shares only the slot the plan goes
+//! into, so a session dropped mid-compile returns at once and the thread ends when its
+//! compile does, dropping the plan. Tiering applies to the general plan only: a model
+//! compiled per call (specialized plans) compiles each plan natively on the calling thread,
+//! as a session that is not tiered does. An ONNX model whose general graph imports but does
+//! not compile natively for symbolic shapes stays on the reference plan
+//! ([`Tier::Failed`] says why), where [`Session::new`] would compile it per call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::frontend::onnx::{self, proto::ModelProto, ImportError, ImportOptions, Needs};
 use crate::ir::TensorType;
-use crate::runtime::{compile, CompileError, CompileOptions, Outputs, Plan, RunError};
+use crate::runtime::{compile, BackendKind, CompileError, CompileOptions, Outputs, Plan, RunError};
 use crate::tensor::TensorView;
 use crate::{Graph, Tensor};
 
@@ -292,12 +309,32 @@ impl Cache {
     }
 }
 
+/// Which plan a session's calls run on (see the module docs on tiered start-up).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The plans the session's options ask for: always, for a session that is not tiered;
+    /// for a tiered one, since its native plan was ready.
+    Native,
+    /// The reference interpreter's general plan, while the native plan compiles.
+    Reference,
+    /// The native plan failed to compile (the reason); calls stay on the reference plan.
+    Failed(String),
+}
+
+/// The native general plan of a tiered session: set once, by the thread that compiles it.
+struct TierUp {
+    native: OnceLock<Result<Arc<Plan>, String>>,
+}
+
 /// A model compiled for the calls made to it (see the module docs).
 pub struct Session {
     model: Model,
     options: CompileOptions,
     inputs: Vec<(String, TensorType)>,
+    /// The general plan; in a tiered session, the reference one.
     general: Option<Arc<Plan>>,
+    /// A tiered session's native general plan, once compiled.
+    tier_up: Option<Arc<TierUp>>,
     /// Why there is no general plan.
     specialized_because: Option<String>,
     cache: Mutex<Cache>,
@@ -316,6 +353,7 @@ impl Session {
             options,
             inputs,
             general: None,
+            tier_up: None,
             specialized_because: None,
             cache: Mutex::new(Cache::default()),
             capacity: DEFAULT_CACHE_CAPACITY,
@@ -334,6 +372,79 @@ impl Session {
         Ok(s)
     }
 
+    /// Like [`Session::new`], but answers before the native code exists: the general plan is
+    /// first built for the reference interpreter, and the plan `options` ask for is
+    /// compiled on a background thread, taken by calls as soon as it is ready (see the
+    /// module docs; [`Session::tier`], [`Session::wait_native`]). Options for
+    /// [`BackendKind::Interp`], and models without a general plan (compiled per call), make
+    /// a session that is not tiered. The reference plan and the native one each count in
+    /// [`Session::compilations`] (the native one from when its compile starts).
+    pub fn new_tiered(model: Model, options: CompileOptions) -> Result<Session, SessionError> {
+        if options.backend != BackendKind::Cpu {
+            return Session::new(model, options);
+        }
+        let reference = CompileOptions {
+            backend: BackendKind::Interp,
+            limits: options.limits.clone(),
+            precise: false,
+            ..CompileOptions::reference()
+        };
+        let mut s = Session::new(model, reference)?;
+        // Specialized plans, and the general one below, compile with the options asked for.
+        s.options = options;
+        let Some(reference) = &s.general else { return Ok(s) };
+        let tier_up = Arc::new(TierUp { native: OnceLock::new() });
+        let job = {
+            let tier_up = Arc::clone(&tier_up);
+            let artifact = s.model.artifact().cloned();
+            let graph = reference.graph().clone();
+            let options = s.options.clone();
+            move || {
+                let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &artifact {
+                    Some(a) => a.compile(&options),
+                    None => compile(&graph, &options),
+                }));
+                let native = match compiled {
+                    Ok(Ok(plan)) => Ok(Arc::new(plan)),
+                    Ok(Err(e)) => Err(format!("compile: {e}")),
+                    Err(panic) => Err(format!("the compile panicked: {}", panic_message(panic.as_ref()))),
+                };
+                // The only writer: `set` cannot find the slot full.
+                let _ = tier_up.native.set(native);
+            }
+        };
+        s.compilations.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = std::thread::Builder::new().name("ladder-tier-up".into()).spawn(job) {
+            let _ = tier_up.native.set(Err(format!("cannot start the compile thread: {e}")));
+        }
+        s.tier_up = Some(tier_up);
+        Ok(s)
+    }
+
+    /// Which plan calls run on now: [`Tier::Reference`] while a tiered session compiles its
+    /// native plan, [`Tier::Failed`] if that failed, else [`Tier::Native`].
+    pub fn tier(&self) -> Tier {
+        match self.tier_up.as_ref().and_then(|t| t.native.get()) {
+            None if self.tier_up.is_some() => Tier::Reference,
+            Some(Err(why)) => Tier::Failed(why.clone()),
+            _ => Tier::Native,
+        }
+    }
+
+    /// Blocks until a tiered session's native plan is ready or has failed, and returns the
+    /// tier then ([`Tier::Native`] or [`Tier::Failed`]); returns at once otherwise.
+    pub fn wait_native(&self) -> Tier {
+        if let Some(t) = &self.tier_up {
+            t.native.wait();
+        }
+        self.tier()
+    }
+
+    /// A tiered session's native general plan, once it is ready.
+    fn native_general(&self) -> Option<&Arc<Plan>> {
+        self.tier_up.as_ref()?.native.get()?.as_ref().ok()
+    }
+
     fn compile(&self, g: &Graph) -> Result<Plan, SessionError> {
         self.compilations.fetch_add(1, Ordering::Relaxed);
         if let Source::Lowered(a) = &self.model.source {
@@ -350,14 +461,16 @@ impl Session {
         cache.evict_to(self.capacity);
     }
 
-    /// Plans compiled so far: the general one, each specialized one and each probe.
+    /// Plans compiled so far: the general one (a tiered session: the reference one and the
+    /// native one), each specialized one and each probe.
     pub fn compilations(&self) -> usize {
         self.compilations.load(Ordering::Relaxed)
     }
 
-    /// The plan for every shape, when the model has one.
+    /// The plan for every shape, when the model has one (in a tiered session, the one calls
+    /// run on now: the reference plan until the native one is ready).
     pub fn general_plan(&self) -> Option<&Plan> {
-        self.general.as_deref()
+        self.native_general().or(self.general.as_ref()).map(Arc::as_ref)
     }
 
     /// Why calls are compiled per input shape (or per run-time value), when they are.
@@ -419,7 +532,7 @@ impl Session {
 
     /// [`Session::plan_for`] borrowed inputs.
     pub fn plan_for_views(&self, inputs: &[TensorView]) -> Result<Arc<Plan>, SessionError> {
-        if let Some(p) = &self.general {
+        if let Some(p) = self.native_general().or(self.general.as_ref()) {
             return Ok(Arc::clone(p));
         }
         self.check_inputs(inputs)?;
@@ -532,5 +645,14 @@ impl Session {
                 _ => Err(e.into()),
             },
         }
+    }
+}
+
+/// The message a panic carried, when it is text.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "(no message)".to_string(),
     }
 }

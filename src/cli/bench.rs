@@ -1,6 +1,7 @@
 //! `ladder bench`: time the built-in workloads (W0–W7, W9) or a model against floors measured in
 //! the same run (see `ladder::bench`), with `--compile` how long graphs of 1k to 100k nodes
-//! take to compile (C1–C4), or with `--train` training steps (T1–T2), as a table or as JSON.
+//! take to compile (C1–C4), with `--train` training steps (T1–T2), or with `--startup` a
+//! model's time to its first result with and without tiered start-up, as a table or as JSON.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,8 +18,8 @@ pub struct BenchArgs {
     /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
-    /// Thread counts to measure (comma-separated or repeated) [default: 1,2; with --compile: the
-    /// machine's threads, what a plan compiles its kernels on].
+    /// Thread counts to measure (comma-separated or repeated) [default: 1,2; with --compile and
+    /// --startup: the machine's threads, what a plan compiles its kernels on].
     #[arg(long, value_name = "N", value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Time compilation instead of runs: the compile workloads C1–C4 (an elementwise chain, a
@@ -39,9 +40,18 @@ pub struct BenchArgs {
     /// same step: tools/bench_train_torch.py.
     #[arg(long, conflicts_with = "compile")]
     pub train: bool,
+    /// Time a model's start-up instead of its runs: from the loaded model to the first result
+    /// compiling everything first (`Session::new`), and tiered (`Session::new_tiered`: the
+    /// first result from the reference interpreter while the native plan compiles on a
+    /// background thread); when the native plan took over; and one warm run on each tier.
+    /// Medians of --runs start-ups each way (default 5, after one untimed), at each --threads
+    /// count (default: the machine's threads). onnxruntime's session creation plus first run
+    /// on the real-model corpus: tools/corpus/bench.py --startup.
+    #[arg(long, conflicts_with_all = ["compile", "train"], requires = "model")]
+    pub startup: bool,
     /// Timed runs per measurement (default: at least 10 runs and 0.5 s, fewer for slow runs;
     /// with --compile: as many as fit in about 3 s after a warm-up, 3 to 10, or a single one
-    /// when it takes over 2 s).
+    /// when it takes over 2 s; with --startup: start-ups each way, default 5).
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: Option<usize>,
     /// Print a JSON array of results instead of a table.
@@ -86,6 +96,9 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
     }
     if args.train {
         return super::bench_steps::bench_train(args, out);
+    }
+    if args.startup {
+        return super::bench_startup::bench_startup(args, out);
     }
     let threads = if args.threads.is_empty() { vec![1, 2] } else { args.threads.clone() };
     let usage = |e: bench::BenchError| Error::Usage(e.to_string());

@@ -2,6 +2,7 @@
 //! subcommand lives in its own file; `model` loads what they all work on.
 
 mod bench;
+mod bench_startup;
 mod bench_steps;
 mod check;
 mod compile;
@@ -70,7 +71,8 @@ enum Command {
     /// Run the ONNX backend node tests (a folder of cases) and count passes.
     Conformance(conformance::ConformanceArgs),
     /// Time the built-in workloads (W0–W7, W9) or a model against floors measured in the same run,
-    /// or (`--compile`) how compile time grows with graph size.
+    /// or (`--compile`) how compile time grows with graph size, or (`--startup`) a model's time
+    /// to its first result with and without tiered start-up.
     Bench(bench::BenchArgs),
     /// Train a built-in model on synthetic data (forward, backward and optimizer as compiled
     /// plans), one line per epoch.

@@ -399,3 +399,41 @@ fn cli_times_training_steps() {
         assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
     }
 }
+
+#[test]
+fn cli_times_start_up() {
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let bert = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/bert_ts/model.onnx");
+    let out = std::process::Command::new(exe)
+        .args(["bench", bert, "--startup", "--threads", "1", "--runs", "1", "--json", "--dim", "seq=4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    // Named by its directory; the tiered session's first result came from the reference tier
+    // (the native compile starts after the reference plan is built, and the first call is made
+    // at once), and its native plan took over.
+    assert_eq!((r["model"].as_str(), r["threads"].as_u64()), (Some("bert_ts"), Some(1)), "{r}");
+    assert_eq!(r["first_tier"], "reference", "{r}");
+    for key in ["compile_first_ms", "tiered_first_ms", "native_ready_ms", "reference_run_ms", "native_run_ms"] {
+        assert!(r[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {r}");
+    }
+    let table = std::process::Command::new(exe).args(["bench", bert, "--startup", "--runs", "1"]).output().unwrap();
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().next().unwrap().contains("tiered_first_ms"), "{text}");
+    assert!(text.lines().nth(1).unwrap().starts_with("bert_ts "), "{text}");
+    for bad in [
+        &["bench", "--startup"][..],
+        &["bench", bert, "--startup", "--backend", "interp"],
+        &["bench", bert, "--startup", "--compile"],
+        &["bench", bert, "--startup", "--profile"],
+    ] {
+        let out = std::process::Command::new(exe).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?} should be a usage error");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{bad:?}");
+    }
+}

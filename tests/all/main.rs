@@ -83,4 +83,5 @@ mod sched;
 mod simplify;
 mod text_errors;
 mod text_roundtrip;
+mod tiered;
 mod train;
