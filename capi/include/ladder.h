@@ -20,7 +20,7 @@
  *   owned by the caller, who frees each exactly once with its ladder_*_free function (freeing
  *   NULL does nothing). Strings and arrays returned by accessors are owned by the handle they
  *   came from and stay valid until it is freed. The library never keeps a pointer the caller
- *   passed in beyond the call.
+ *   passed in beyond the call, except the callbacks and user data of ladder_register_op.
  * - Threads. A session is safe to use from several threads at once: ladder_session_run,
  *   ladder_session_run_into and the introspection functions may be called concurrently on one
  *   session (each run has its own working memory). ladder_session_free must not race with any
@@ -209,6 +209,44 @@ const void* ladder_tensor_data(const LadderTensor* tensor);
 
 /* The size of the tensor's data in bytes; 0 for NULL. Thread-safe. */
 size_t ladder_tensor_byte_size(const LadderTensor* tensor);
+
+/* ---- Custom kernels ---------------------------------------------------------------------- */
+
+/* A custom op's shape rule: the result type of the op for operands of these types. The
+ * operands are `n_inputs` entries of `input_dtypes`, `input_ranks` and `input_dims` (each an
+ * array of its rank's dims; a symbolic dim, such as a batch size, is -1), all owned by the
+ * library and valid during the call. `attrs` is the node's attributes as text
+ * ("alpha:f=0.5;axes:is=1,2;mode:s=clip": name, kind i/f/is/fs/s, value; "" for none), owned
+ * by the library. The callback writes the result's dtype, rank (at most 16) and dims into
+ * `out_dims` (room for 16); a result dim of -1 is the first operand's dim on that axis
+ * (symbolic or not). It returns LADDER_OK, or any other status to reject the operands (the
+ * model then fails to load, naming the op). */
+typedef LadderStatus (*LadderShapeFn)(void* user_data, const char* attrs, size_t n_inputs,
+                                      const LadderDType* input_dtypes, const size_t* input_ranks,
+                                      const int64_t* const* input_dims, LadderDType* out_dtype, size_t* out_rank,
+                                      int64_t* out_dims);
+
+/* A custom op's computation. `inputs` holds `n_inputs` tensors, borrowed for the call (read
+ * them with ladder_tensor_dtype/_shape/_data; never free them). The callback makes its result
+ * with ladder_tensor_new and stores it in *output, which hands it to the library (the library
+ * frees it, also when the status is not LADDER_OK). The result must have the dtype and shape
+ * the shape rule gave for these operands, else the run fails naming the op. It returns
+ * LADDER_OK, or any other status to fail the run (LADDER_ERR_RUN, naming the op). */
+typedef LadderStatus (*LadderComputeFn)(void* user_data, const char* attrs, const LadderTensor* const* inputs,
+                                        size_t n_inputs, LadderTensor** output);
+
+/* Registers a custom operator for the whole process: a model using it, an ONNX node of op
+ * type `name` in `domain` (a custom domain such as "com.example"; NULL or "" for an op only
+ * ladder's text form names, `custom(%x) {name="NAME"}`), then loads and runs in every session
+ * (native and reference plans run it as one library call between compiled kernels). Register
+ * before opening a session on such a model. The library keeps `shape_fn`, `compute_fn` and
+ * `user_data` for the rest of the process and calls the callbacks from whatever threads run
+ * models, several at once: `user_data` must be safe to share. The callbacks must not unwind
+ * (C++ exceptions, Rust panics). LADDER_ERR_INVALID_ARGUMENT: NULL `name` or callback, a name
+ * that is not letters, digits, `_`, `.` and `-`, the default domain ("ai.onnx"), or a name
+ * registered already. Thread-safe. */
+LadderStatus ladder_register_op(const char* domain, const char* name, LadderShapeFn shape_fn,
+                                LadderComputeFn compute_fn, void* user_data);
 
 #ifdef __cplusplus
 }

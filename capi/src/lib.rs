@@ -17,14 +17,17 @@
 //! `capi/examples/run_model.c` is the example, `capi/run_example.sh` builds and checks it.
 //!
 //! Files: `status.rs` (codes, last error, the boundary), `tensor.rs` (`LadderTensor`),
-//! `session.rs` (`LadderSession`, options, runs).
+//! `session.rs` (`LadderSession`, options, runs), `custom.rs` (custom kernels from C
+//! callbacks: `ladder_register_op`).
 
 use std::ffi::c_char;
 
+mod custom;
 mod session;
 mod status;
 mod tensor;
 
+pub use custom::{ladder_register_op, LadderComputeFn, LadderShapeFn, MAX_RANK};
 pub use session::{
     ladder_session_free, ladder_session_input_count, ladder_session_input_name, ladder_session_input_type,
     ladder_session_open, ladder_session_output_count, ladder_session_output_name, ladder_session_run,

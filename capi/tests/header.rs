@@ -105,6 +105,16 @@ fn parse_header(text: &str) -> Api {
                 let old = api.enumerators.insert(enumerator.trim().to_string(), (name.clone(), value));
                 assert!(old.is_none(), "ladder.h: enumerator {enumerator} declared twice");
             }
+        } else if let Some(rest) = s.strip_prefix("typedef ").filter(|r| r.contains("(*")) {
+            // A callback type, `typedef RET (*NAME)(PARAMS)`: kept with the functions, by the
+            // typedef's name, and compared with its `pub type NAME = Option<unsafe extern "C"
+            // fn(...)>` twin.
+            let (ret, rest) = rest.split_once("(*").expect("`(*`");
+            let (name, params) = rest.split_once(")(").unwrap_or_else(|| panic!("ladder.h: callback `{s}`"));
+            let params = params.strip_suffix(')').unwrap_or_else(|| panic!("ladder.h: `{s}` does not end with `)`"));
+            let params = params.split(',').map(split_declaration).collect();
+            let old = api.functions.insert(name.trim().to_string(), Signature { params, ret: c_tokens(ret) });
+            assert!(old.is_none(), "ladder.h: {name} declared twice");
         } else if let Some(rest) = s.strip_prefix("typedef struct ") {
             if let Some((name, body)) = rest.split_once('{') {
                 let (body, alias) = body.rsplit_once('}').expect("ladder.h: a struct without `}`");
@@ -161,7 +171,8 @@ fn rust_to_c(ty: &str) -> Option<Vec<String>> {
         "i32" => "int32_t",
         "u32" => "uint32_t",
         "u8" => "uint8_t",
-        "LadderStatus" | "LadderDType" | "LadderOptions" | "LadderSession" | "LadderTensor" => ty,
+        "LadderStatus" | "LadderDType" | "LadderOptions" | "LadderSession" | "LadderTensor" | "LadderShapeFn"
+        | "LadderComputeFn" => ty,
         _ => return None,
     };
     Some(vec![c.to_string()])
@@ -207,6 +218,27 @@ fn parse_rust(files: &[(String, String)]) -> Api {
                 })
                 .collect();
             let ret = c_type(file, &name, ret.trim().trim_start_matches("->"));
+            let old = api.functions.insert(name.clone(), Signature { params, ret });
+            assert!(old.is_none(), "{file}: {name} defined twice");
+        }
+        // Callback types: `pub type NAME = Option<unsafe extern "C" fn(PARAMS) -> RET>;`.
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.trim().strip_prefix("pub type ") else { continue };
+            let from: String = lines[i..].join("\n");
+            let sig = &from[from.find("extern \"C\" fn(").unwrap_or_else(|| panic!("{file}: `{rest}`"))..];
+            let sig = &sig["extern \"C\" fn(".len()..sig.find(">;").expect("`>;`")];
+            let (params, ret) = sig.rsplit_once(')').expect("`)`");
+            let name = rest.split_once('=').expect("`=`").0.trim().to_string();
+            let params = params
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (pname, ty) = p.split_once(':').unwrap_or_else(|| panic!("{file}: {name}: parameter `{p}`"));
+                    (pname.trim().to_string(), c_type(file, &name, ty))
+                })
+                .collect();
+            let ret = c_type(file, &name, ret.trim().trim_start_matches("->").trim_end_matches(','));
             let old = api.functions.insert(name.clone(), Signature { params, ret });
             assert!(old.is_none(), "{file}: {name} defined twice");
         }
@@ -342,6 +374,11 @@ fn the_header_test_sees_a_changed_prototype() {
         ("    int32_t untrusted;", "    uint32_t untrusted;", "struct LadderOptions"),
         ("void ladder_tensor_free(LadderTensor* tensor);", "", "ladder_tensor_free is defined in src/"),
         ("const char* ladder_version(void);", "char* ladder_version(void);", "ladder_version returns char*"),
+        (
+            "size_t n_inputs, LadderTensor** output);",
+            "size_t n_inputs, LadderTensor* output);",
+            "LadderComputeFn parameter 4",
+        ),
     ];
     for (from, to, expected) in drifted {
         assert!(header_text.contains(from), "ladder.h no longer contains `{from}`: update this test");

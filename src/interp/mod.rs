@@ -126,6 +126,10 @@ pub enum EvalError {
     OutOfFuel,
     #[error("{0}")]
     Invalid(String),
+    /// A custom op's compute function failed, panicked or returned a result of another type
+    /// than its shape rule inferred (`crate::ops::custom`).
+    #[error("custom op `{name}`: {problem}")]
+    Custom { name: String, problem: String },
 }
 
 /// Why a run failed.

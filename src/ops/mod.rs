@@ -13,7 +13,8 @@
 //!   elementwise prims also broadcast NumPy-style and promote dtypes, like their frontend
 //!   counterparts; at the prims rung they must be *explicit* (operands of one shape and dtype;
 //!   `broadcast_in_dim` and `convert_element_type` spelled out), which the verifier checks.
-//! - **opaque**: `matmul` and `conv`, never decomposed; backends call library kernels.
+//! - **opaque**: `matmul` and `conv`, never decomposed; backends call library kernels. So is
+//!   `custom`, a kernel registered at run time (`custom.rs`).
 //! - **source**: `input` and `const`, which start the graph.
 
 use std::fmt;
@@ -22,6 +23,7 @@ use std::sync::OnceLock;
 use crate::interp::{EvalCtx, EvalError, View};
 use crate::ir::{AttrError, AttrSpec, Attrs, DType, DimError, Shape, TensorType};
 
+pub mod custom;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -190,6 +192,9 @@ pub enum OpKind {
     FillInplace,
     MaskedFillInplace,
     SliceAssignInplace,
+
+    // --- Custom kernels, registered at run time (custom.rs) ---
+    Custom,
 }
 
 /// Where an op sits on the ladder.
@@ -312,6 +317,10 @@ pub enum OpError {
     Dim(#[from] DimError),
     #[error("not in explicit prim form: {0}")]
     NotExplicit(String),
+    #[error("no custom op named `{name}` is registered (ops::custom::register)")]
+    UnknownCustom { name: String },
+    #[error("custom op `{name}`: {problem}")]
+    Custom { name: String, problem: String },
 }
 
 impl OpSpec {
@@ -399,6 +408,8 @@ pub fn all_specs() -> impl Iterator<Item = &'static OpSpec> {
         inplace::SPECS,
         // Last among the high-level ops: fuzz seeds name an op by its index in spec order.
         recur::SPECS,
+        // After every built-in op, for the same reason.
+        custom::SPECS,
     ]
     .into_iter()
     .flatten()
@@ -409,7 +420,7 @@ pub fn all_specs() -> impl Iterator<Item = &'static OpSpec> {
 fn table() -> &'static [Option<&'static OpSpec>] {
     static TABLE: OnceLock<Vec<Option<&'static OpSpec>>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut rows: Vec<Option<&'static OpSpec>> = vec![None; OpKind::SliceAssignInplace as usize + 1];
+        let mut rows: Vec<Option<&'static OpSpec>> = vec![None; OpKind::Custom as usize + 1];
         for s in all_specs() {
             rows[s.kind as usize] = Some(s);
         }
@@ -447,6 +458,6 @@ mod tests {
             assert!(seen.insert(s.kind), "{:?} has two spec rows", s.kind);
             assert_eq!(OpKind::from_name(s.name), Some(s.kind), "name {} is not unique", s.name);
         }
-        assert_eq!(seen.len(), OpKind::SliceAssignInplace as usize + 1, "some op has no spec row");
+        assert_eq!(seen.len(), OpKind::Custom as usize + 1, "some op has no spec row");
     }
 }

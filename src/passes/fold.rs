@@ -93,7 +93,10 @@ pub fn fold_constants(g: &Graph, options: &FoldOptions) -> Result<Graph, Simplif
         let moved = moves_data(node.op)
             && numel.is_some_and(|n| n <= moved_budget)
             && args.iter().all(|a| matches!(known.get(a), Some(Known::Data(_))));
-        let foldable = !args.is_empty()
+        // A custom op is never folded: that would freeze the implementation registered now
+        // into the graph (`crate::ops::custom`).
+        let foldable = node.op != OpKind::Custom
+            && !args.is_empty()
             && args.iter().all(|a| known.contains_key(a))
             && numel.is_some_and(|n| n <= options.max_elements || moved);
         let value = if foldable { fold_node(&mut rw, &mut known, &mut fuel, node, &args)? } else { None };

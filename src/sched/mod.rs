@@ -159,7 +159,8 @@ fn class(op: OpKind) -> Class {
     use OpKind::*;
     match op {
         Input | Const => Class::Source,
-        Matmul | Conv => Class::Library,
+        // A custom kernel runs as a library step calling its registered compute function.
+        Matmul | Conv | Custom => Class::Library,
         Pad | Cat | Rev | Gather | ScatterAdd | DimValues => Class::Library,
         op if crate::ops::library::is_library_op(op) => Class::Library,
         BroadcastInDim | Permute | Slice | Reshape | Full | Iota => Class::Kernel,

@@ -123,8 +123,8 @@ fn ops_json_lists_every_op_with_its_coverage() {
             assert_eq!(op["cpu_native"], false, "{name}: other high-level ops never reach the scheduler");
         }
         // Every op has a derivative: prims and opaque ops a rule, high-level ops through
-        // their decompositions.
-        assert_eq!(op["vjp"], true, "{name}: no derivative");
+        // their decompositions; all but `custom`, a registered kernel, which has none.
+        assert_eq!(op["vjp"], name != "custom", "{name}: a derivative, or none");
         assert!(op["arity"]["min"].is_u64(), "{name}: arity");
         assert!(op["attrs"].is_array(), "{name}: attrs");
         assert!(op["doc"].as_str().is_some_and(|d| !d.is_empty()), "{name}: doc");

@@ -27,6 +27,7 @@ mod conv_pool;
 mod cpu_codegen;
 mod cpu_gemm;
 mod cpu_numerics;
+mod custom;
 mod decomp_index;
 mod decomp_linalg;
 mod decomp_nn;

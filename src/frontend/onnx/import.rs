@@ -102,12 +102,13 @@ fn is_default_domain(d: &str) -> bool {
 }
 
 /// Whether the importer converts `op_type` of `domain`: the default domain's table, and the
-/// few ops of other domains that `recur.rs` imports (`ai.onnx.preview::FlexAttention`).
+/// few ops of other domains that `recur.rs` imports (`ai.onnx.preview::FlexAttention`), and
+/// the custom kernels registered now for their domains (`crate::ops::custom`).
 fn op_supported(domain: &str, op_type: &str, opset: i64) -> bool {
     if is_default_domain(domain) {
         super::ops::is_supported(op_type, opset)
     } else {
-        super::recur::is_supported_in(domain, op_type)
+        super::recur::is_supported_in(domain, op_type) || crate::ops::custom::lookup_onnx(domain, op_type).is_some()
     }
 }
 
@@ -617,6 +618,10 @@ impl<'m> Importer<'m> {
     }
 
     fn try_fold(&mut self, op: OpKind, args: &[Value], attrs: &Attrs) -> Option<Value> {
+        // Never a custom kernel: its implementation is the one registered when it runs.
+        if op == OpKind::Custom {
+            return None;
+        }
         let known: Option<Vec<Arc<Tensor>>> = args.iter().map(|a| self.consts.get(a).cloned()).collect();
         let known = known?;
         let types: Vec<&TensorType> = args.iter().map(|&a| self.g.ty(a)).collect();

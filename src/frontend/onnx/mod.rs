@@ -45,6 +45,7 @@ mod attention;
 mod build;
 pub mod conformance;
 mod control;
+mod custom;
 mod elementwise;
 mod grid;
 mod import;

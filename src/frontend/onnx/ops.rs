@@ -24,7 +24,9 @@
 //! `ai.onnx.preview` ones (`FlexAttention`). [`is_supported`] (the importer's census of
 //! unsupported ops) and [`convert`] read the same tables, merged once into a map, so an op is
 //! reported supported exactly when it has a conversion. Before the lookup, `shapes.rs` may
-//! keep a node's result a symbolic shape list (`Shape → Gather → Concat` chains).
+//! keep a node's result a symbolic shape list (`Shape → Gather → Concat` chains). A node of
+//! a custom domain whose op type is a registered custom kernel (`crate::ops::custom`)
+//! becomes a `custom` node (`custom.rs`).
 //!
 //! ## Mapping choices worth knowing
 //! Each family's file lists its own; across families:
@@ -148,6 +150,9 @@ pub fn convert<'m>(imp: &mut Importer<'m>, node: &'m NodeProto, depth: u32) -> N
         return Ok(outs);
     }
     let op = node.op_type.as_str();
+    if let Some(name) = crate::ops::custom::lookup_onnx(&node.domain, op) {
+        return super::custom::convert(imp, node, &name);
+    }
     let conversion = super::recur::converter_in(&node.domain, op).or_else(|| conversions().get(op).copied());
     match conversion {
         Some(convert) => convert(imp, node, depth),
