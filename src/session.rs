@@ -157,12 +157,13 @@ impl Model {
             let error = ImportError::Limit { what: "the file".into(), size: len, limit, max };
             return Err(LoadError::Onnx { path: path.into(), error: Box::new(error) });
         }
-        let bytes = std::fs::read(path).map_err(read_err)?;
-        if crate::artifact::is_artifact(&bytes) {
-            let artifact = crate::artifact::Artifact::from_bytes(&bytes, &options.limits)
+        if crate::artifact::file_is_artifact(path).map_err(read_err)? {
+            // Mapped, not read: its weights stay in the file's pages (`Artifact::load`).
+            let artifact = crate::artifact::Artifact::load(path, &options.limits)
                 .map_err(|error| LoadError::Artifact { path: path.into(), error: Box::new(error) })?;
             return Ok(Model::from_artifact(artifact));
         }
+        let bytes = std::fs::read(path).map_err(read_err)?;
         if is_onnx(path, &bytes[..bytes.len().min(64)]) {
             let model = onnx::decode(&bytes, options)
                 .map_err(|error| LoadError::Onnx { path: path.into(), error: Box::new(error) })?;

@@ -1,9 +1,14 @@
 //! Host tensors: what callers pass in and get back, and what constants (blobs) hold.
 //!
 //! A `Tensor` is dense and row-major. Its data is typed storage, so a caller's `Vec<f32>`
-//! moves in without conversion.
+//! moves in without conversion. A constant loaded from a compiled artifact instead reads its
+//! elements in place from the file's read-only mapping ([`Mapping`]): the native backend takes
+//! its bytes and `f32` slices from there, and only a caller of [`Tensor::data`] (which returns
+//! typed vectors) gets a heap copy, made once and kept.
 
 use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use half::{bf16, f16};
 
@@ -262,11 +267,63 @@ pub enum TensorError {
     NotInteger(DType),
 }
 
+/// A read-only mapping of a file, which tensors read their elements from in place
+/// ([`Tensor::from_mapping`]). The file must not be modified or truncated while a tensor reads
+/// from it: it is loaded once and checked (an artifact's checksum), then taken to be constant.
+pub(crate) struct Mapping {
+    map: memmap2::Mmap,
+}
+
+impl Mapping {
+    /// Maps all of `file` read-only.
+    pub(crate) fn map(file: &std::fs::File) -> std::io::Result<Arc<Mapping>> {
+        // SAFETY: the mapping is read-only and private to this process; its contents are
+        // sound to read as bytes as long as no one modifies or truncates the file meanwhile,
+        // which is the documented condition of loading an artifact (`Artifact::load`).
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(Arc::new(Mapping { map }))
+    }
+
+    /// The file's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+/// A tensor's elements in a [`Mapping`]: little-endian, aligned for the dtype, and valid (bools
+/// are 0 or 1), as [`Tensor::from_mapping`] checks.
+struct Mapped {
+    dtype: DType,
+    map: Arc<Mapping>,
+    range: Range<usize>,
+    /// The typed heap copy [`Tensor::data`] made, if it was asked for.
+    copy: OnceLock<TensorData>,
+}
+
+impl Mapped {
+    fn bytes(&self) -> &[u8] {
+        &self.map.bytes()[self.range.clone()]
+    }
+}
+
+/// Where a tensor's elements are.
+#[derive(Clone)]
+enum Storage {
+    Owned(TensorData),
+    Mapped(Arc<Mapped>),
+}
+
 /// A dense row-major host tensor.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Tensor {
     shape: Vec<usize>,
-    data: TensorData,
+    data: Storage,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor").field("shape", &self.shape).field("data", self.data()).finish()
+    }
 }
 
 impl Tensor {
@@ -275,7 +332,38 @@ impl Tensor {
         if expected != data.len() {
             return Err(TensorError::LengthMismatch { shape, expected, got: data.len() });
         }
-        Ok(Tensor { shape, data })
+        Ok(Tensor { shape, data: Storage::Owned(data) })
+    }
+
+    /// A tensor of `dtype` and `shape` whose elements are the little-endian bytes
+    /// `map.bytes()[range]`, read in place where this machine can (little-endian, the bytes
+    /// aligned for the dtype, bools all 0 or 1), else copied.
+    pub(crate) fn from_mapping(
+        shape: Vec<usize>,
+        dtype: DType,
+        map: &Arc<Mapping>,
+        range: Range<usize>,
+    ) -> Result<Tensor, TensorError> {
+        let expected = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge { shape: shape.clone() })?;
+        let size = dtype.size_bytes();
+        let bytes = map.bytes().get(range.clone()).unwrap_or_default();
+        if bytes.len() != range.len() || expected.checked_mul(size) != Some(bytes.len()) {
+            return Err(TensorError::LengthMismatch { shape, expected, got: bytes.len() / size });
+        }
+        let in_place = cfg!(target_endian = "little")
+            && (bytes.as_ptr() as usize).is_multiple_of(size)
+            && (dtype != DType::Bool || bytes.iter().all(|&b| b <= 1));
+        if !in_place {
+            return Tensor::new(shape, TensorData::from_le_bytes(dtype, bytes));
+        }
+        let mapped = Mapped { dtype, map: Arc::clone(map), range, copy: OnceLock::new() };
+        Ok(Tensor { shape, data: Storage::Mapped(Arc::new(mapped)) })
+    }
+
+    /// Whether the elements are read in place from a mapped file (a constant of a loaded
+    /// artifact), no heap copy of them having been made.
+    pub fn is_mapped(&self) -> bool {
+        matches!(&self.data, Storage::Mapped(m) if m.copy.get().is_none())
     }
 
     pub fn from_f32(shape: &[usize], values: Vec<f32>) -> Result<Tensor, TensorError> {
@@ -313,20 +401,23 @@ impl Tensor {
     /// A value that only holds a place in a vector while its real tensor is computed (made
     /// without a heap allocation; its shape and data disagree, so it never leaves the crate).
     pub(crate) fn placeholder() -> Tensor {
-        Tensor { shape: Vec::new(), data: TensorData::F32(Vec::new()) }
+        Tensor { shape: Vec::new(), data: Storage::Owned(TensorData::F32(Vec::new())) }
     }
 
     pub fn scalar_f32(v: f32) -> Tensor {
-        Tensor { shape: Vec::new(), data: TensorData::F32(vec![v]) }
+        Tensor { shape: Vec::new(), data: Storage::Owned(TensorData::F32(vec![v])) }
     }
 
     pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, TensorError> {
         let n = checked_numel(shape).ok_or_else(|| TensorError::TooLarge { shape: shape.to_vec() })?;
-        Ok(Tensor { shape: shape.to_vec(), data: TensorData::zeros(dtype, n) })
+        Ok(Tensor { shape: shape.to_vec(), data: Storage::Owned(TensorData::zeros(dtype, n)) })
     }
 
     pub fn dtype(&self) -> DType {
-        self.data.dtype()
+        match &self.data {
+            Storage::Owned(d) => d.dtype(),
+            Storage::Mapped(m) => m.dtype,
+        }
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -334,26 +425,62 @@ impl Tensor {
     }
 
     pub fn numel(&self) -> usize {
-        self.data.len()
+        match &self.data {
+            Storage::Owned(d) => d.len(),
+            Storage::Mapped(m) => m.range.len() / m.dtype.size_bytes(),
+        }
     }
 
-    /// The data, writable in place (its length must not change: the shape describes it).
+    /// The data, writable in place (its length must not change: the shape describes it). A
+    /// mapped tensor becomes an owned copy first.
     pub(crate) fn data_mut(&mut self) -> &mut TensorData {
-        &mut self.data
+        if let Storage::Mapped(_) = &self.data {
+            self.data = Storage::Owned(self.data().clone());
+        }
+        match &mut self.data {
+            Storage::Owned(d) => d,
+            Storage::Mapped(_) => unreachable!("made owned above"),
+        }
     }
 
+    /// The elements as typed storage. A tensor read from a mapped file makes its heap copy
+    /// here, once (see the module docs).
     pub fn data(&self) -> &TensorData {
-        &self.data
+        match &self.data {
+            Storage::Owned(d) => d,
+            Storage::Mapped(m) => m.copy.get_or_init(|| TensorData::from_le_bytes(m.dtype, m.bytes())),
+        }
     }
 
     pub fn into_data(self) -> TensorData {
-        self.data
+        match self.data {
+            Storage::Owned(d) => d,
+            Storage::Mapped(m) => match Arc::try_unwrap(m) {
+                Ok(mut m) => m.copy.take().unwrap_or_else(|| TensorData::from_le_bytes(m.dtype, m.bytes())),
+                Err(m) => m.copy.get_or_init(|| TensorData::from_le_bytes(m.dtype, m.bytes())).clone(),
+            },
+        }
+    }
+
+    /// The elements' memory in native byte order (aligned for the dtype), wherever they are.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.data {
+            Storage::Owned(d) => d.as_bytes(),
+            Storage::Mapped(m) => m.bytes(),
+        }
     }
 
     /// Every element widened to f64 (bool as 0/1, integers converted; 64-bit integers beyond
     /// 2^53 round).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        match &self.data {
+        self.data().to_f64_vec()
+    }
+}
+
+impl TensorData {
+    /// Every element widened to f64 (see [`Tensor::to_f64_vec`]).
+    fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
             TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I16(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
@@ -369,11 +496,19 @@ impl Tensor {
             TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
+}
 
-    /// The f32 elements, if this is an f32 tensor.
+impl Tensor {
+    /// The f32 elements, if this is an f32 tensor (read in place, mapped or not).
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
-            TensorData::F32(v) => Some(v),
+            Storage::Owned(TensorData::F32(v)) => Some(v),
+            Storage::Mapped(m) if m.dtype == DType::F32 => {
+                let b = m.bytes();
+                // SAFETY: `from_mapping` kept these bytes in place only where they are aligned
+                // for f32 and little-endian on a little-endian machine; any 4 bytes are an f32.
+                Some(unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len() / 4) })
+            }
             _ => None,
         }
     }
@@ -384,7 +519,7 @@ impl Tensor {
             return false;
         }
         // Same dtype and the same bytes (a memcmp; bools are stored as 0 and 1).
-        self.data.dtype() == other.data.dtype() && self.data.as_bytes() == other.data.as_bytes()
+        self.dtype() == other.dtype() && self.bytes() == other.bytes()
     }
 }
 
@@ -504,13 +639,13 @@ impl<'a> TensorView<'a> {
             DType::U32 => TensorData::U32(typed(b)),
             DType::U64 => TensorData::U64(typed(b)),
         };
-        Tensor { shape: self.shape.to_vec(), data }
+        Tensor { shape: self.shape.to_vec(), data: Storage::Owned(data) }
     }
 }
 
 impl<'a> From<&'a Tensor> for TensorView<'a> {
     fn from(t: &'a Tensor) -> TensorView<'a> {
-        TensorView { dtype: t.dtype(), shape: &t.shape, bytes: t.data.as_bytes() }
+        TensorView { dtype: t.dtype(), shape: &t.shape, bytes: t.bytes() }
     }
 }
 
@@ -525,7 +660,14 @@ impl fmt::Display for Tensor {
         write!(f, "{}{:?}", self.dtype(), self.shape)?;
         let shown = self.numel().min(8);
         f.write_str(" [")?;
-        match &self.data {
+        // The leading elements only: a mapped tensor is not copied whole to be shown.
+        let head = match &self.data {
+            Storage::Owned(d) => std::borrow::Cow::Borrowed(d),
+            Storage::Mapped(m) => {
+                std::borrow::Cow::Owned(TensorData::from_le_bytes(m.dtype, &m.bytes()[..shown * m.dtype.size_bytes()]))
+            }
+        };
+        match head.as_ref() {
             TensorData::Bool(v) => {
                 for (i, x) in v.iter().take(shown).enumerate() {
                     write!(f, "{}{x}", if i > 0 { ", " } else { "" })?;
@@ -542,7 +684,7 @@ impl fmt::Display for Tensor {
                 }
             }
             _ => {
-                for (i, x) in self.to_f64_vec().iter().take(shown).enumerate() {
+                for (i, x) in head.to_f64_vec().iter().take(shown).enumerate() {
                     write!(f, "{}{x:.6}", if i > 0 { ", " } else { "" })?;
                 }
             }
@@ -551,5 +693,60 @@ impl fmt::Display for Tensor {
             f.write_str(", ...")?;
         }
         f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mapping of a scratch file holding `bytes`.
+    fn mapping_of(bytes: &[u8], name: &str) -> Arc<Mapping> {
+        let path = std::env::temp_dir().join(format!("ladder-tensor-{name}-{}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let map = Mapping::map(&std::fs::File::open(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        map
+    }
+
+    #[test]
+    fn mapped_tensors_read_in_place_or_fall_back_to_a_copy() {
+        let values = [1.5f32, -0.0, f32::NAN, f32::INFINITY, 3.0, -7.25];
+        let mut bytes = vec![0u8; 4];
+        bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.extend([1, 0, 1, 2]);
+        let map = mapping_of(&bytes, "fallback");
+        let want = Tensor::from_f32(&[2, 3], values.to_vec()).unwrap();
+
+        // Aligned f32s: in place, the same bits as the owned tensor, through every accessor.
+        let t = Tensor::from_mapping(vec![2, 3], DType::F32, &map, 4..28).unwrap();
+        assert!(t.is_mapped() == cfg!(target_endian = "little"));
+        assert!(t.bit_eq(&want) && want.bit_eq(&t));
+        assert_eq!(t.as_f32().map(<[f32]>::len), Some(6));
+        assert_eq!(t.to_string(), want.to_string());
+        assert_eq!(t.numel(), 6);
+        assert!(t.clone().is_mapped() == t.is_mapped());
+        assert!(Tensor::new(vec![2, 3], t.clone().into_data()).unwrap().bit_eq(&want));
+        assert!(TensorView::from(&t).to_tensor().bit_eq(&want));
+
+        // Writing makes an owned copy first; the mapped file is never written.
+        let mut w = t.clone();
+        w.data_mut().as_bytes_mut().unwrap()[..4].copy_from_slice(&9.0f32.to_ne_bytes());
+        assert!(!w.is_mapped() && w.as_f32().unwrap()[0] == 9.0);
+        assert!(t.bit_eq(&want));
+
+        // Misaligned f32s and a bool byte other than 0 or 1 are copied (a bool is any nonzero byte).
+        let odd = Tensor::from_mapping(vec![1], DType::F32, &map, 5..9).unwrap();
+        assert!(!odd.is_mapped());
+        let bools = Tensor::from_mapping(vec![4], DType::Bool, &map, 28..32).unwrap();
+        assert!(!bools.is_mapped());
+        assert!(bools.bit_eq(&Tensor::from_bool(&[4], vec![true, false, true, true]).unwrap()));
+        let valid = Tensor::from_mapping(vec![3], DType::Bool, &map, 28..31).unwrap();
+        assert!(valid.is_mapped() == cfg!(target_endian = "little"));
+
+        // A length that disagrees with the shape, or a range beyond the file, is an error.
+        assert!(Tensor::from_mapping(vec![2, 3], DType::F32, &map, 4..24).is_err());
+        assert!(Tensor::from_mapping(vec![2], DType::F32, &map, 28..36).is_err());
+        assert!(Tensor::from_mapping(vec![usize::MAX, 2], DType::F32, &map, 4..28).is_err());
     }
 }

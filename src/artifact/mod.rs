@@ -34,10 +34,18 @@ use crate::limits::{named, Limits};
 use crate::passes::functionalize::{Epilogue, InputMutation, OutputAlias};
 use crate::pipeline::{Mode, PipelineError, Rung};
 use crate::runtime::{compile_lowered, CompileError, CompileOptions, Plan};
-use crate::tensor::{checked_numel, Tensor, TensorData};
+use crate::tensor::{checked_numel, Mapping, Tensor, TensorData};
 use crate::text::{parse_with_blobs, print_with, ParseError, PrintOptions};
 
 pub use format::{is_artifact, MAGIC};
+
+/// Whether the file at `path` starts like an artifact (only its first bytes are read).
+pub fn file_is_artifact(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(MAGIC.len());
+    std::fs::File::open(path)?.take(MAGIC.len() as u64).read_to_end(&mut head)?;
+    Ok(is_artifact(&head))
+}
 
 /// The format version this ladder writes, and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -188,6 +196,12 @@ impl Artifact {
     /// Reads an artifact of any format version up to [`FORMAT_VERSION`] within `limits`
     /// (`max_file_bytes` for the whole, `max_tensor_bytes` per blob, `max_nodes`).
     pub fn from_bytes(bytes: &[u8], limits: &Limits) -> Result<Artifact, ArtifactError> {
+        Artifact::parse(bytes, None, limits)
+    }
+
+    /// [`Artifact::from_bytes`]; the blobs read in place from `mapping` when `bytes` is its
+    /// whole file.
+    fn parse(bytes: &[u8], mapping: Option<&Arc<Mapping>>, limits: &Limits) -> Result<Artifact, ArtifactError> {
         if bytes.len() as u64 > limits.max_file_bytes {
             return Err(ArtifactError::Limit {
                 what: "the artifact".into(),
@@ -208,7 +222,7 @@ impl Artifact {
             sections.iter().find(|s| &s.tag == tag).map(|s| s.bytes).ok_or(ArtifactError::Missing(name))
         };
         let meta = Meta::parse(find(META, "META")?)?;
-        let blobs = read_blobs(find(BLOBS, "BLOB")?, find(DATA, "DATA")?, limits)?;
+        let blobs = read_blobs(find(BLOBS, "BLOB")?, find(DATA, "DATA")?, mapping, limits)?;
         let text = std::str::from_utf8(find(GRAPH, "GRPH")?)
             .map_err(|e| ArtifactError::Malformed(format!("the graph text is not UTF-8 ({e})")))?;
         let graph = parse_with_blobs(text, limits, Some(&blobs)).map_err(ArtifactError::Graph)?;
@@ -223,9 +237,16 @@ impl Artifact {
         })
     }
 
-    /// Reads the artifact at `path` (see [`Artifact::from_bytes`]).
+    /// Reads the artifact at `path` (see [`Artifact::from_bytes`]) with its weights mapped,
+    /// not copied: the file is mapped read-only and every blob's tensor reads its elements in
+    /// place there ([`Tensor::is_mapped`]), so the weights take no heap memory of their own
+    /// and processes that load one file share its pages. The whole file is still read once,
+    /// for its checksum. The file must not be modified or truncated while the artifact, or a
+    /// model or plan made from it, is in use (a truncated mapping faults on access); where
+    /// that cannot be promised, read the file and call [`Artifact::from_bytes`], which copies.
     pub fn load(path: &Path, limits: &Limits) -> Result<Artifact, ArtifactError> {
-        let len = std::fs::metadata(path)?.len();
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
         if len > limits.max_file_bytes {
             return Err(ArtifactError::Limit {
                 what: "the artifact".into(),
@@ -233,8 +254,11 @@ impl Artifact {
                 limit: named("max_file_bytes", limits.max_file_bytes),
             });
         }
-        let bytes = std::fs::read(path)?;
-        Artifact::from_bytes(&bytes, limits)
+        if len == 0 {
+            return Artifact::from_bytes(&[], limits);
+        }
+        let mapping = Mapping::map(&file)?;
+        Artifact::parse(mapping.bytes(), Some(&mapping), limits)
     }
 
     fn meta_text(&self) -> String {
@@ -312,7 +336,12 @@ fn blob_sections(g: &Graph) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The blobs the `BLOB` table describes, their bytes taken from `data`.
-fn read_blobs(table: &[u8], data: &[u8], limits: &Limits) -> Result<HashMap<String, Arc<Tensor>>, ArtifactError> {
+fn read_blobs(
+    table: &[u8],
+    data: &[u8],
+    mapping: Option<&Arc<Mapping>>,
+    limits: &Limits,
+) -> Result<HashMap<String, Arc<Tensor>>, ArtifactError> {
     let what = "the BLOB table";
     let count = format::u32_at(table, 0, what)? as usize;
     let mut at = 4;
@@ -360,7 +389,15 @@ fn read_blobs(table: &[u8], data: &[u8], limits: &Limits) -> Result<HashMap<Stri
             .filter(|&end| end <= data.len() as u64)
             .map(|end| &data[offset as usize..end as usize])
             .ok_or_else(|| bad(format!("bytes {offset}..+{len} lie beyond DATA's {} bytes", data.len())))?;
-        let t = Tensor::new(dims, TensorData::from_le_bytes(dtype, raw)).map_err(|e| bad(e.to_string()))?;
+        let t = match mapping {
+            Some(map) => {
+                // `raw` lies in the mapping's bytes (`parse` was given them whole).
+                let start = raw.as_ptr() as usize - map.bytes().as_ptr() as usize;
+                Tensor::from_mapping(dims, dtype, map, start..start + raw.len())
+            }
+            None => Tensor::new(dims, TensorData::from_le_bytes(dtype, raw)),
+        };
+        let t = t.map_err(|e| bad(e.to_string()))?;
         if out.insert(name.clone(), Arc::new(t)).is_some() {
             return Err(bad("the name appears twice".into()));
         }

@@ -32,11 +32,9 @@ pub struct CompileArgs {
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> Result<(), Error> {
     if let Some(path) = &args.model {
         // The magic is all that is needed: the model itself is read once, below.
-        let mut head = [0u8; 8];
-        let n = std::fs::File::open(path)
-            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-            .map_err(|source| Error::Read { path: path.clone(), source })?;
-        if ladder::artifact::is_artifact(&head[..n]) {
+        let is_artifact =
+            ladder::artifact::file_is_artifact(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+        if is_artifact {
             return Err(Error::Arguments(format!("`{}` is already a compiled artifact", path.display())));
         }
     }

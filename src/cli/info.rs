@@ -27,11 +27,9 @@ pub fn info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
         )));
     }
     let onnx_err = |error| Error::Onnx { path: path.clone(), error: Box::new(error) };
-    let mut head = [0u8; 8];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-        .map_err(|source| Error::Read { path: path.clone(), source })?;
-    if ladder::artifact::is_artifact(&head[..n]) {
+    let is_artifact =
+        ladder::artifact::file_is_artifact(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+    if is_artifact {
         return artifact_info(args, out);
     }
     let bytes = onnx::read_bounded(path, &options.limits).map_err(onnx_err)?;

@@ -5,6 +5,7 @@
 
 mod counting;
 
+mod artifact_mapped;
 mod attention_kernel;
 mod runtime_alloc;
 

@@ -406,7 +406,7 @@ impl Memory for RunMemory<'_> {
         let i = usize::try_from(index).map_err(|_| self.oob(buf, index))?;
         let v = match &self.locs[b] {
             Loc::Input(n) => get_bytes(self.inputs[*n].dtype(), self.inputs[*n].bytes(), i),
-            Loc::Const(t) => get_elem(t.data(), i),
+            Loc::Const(t) => get_bytes(t.dtype(), t.bytes(), i),
             Loc::Temp => get_bytes(self.dtypes[b], &self.arena[self.temp_range(b)], i),
             Loc::Output(k) => get_elem(self.outs[*k].data(), i),
         };
@@ -653,13 +653,13 @@ impl CpuExecutable {
     /// written as bytes (bool).
     fn copy_into(&self, st: &mut St, inputs: &[TensorView], b: BufferId, t: &mut Tensor) -> bool {
         let Some(dst) = t.data_mut().as_bytes_mut() else { return false };
+        let copy = |src: &[u8], dst: &mut [u8]| {
+            let n = src.len().min(dst.len());
+            dst[..n].copy_from_slice(&src[..n]);
+        };
         match &self.locs[b.index()] {
-            Loc::Input(n) => {
-                let src = inputs[*n].bytes();
-                let n = src.len().min(dst.len());
-                dst[..n].copy_from_slice(&src[..n]);
-            }
-            Loc::Const(c) => crate::kernel::eval::data_to_bytes(c.data(), dst),
+            Loc::Input(n) => copy(inputs[*n].bytes(), dst),
+            Loc::Const(c) => copy(c.bytes(), dst),
             Loc::Output(k) => crate::kernel::eval::data_to_bytes(st.outs[*k].data(), dst),
             Loc::Temp => {
                 let off = st.cpu.offsets[b.index()];
@@ -729,7 +729,7 @@ impl CpuExecutable {
     fn address(&self, st: &mut St, inputs: &[TensorView], b: BufferId) -> usize {
         match &self.locs[b.index()] {
             Loc::Input(n) => inputs[*n].bytes().as_ptr() as usize,
-            Loc::Const(t) => t.data().as_bytes().as_ptr() as usize,
+            Loc::Const(t) => t.bytes().as_ptr() as usize,
             Loc::Temp => arena_bytes_mut(&mut st.cpu.arena).as_mut_ptr() as usize + st.cpu.offsets[b.index()],
             Loc::Output(k) => out_ptr(&mut st.outs[*k]),
         }
