@@ -21,7 +21,11 @@
 //! host, over rayon threads, with the arena in host memory and the outputs written in place in
 //! the tensors a run returns.
 //!
-//! ## A device backend against this interface (Vulkan, sketched)
+//! [`vulkan`] (feature `vulkan`, on by default) is the second: generated kernels as SPIR-V
+//! compute shaders on a Vulkan device; so far it runs programs made only of generated kernels
+//! and refuses others when the plan is built ([`BackendError::Unsupported`]).
+//!
+//! ## The device backend against this interface (Vulkan: the plan; see `vulkan` for what is built)
 //!
 //! - `Backend::prepare` lowers each generated kernel to a SPIR-V compute shader and builds its
 //!   pipeline (workgroup size from the device's limits); GEMM, row ops, attention and
@@ -40,6 +44,8 @@
 //!   them to the backend's constructor instead of letting it create them.
 
 pub mod cpu;
+#[cfg(feature = "vulkan")]
+pub mod vulkan;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -59,7 +65,18 @@ pub trait Backend: Send + Sync {
     /// Prepares `program` to run: compiles its kernels, readies its library steps and places
     /// its buffers. `consts` holds, per buffer of the program, the data of a constant buffer
     /// (`None` for every other buffer).
-    fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, String>;
+    fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError>;
+}
+
+/// Why a backend could not prepare a program.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The program is inconsistent: a scheduler bug, not the graph's.
+    #[error("{0}")]
+    Malformed(String),
+    /// The backend cannot run this program here (no device, or a step it does not have).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A program prepared by a [`Backend`], ready to run for any sizes its symbols take.

@@ -189,6 +189,10 @@ pub fn prepare(
     match backend {
         BackendKind::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
         BackendKind::Cpu => Ok(Box::new(native.compile(graph, threads)?)),
+        BackendKind::Vulkan => Ok(Box::new(
+            crate::runtime::compile(graph, &crate::runtime::CompileOptions::vulkan())
+                .map_err(|e| BenchError::Backend(format!("cannot compile for the vulkan backend: {e}")))?,
+        )),
     }
 }
 

@@ -56,6 +56,7 @@ pub fn conformance(args: &ConformanceArgs, out: &mut dyn Write) -> Result<(), Er
     let compile = match backend_kind {
         BackendKind::Cpu => CompileOptions::native_cpu(1).map_err(|e| Error::Usage(format!("cpu backend: {e}")))?,
         BackendKind::Interp => CompileOptions { backend: BackendKind::Interp, ..CompileOptions::reference() },
+        BackendKind::Vulkan => CompileOptions::vulkan(),
     };
     let start = Instant::now();
     let quiet_hook = std::panic::take_hook();

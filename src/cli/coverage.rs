@@ -17,10 +17,12 @@
 //!   native mode keeps whole: `ladder::ops::library::kept`) in native code: a Cranelift kernel or a
 //!   library call (GEMM, conv, the data-movement copies, `lstm`). The rest are
 //!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
-//! - `vulkan`: the Vulkan backend can execute it.
-//!
-//! The Vulkan backend is not built yet, so its column is false. Each stage, when it lands,
-//! answers here for the ops it covers.
+//! - `vulkan`: the Vulkan backend runs it: a prim its shader lowering has
+//!   (`ladder::backend::vulkan::runs_prim`, on f32, i32, i64 and bool values), or a
+//!   high-level op that lowers to such prims only. Opaque ops (matmul, conv) and the
+//!   data-movement library prims (pad, cat, rev, gather, scatter_add) are not on the device
+//!   yet, and a program using them is refused there. False in a build without the `vulkan`
+//!   feature.
 
 use ladder::ops::{all_specs, OpKind, Rung};
 
@@ -56,5 +58,22 @@ pub fn coverage(kind: OpKind) -> Coverage {
     };
     let kept = ladder::ops::library::kept().contains(&kind);
     let cpu_native = (spec.rung != Rung::High || kept) && ladder::sched::compiles(kind);
-    Coverage { interp: true, decomp, vjp, cpu: decomp, cpu_native, vulkan: false }
+    let vulkan = match spec.rung {
+        Rung::Prim | Rung::Source => vulkan_prim(kind),
+        Rung::Opaque => false,
+        Rung::High => {
+            decomp && ladder::numerics::grad::lowered_ops(kind).is_some_and(|ops| ops.into_iter().all(vulkan_prim))
+        }
+    };
+    Coverage { interp: true, decomp, vjp, cpu: decomp, cpu_native, vulkan }
+}
+
+#[cfg(feature = "vulkan")]
+fn vulkan_prim(kind: OpKind) -> bool {
+    ladder::backend::vulkan::runs_prim(kind)
+}
+
+#[cfg(not(feature = "vulkan"))]
+fn vulkan_prim(_: OpKind) -> bool {
+    false
 }

@@ -125,6 +125,10 @@ pub enum BackendArg {
     /// The reference interpreter: every op exactly as specified, on one thread. The oracle
     /// the other backends are checked against; slow.
     Interp,
+    /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included).
+    /// So far programs made only of generated kernels (no matmul, convolution or library
+    /// steps); others are refused with the step that stops them.
+    Vulkan,
 }
 
 impl BackendArg {
@@ -132,6 +136,7 @@ impl BackendArg {
         match self {
             BackendArg::Cpu => ladder::BackendKind::Cpu,
             BackendArg::Interp => ladder::BackendKind::Interp,
+            BackendArg::Vulkan => ladder::BackendKind::Vulkan,
         }
     }
 

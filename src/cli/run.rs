@@ -102,6 +102,7 @@ pub fn compile_options(
             limits: super::model::limits(),
             ..CompileOptions::reference()
         },
+        BackendKind::Vulkan => CompileOptions { limits: super::model::limits(), ..CompileOptions::vulkan() },
     })
 }
 
@@ -128,7 +129,7 @@ pub fn session(model: Model, path: Option<&std::path::Path>, options: CompileOpt
     Ok(session)
 }
 
-/// Runs `session` on `inputs`, with a note on the CPU plan's schedule and memory, and on
+/// Runs `session` on `inputs`, with a note on the plan's schedule and memory, and on
 /// every compilation beyond the first.
 pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outputs, Error> {
     let before = session.compilations();
@@ -143,7 +144,8 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
         let fused = p.steps.iter().filter(|s| matches!(s, Step::Matmul(m) if m.epilogue.is_some())).count();
         let kernels = p.kernels().count();
         note(&format!(
-            "cpu: {} steps ({kernels} kernels, {fused} of them GEMM epilogues, {} native); arena {} bytes for {} temporaries of {} bytes",
+            "{}: {} steps ({kernels} kernels, {fused} of them GEMM epilogues, {} native); arena {} bytes for {} temporaries of {} bytes",
+            plan.backend().name(),
             p.steps.len(),
             plan.native_kernels(),
             m.arena_bytes,
@@ -159,7 +161,7 @@ pub fn run_session(session: &Session, inputs: &[Tensor]) -> Result<ladder::Outpu
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), Error> {
     let backend = args.backend().backend();
-    if backend == BackendKind::Cpu && args.precise {
+    if backend != BackendKind::Interp && args.precise {
         return Err(Error::Arguments("--precise is a mode of the interpreter; use it with --backend interp".into()));
     }
     let model = model::load(args.model.as_deref())?;

@@ -60,6 +60,9 @@ pub enum BackendKind {
     Cpu,
     /// The reference interpreter on the graph as given (no lowering).
     Interp,
+    /// Generated kernels as SPIR-V compute shaders on a Vulkan device
+    /// (`crate::backend::vulkan`, feature `vulkan`); see [`CompileOptions::vulkan`].
+    Vulkan,
 }
 
 impl BackendKind {
@@ -68,6 +71,7 @@ impl BackendKind {
         match self {
             BackendKind::Cpu => "cpu",
             BackendKind::Interp => "interp",
+            BackendKind::Vulkan => "vulkan",
         }
     }
 
@@ -76,6 +80,7 @@ impl BackendKind {
         match name {
             "cpu" => Some(BackendKind::Cpu),
             "interp" => Some(BackendKind::Interp),
+            "vulkan" => Some(BackendKind::Vulkan),
             _ => None,
         }
     }
@@ -142,6 +147,14 @@ impl CompileOptions {
         }
     }
 
+    /// The Vulkan backend: the prims as lowered (no recovery: softmax and the norms stay
+    /// generated kernels, which it runs), each kernel a compute shader on the process's
+    /// Vulkan device. Compiling fails with [`CompileError::Unsupported`] where there is no
+    /// device, or the program has a step the backend does not run yet.
+    pub fn vulkan() -> CompileOptions {
+        CompileOptions { backend: BackendKind::Vulkan, pack_weights: false, ..CompileOptions::reference() }
+    }
+
     /// The CPU backend in native mode: kernels compiled by Cranelift (each kernel the code
     /// generator does not support runs on the reference executor) and f32 matmuls through
     /// the GEMM library, over `threads` threads.
@@ -166,6 +179,10 @@ impl CompileOptions {
                 pack_weights: self.pack_weights,
             })),
             BackendKind::Interp => None,
+            #[cfg(feature = "vulkan")]
+            BackendKind::Vulkan => Some(Box::new(crate::backend::vulkan::VulkanBackend)),
+            #[cfg(not(feature = "vulkan"))]
+            BackendKind::Vulkan => Some(Box::new(NoVulkan)),
         }
     }
 }
@@ -195,6 +212,33 @@ pub enum CompileError {
     /// The backend found the scheduled program inconsistent: a scheduler bug, not the graph's.
     #[error("the scheduled program is malformed (a scheduler bug): {0}")]
     Malformed(String),
+    /// The backend cannot run the program here: no device, or a step it does not have.
+    #[error("the {backend} backend cannot run this program: {reason}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// What stops it.
+        reason: String,
+    },
+}
+
+/// The Vulkan backend of a build without the `vulkan` feature: refuses every program.
+#[cfg(not(feature = "vulkan"))]
+struct NoVulkan;
+
+#[cfg(not(feature = "vulkan"))]
+impl Backend for NoVulkan {
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+
+    fn prepare(
+        &self,
+        _: &crate::kernel::Program,
+        _: &[Option<Arc<Tensor>>],
+    ) -> Result<Box<dyn crate::backend::Executable>, crate::backend::BackendError> {
+        Err(crate::backend::BackendError::Unsupported("this ladder was built without the `vulkan` feature".into()))
+    }
 }
 
 /// What a run returns.
@@ -380,7 +424,12 @@ fn finish(
             _ => None,
         })
         .collect();
-    let exe = backend.prepare(&p, &consts).map_err(CompileError::Malformed)?;
+    let exe = backend.prepare(&p, &consts).map_err(|e| match e {
+        crate::backend::BackendError::Malformed(m) => CompileError::Malformed(m),
+        crate::backend::BackendError::Unsupported(reason) => {
+            CompileError::Unsupported { backend: backend.name(), reason }
+        }
+    })?;
     plan.explanation = match (&lowering.recovered, &lowering.simplified) {
         (Some(r), Some(simplified)) if !r.matches.is_empty() => {
             format!("{}{}", r.explain(simplified), scheduled.explanation)

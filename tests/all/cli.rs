@@ -355,8 +355,7 @@ fn errors_exit_non_zero_with_a_message() {
     fails(&["run", m, "--input", &format!("x={}", s(&wrong))], &["wrong.npy", "bytes follow"]);
 
     // Backends, dims.
-    for args in
-        [&["run", m, "--backend", "vulkan"][..], &["check", m, "--backend", "gpu"], &["bench", "--backend", "x"]]
+    for args in [&["run", m, "--backend", "metal"][..], &["check", m, "--backend", "gpu"], &["bench", "--backend", "x"]]
     {
         let o = ladder(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: an unknown backend is a usage error");

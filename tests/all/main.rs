@@ -86,3 +86,4 @@ mod text_errors;
 mod text_roundtrip;
 mod tiered;
 mod train;
+mod vulkan;

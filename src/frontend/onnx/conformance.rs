@@ -10,7 +10,8 @@
 //! session probes. A case that needed that is marked `specialized`.
 //!
 //! Verdicts: `Passed`; `Unsupported` when the importer reports something ladder cannot
-//! express (an op type, element type or mode); `Failed` for anything else (a wrong number,
+//! express (an op type, element type or mode), or the backend refuses the program (the Vulkan
+//! backend, for a step it does not run yet); `Failed` for anything else (a wrong number,
 //! an import or run error, or a panic, which is also flagged); `Denied` when the deny list
 //! names the case.
 
@@ -104,6 +105,8 @@ fn session_unsupported(e: &SessionError) -> bool {
     match e {
         SessionError::Import(e) => is_unsupported(e),
         SessionError::Probe(_) => true,
+        // The backend refuses the program (no device, or a step it does not run yet).
+        SessionError::Compile(crate::runtime::CompileError::Unsupported { .. }) => true,
         _ => false,
     }
 }

@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use super::conv_blocked::PackedWeights;
 use super::jit::{KernelCompiler, KernelExec, NativeKernel};
 use super::packed::PackedB;
-use crate::backend::{Backend, Executable, Fallback, RunError, RunState, Sizes};
+use crate::backend::{Backend, BackendError, Executable, Fallback, RunError, RunState, Sizes};
 use crate::interp;
 use crate::kernel::eval::{
     elem_size, eval_conv, eval_library, get_bytes, get_elem, matmul_attrs, run_kernel, set_bytes, tensor_from_bytes,
@@ -71,8 +71,8 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    fn prepare(&self, p: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, String> {
-        Ok(Box::new(CpuExecutable::new(self, p, consts)?))
+    fn prepare(&self, p: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
+        Ok(Box::new(CpuExecutable::new(self, p, consts).map_err(BackendError::Malformed)?))
     }
 }
 

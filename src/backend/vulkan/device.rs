@@ -1,0 +1,340 @@
+//! The Vulkan device: instance, physical device, one compute queue, host-visible buffers.
+//!
+//! One [`Context`] per process, made on first use ([`context`]) and shared by every plan:
+//! ash loads `libvulkan.so.1` at run time, so a machine without Vulkan gets a typed error
+//! ([`VulkanError`]) rather than a failure to start. The physical device is the first
+//! discrete GPU, else integrated, virtual, then CPU (Mesa's lavapipe); `LADDER_VULKAN_DEVICE`
+//! picks one by index in the driver's order instead. With `LADDER_VULKAN_VALIDATION=1` the
+//! Khronos validation layer is enabled (an error where it is not installed) and every
+//! message it reports at warning level or above fails the plan being built or the run
+//! being made (or, outside the backend, is there for [`take_validation_messages`]).
+//!
+//! Buffers are host-visible and coherent, mapped for their whole life: on lavapipe and on
+//! integrated GPUs that is the device's own memory, so inputs and outputs move by one copy.
+
+use std::ffi::{c_void, CStr};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ash::vk;
+
+/// Why there is no Vulkan device to run on, or a Vulkan call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VulkanError {
+    /// The Vulkan loader (`libvulkan.so.1`) could not be loaded.
+    #[error("no Vulkan loader: {0}")]
+    NoLoader(String),
+    /// The loader found no device that can run ladder's shaders.
+    #[error("no usable Vulkan device: {0}")]
+    NoDevice(String),
+    /// A Vulkan call failed.
+    #[error("{call}: {result}")]
+    Call { call: &'static str, result: String },
+}
+
+pub(super) fn call(call: &'static str) -> impl Fn(vk::Result) -> VulkanError {
+    move |r| VulkanError::Call { call, result: format!("{r:?}") }
+}
+
+/// The process's Vulkan device.
+pub struct Context {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    pub(super) device: ash::Device,
+    /// The compute queue; submissions take the lock.
+    pub(super) queue: Mutex<vk::Queue>,
+    pub(super) family: u32,
+    memory: vk::PhysicalDeviceMemoryProperties,
+    pub(super) limits: vk::PhysicalDeviceLimits,
+    /// The device's name and driver, for reports.
+    pub name: String,
+}
+
+// SAFETY: the handles are plain identifiers; Vulkan requires external synchronization only
+// for the queue (behind a mutex) and for objects this module never shares between threads
+// while they are in use (command pools and buffers belong to one run state at a time).
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: every object made from the device holds an `Arc<Context>`, so none is left.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.device.destroy_device(None);
+            if let Some((d, m)) = self.debug.take() {
+                d.destroy_debug_utils_messenger(m, None);
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+static MESSAGES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The validation layer's messages since the last call (always empty without
+/// `LADDER_VULKAN_VALIDATION=1`).
+pub fn take_validation_messages() -> Vec<String> {
+    std::mem::take(&mut *MESSAGES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// `Err` with the validation layer's messages since the last call, if it reported any: the
+/// backend turns them into errors of the plan or run that was being made.
+pub(super) fn validation_result() -> Result<(), String> {
+    let messages = take_validation_messages();
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the Vulkan validation layer reported: {}", messages.join("; ")))
+    }
+}
+
+unsafe extern "system" fn on_message(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    _user: *mut c_void,
+) -> vk::Bool32 {
+    // SAFETY: the layer passes valid callback data whose message is a C string.
+    let text = unsafe { data.as_ref() }
+        .filter(|d| !d.p_message.is_null())
+        .map(|d| unsafe { CStr::from_ptr(d.p_message) }.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let level = if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) { "error" } else { "warning" };
+    MESSAGES.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{level}: {text}"));
+    vk::FALSE
+}
+
+/// The process's device, made on first use; the same error on every call where there is none.
+pub fn context() -> Result<Arc<Context>, VulkanError> {
+    static CONTEXT: OnceLock<Result<Arc<Context>, VulkanError>> = OnceLock::new();
+    CONTEXT.get_or_init(|| Context::new().map(Arc::new)).clone()
+}
+
+impl Context {
+    fn new() -> Result<Context, VulkanError> {
+        // SAFETY: loading the system's Vulkan loader runs its initialisation, as any Vulkan
+        // program does.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| VulkanError::NoLoader(e.to_string()))?;
+        let validation = std::env::var("LADDER_VULKAN_VALIDATION").is_ok_and(|v| v == "1");
+        let layer = c"VK_LAYER_KHRONOS_validation";
+        let mut layers = Vec::new();
+        let mut extensions = Vec::new();
+        if validation {
+            // SAFETY: a plain query.
+            let have = unsafe { entry.enumerate_instance_layer_properties() }
+                .map_err(call("vkEnumerateInstanceLayerProperties"))?;
+            if !have.iter().any(|l| l.layer_name_as_c_str() == Ok(layer)) {
+                return Err(VulkanError::NoDevice(
+                    "LADDER_VULKAN_VALIDATION=1 but the Khronos validation layer is not installed".into(),
+                ));
+            }
+            layers.push(layer.as_ptr());
+            extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+        }
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"ladder")
+            .engine_name(c"ladder")
+            .api_version(vk::make_api_version(0, 1, 2, 0));
+        let info = vk::InstanceCreateInfo::default()
+            .application_info(&app)
+            .enabled_layer_names(&layers)
+            .enabled_extension_names(&extensions);
+        // SAFETY: the create info and everything it points to outlive the call.
+        let instance = unsafe { entry.create_instance(&info, None) }.map_err(call("vkCreateInstance"))?;
+        let debug = if validation {
+            let d = ash::ext::debug_utils::Instance::new(&entry, &instance);
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+                )
+                .message_type(
+                    vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                        | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                        | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+                )
+                .pfn_user_callback(Some(on_message));
+            // SAFETY: the callback is a plain function that lives for the program.
+            let m = unsafe { d.create_debug_utils_messenger(&info, None) }
+                .map_err(call("vkCreateDebugUtilsMessengerEXT"))?;
+            Some((d, m))
+        } else {
+            None
+        };
+        // From here on a failure must destroy the instance: build the rest in a closure.
+        let rest = || -> Result<(ash::Device, vk::Queue, u32, vk::PhysicalDevice), VulkanError> {
+            // SAFETY: plain queries on a live instance.
+            let physical =
+                unsafe { instance.enumerate_physical_devices() }.map_err(call("vkEnumeratePhysicalDevices"))?;
+            let candidates: Vec<(usize, vk::PhysicalDevice, u32)> = physical
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &p)| {
+                    let families = unsafe { instance.get_physical_device_queue_family_properties(p) };
+                    let family = families.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))?;
+                    let features = unsafe { instance.get_physical_device_features(p) };
+                    let props = unsafe { instance.get_physical_device_properties(p) };
+                    let mut float = vk::PhysicalDeviceFloatControlsProperties::default();
+                    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float);
+                    if props.api_version >= vk::make_api_version(0, 1, 2, 0) {
+                        unsafe { instance.get_physical_device_properties2(p, &mut props2) };
+                    }
+                    // Vulkan 1.2 (float controls in the core), 64-bit integers, and NaN,
+                    // infinities and signed zeros kept through f32 arithmetic.
+                    (features.shader_int64 == vk::TRUE && float.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE)
+                        .then_some((i, p, family as u32))
+                })
+                .collect();
+            let rank = |p: vk::PhysicalDevice| match unsafe { instance.get_physical_device_properties(p) }.device_type {
+                vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+                vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+                vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+                vk::PhysicalDeviceType::CPU => 3,
+                _ => 4,
+            };
+            let chosen = match std::env::var("LADDER_VULKAN_DEVICE").ok().and_then(|v| v.parse::<usize>().ok()) {
+                Some(want) => candidates.iter().find(|(i, _, _)| *i == want).copied().ok_or_else(|| {
+                    VulkanError::NoDevice(format!(
+                        "LADDER_VULKAN_DEVICE={want}: no such device with Vulkan 1.2, a compute queue, 64-bit integers and NaN-preserving f32 ({} devices)",
+                        physical.len()
+                    ))
+                })?,
+                None => candidates.iter().min_by_key(|(_, p, _)| rank(*p)).copied().ok_or_else(|| {
+                    VulkanError::NoDevice(format!(
+                        "none of {} devices has Vulkan 1.2, a compute queue, 64-bit integers and NaN-preserving f32 in shaders",
+                        physical.len()
+                    ))
+                })?,
+            };
+            let (_, p, family) = chosen;
+            let priorities = [1.0f32];
+            let queues =
+                [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
+            let features = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+            let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_features(&features);
+            // SAFETY: the create info outlives the call; the device is destroyed in `Drop`.
+            let device = unsafe { instance.create_device(p, &info, None) }.map_err(call("vkCreateDevice"))?;
+            let queue = unsafe { device.get_device_queue(family, 0) };
+            Ok((device, queue, family, p))
+        };
+        let (device, queue, family, physical) = match rest() {
+            Ok(x) => x,
+            Err(e) => {
+                // SAFETY: nothing else was made from the instance.
+                unsafe {
+                    if let Some((d, m)) = &debug {
+                        d.destroy_debug_utils_messenger(*m, None);
+                    }
+                    instance.destroy_instance(None);
+                }
+                return Err(e);
+            }
+        };
+        // SAFETY: plain queries.
+        let (props, memory) = unsafe {
+            (
+                instance.get_physical_device_properties(physical),
+                instance.get_physical_device_memory_properties(physical),
+            )
+        };
+        let name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(Context {
+            _entry: entry,
+            instance,
+            debug,
+            device,
+            queue: Mutex::new(queue),
+            family,
+            memory,
+            limits: props.limits,
+            name,
+        })
+    }
+
+    fn host_memory_type(&self, bits: u32) -> Option<u32> {
+        let want = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        (0..self.memory.memory_type_count)
+            .find(|&i| bits & (1 << i) != 0 && self.memory.memory_types[i as usize].property_flags.contains(want))
+    }
+}
+
+/// A storage buffer in host-visible, coherent memory, mapped while it lives.
+pub struct Buffer {
+    ctx: Arc<Context>,
+    pub(super) buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    ptr: *mut u8,
+    /// Its size in bytes (at least 4).
+    pub(super) size: u64,
+}
+
+// SAFETY: the mapping is only written by the host between submissions and read after the
+// fence of the last one, which the run states sequence; the handles are identifiers.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// A buffer of `bytes` (rounded up to 4, at least 4).
+    pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Buffer, VulkanError> {
+        let size = (bytes.max(4).next_multiple_of(4)) as u64;
+        let d = &ctx.device;
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(vk::BufferUsageFlags::STORAGE_BUFFER)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid create info; the buffer is destroyed in `Drop` or below on failure.
+        let buffer = unsafe { d.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;
+        let needs = unsafe { d.get_buffer_memory_requirements(buffer) };
+        let destroy = |e| {
+            unsafe { d.destroy_buffer(buffer, None) };
+            e
+        };
+        let kind = ctx.host_memory_type(needs.memory_type_bits).ok_or_else(|| {
+            destroy(VulkanError::NoDevice("no host-visible coherent memory for a storage buffer".into()))
+        })?;
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(needs.size).memory_type_index(kind);
+        let memory = unsafe { d.allocate_memory(&alloc, None) }.map_err(|e| destroy(call("vkAllocateMemory")(e)))?;
+        let mapped = unsafe {
+            d.bind_buffer_memory(buffer, memory, 0)
+                .and_then(|()| d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()))
+        };
+        let ptr = match mapped {
+            Ok(p) => p.cast::<u8>(),
+            Err(e) => {
+                unsafe { d.free_memory(memory, None) };
+                return Err(destroy(call("vkMapMemory")(e)));
+            }
+        };
+        Ok(Buffer { ctx: Arc::clone(ctx), buffer, memory, ptr, size })
+    }
+
+    /// The mapped bytes.
+    ///
+    /// # Safety
+    /// No submitted work may be writing the buffer.
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping covers `size` bytes and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.size as usize) }
+    }
+
+    /// The mapped bytes, writable.
+    ///
+    /// # Safety
+    /// No submitted work may be reading or writing the buffer.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: as `bytes`; the caller excludes every other access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.size as usize) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: the run states wait for their last submission before dropping buffers.
+        unsafe {
+            self.ctx.device.unmap_memory(self.memory);
+            self.ctx.device.destroy_buffer(self.buffer, None);
+            self.ctx.device.free_memory(self.memory, None);
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! The Vulkan compute backend: each generated kernel of a scheduled program becomes a SPIR-V
+//! compute shader (`spirv.rs`), dispatched through ash on the process's Vulkan device
+//! (`device.rs`).
+//!
+//! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
+//! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
+//! accumulators, sum-exp included) or a `dim_values` step (sizes as data, which the host
+//! writes). A program with another library step (a matmul, a convolution,
+//! a recovered op, a data-movement prim) or a kernel the lowering declines is refused when
+//! the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
+//! never run partly on the host. Plans for this backend are lowered without op recovery, so
+//! softmax and the norms arrive as kernels.
+//!
+//! How it runs: constants are copied to device buffers when the plan is built. A run state
+//! ([`crate::backend::RunState::device`]) keeps, per set of sizes, a buffer for every input,
+//! temporary and output (no memory sharing between temporaries yet), each kernel's size table
+//! and status word, the descriptor sets, and one command buffer recorded with every dispatch
+//! and a barrier between steps; a run with the same sizes copies the inputs in, replays the
+//! command buffer, waits for its fence, checks the status words and copies the outputs out.
+//! A new size recompiles nothing: sizes are in the tables.
+
+mod arith;
+mod device;
+pub mod spirv;
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use ash::vk;
+use cranelift_entity::EntityRef;
+
+use device::{call, Buffer};
+pub use device::{context, take_validation_messages, Context, VulkanError};
+use spirv::{Shader, Status, LOCAL_SIZE};
+
+use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
+use crate::kernel::eval::{eval_library_with, tensor_from_bytes, ExecError};
+use crate::kernel::memory::Lifetime;
+use crate::kernel::{BufferId, BufferKind, LibraryCall, Program, Step};
+use crate::ops::OpKind;
+use crate::tensor::{Tensor, TensorView};
+
+/// The Vulkan backend (see the module docs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VulkanBackend;
+
+impl Backend for VulkanBackend {
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+
+    fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
+        let ctx = context().map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        let mut kernels = Vec::with_capacity(program.steps.len());
+        let mut sizes_only = Vec::new();
+        for (i, step) in program.steps.iter().enumerate() {
+            let k = match step {
+                Step::Kernel(k) => k,
+                // Values computed from the run's sizes alone: written by the host.
+                Step::Library(l) if l.op == OpKind::DimValues && l.post.is_none() => {
+                    sizes_only.push((i, l.clone()));
+                    continue;
+                }
+                other => {
+                    return Err(BackendError::Unsupported(format!(
+                        "step {i} is a {} call; the Vulkan backend runs generated kernels only so far",
+                        step_kind(other)
+                    )))
+                }
+            };
+            let shader = spirv::lower(k, program)
+                .map_err(|why| BackendError::Unsupported(format!("step {i}, kernel {}: {why}", k.name)))?;
+            let pipe = Pipe::new(&ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+            kernels.push(KernelStep { step: i, shader, pipe });
+        }
+        // Constants, copied once.
+        let mut const_bufs: Vec<Option<Buffer>> = (0..program.buffers.len()).map(|_| None).collect();
+        let mut resident = 0;
+        for (b, t) in consts.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let bytes = t.bytes();
+            let buf = Buffer::new(&ctx, bytes.len()).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+            // SAFETY: a new buffer no submission uses yet.
+            unsafe { buf.bytes_mut()[..bytes.len()].copy_from_slice(bytes) };
+            resident += buf.size as usize;
+            const_bufs[b] = Some(buf);
+        }
+        device::validation_result().map_err(BackendError::Malformed)?;
+        let explanation = format!(
+            "vulkan: {} kernels as compute shaders on {} ({} bytes of constants on the device)\n",
+            kernels.len(),
+            ctx.name,
+            resident
+        );
+        Ok(Box::new(VulkanExecutable {
+            ctx,
+            kernels,
+            sizes_only,
+            consts: const_bufs,
+            lifetimes: vec![None; program.buffers.len()],
+            explanation,
+            resident,
+            builds: AtomicUsize::new(0),
+        }))
+    }
+}
+
+fn step_kind(s: &Step) -> &'static str {
+    match s {
+        Step::Kernel(_) => "kernel",
+        Step::Matmul(_) => "matmul",
+        Step::Conv(_) => "conv",
+        Step::Library(l) => l.op.name(),
+        Step::Interp(_) => "graph break (interpreter)",
+    }
+}
+
+/// A compiled shader's pipeline objects.
+struct Pipe {
+    ctx: Arc<Context>,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    module: vk::ShaderModule,
+    pipeline: vk::Pipeline,
+    bindings: u32,
+}
+
+// SAFETY: handles only; used under the run states' sequencing.
+unsafe impl Send for Pipe {}
+unsafe impl Sync for Pipe {}
+
+impl Pipe {
+    fn new(ctx: &Arc<Context>, shader: &Shader) -> Result<Pipe, VulkanError> {
+        let d = &ctx.device;
+        let bindings = shader.buffers.len() as u32 + 2;
+        let slots: Vec<vk::DescriptorSetLayoutBinding> = (0..bindings)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let mut pipe = Pipe {
+            ctx: Arc::clone(ctx),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            module: vk::ShaderModule::null(),
+            pipeline: vk::Pipeline::null(),
+            bindings,
+        };
+        // SAFETY: each create info outlives its call; `Drop` destroys whatever was made.
+        unsafe {
+            pipe.set_layout = d
+                .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&slots), None)
+                .map_err(call("vkCreateDescriptorSetLayout"))?;
+            let layouts = [pipe.set_layout];
+            pipe.layout = d
+                .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts), None)
+                .map_err(call("vkCreatePipelineLayout"))?;
+            pipe.module = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&shader.words), None)
+                .map_err(call("vkCreateShaderModule"))?;
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(pipe.module)
+                .name(c"main");
+            let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(pipe.layout)];
+            pipe.pipeline = d
+                .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+                .map_err(|(_, e)| call("vkCreateComputePipelines")(e))?[0];
+        }
+        Ok(pipe)
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        let d = &self.ctx.device;
+        // SAFETY: no run state outlives its executable's pipes (they hold the executable's
+        // buffers' users only during `run`); destroying a null handle is allowed.
+        unsafe {
+            d.destroy_pipeline(self.pipeline, None);
+            d.destroy_shader_module(self.module, None);
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+struct KernelStep {
+    /// Its step in the program.
+    step: usize,
+    shader: Shader,
+    pipe: Pipe,
+}
+
+/// A program prepared for the Vulkan device.
+pub struct VulkanExecutable {
+    ctx: Arc<Context>,
+    kernels: Vec<KernelStep>,
+    /// `dim_values` steps (with their step numbers): the host writes their results, which
+    /// depend only on the run's sizes, when it makes a run's buffers.
+    sizes_only: Vec<(usize, LibraryCall)>,
+    consts: Vec<Option<Buffer>>,
+    lifetimes: Vec<Option<Lifetime>>,
+    explanation: String,
+    resident: usize,
+    builds: AtomicUsize,
+}
+
+/// A run state's device objects for one set of sizes.
+struct DeviceRun {
+    ctx: Arc<Context>,
+    /// The sizes they were made for: the symbols' values, buffer lengths and every kernel's
+    /// size table.
+    key: (Vec<Option<u64>>, Vec<usize>, Vec<Vec<i64>>),
+    bufs: Vec<Option<Buffer>>,
+    tables: Vec<Buffer>,
+    status: Vec<Buffer>,
+    pool: vk::DescriptorPool,
+    commands: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+}
+
+// SAFETY: handles and buffers used by one run at a time (the run state is `&mut`).
+unsafe impl Send for DeviceRun {}
+
+impl Drop for DeviceRun {
+    fn drop(&mut self) {
+        let d = &self.ctx.device;
+        // SAFETY: every submission was waited for before `run` returned.
+        unsafe {
+            d.destroy_fence(self.fence, None);
+            d.destroy_command_pool(self.commands, None);
+            d.destroy_descriptor_pool(self.pool, None);
+        }
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> RunError {
+    RunError::Step { step: 0, error: ExecError::Invalid(format!("vulkan: {e}")) }
+}
+
+impl VulkanExecutable {
+    /// The device objects for a run with `lens` and `tables`: the state's own when they were
+    /// made for these sizes, else new ones (buffers, tables, recorded commands).
+    fn build(
+        &self,
+        p: &Program,
+        sizes: &crate::backend::Sizes,
+        tables: Vec<Vec<i64>>,
+        max_run_bytes: u64,
+    ) -> Result<DeviceRun, RunError> {
+        let lens = &sizes.lens[..];
+        let ctx = &self.ctx;
+        let d = &ctx.device;
+        // A buffer for every input, temporary and output.
+        let mut need = 0u64;
+        let mut bufs: Vec<Option<Buffer>> = (0..p.buffers.len()).map(|_| None).collect();
+        let bytes_of = |b: usize| lens[b].saturating_mul(p.buffers[BufferId::new(b)].dtype.size_bytes());
+        for b in 0..bufs.len() {
+            if self.consts[b].is_none() {
+                need = need.saturating_add(bytes_of(b) as u64);
+            }
+        }
+        if need > max_run_bytes {
+            return Err(RunError::TooLarge { need, limit: max_run_bytes });
+        }
+        let max_range = u64::from(ctx.limits.max_storage_buffer_range);
+        for (b, slot) in bufs.iter_mut().enumerate() {
+            if self.consts[b].is_some() {
+                continue;
+            }
+            if bytes_of(b) as u64 > max_range {
+                return Err(invalid(format!(
+                    "{} takes {} bytes, more than the device binds at once ({max_range})",
+                    BufferId::new(b),
+                    bytes_of(b)
+                )));
+            }
+            *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
+        }
+        for (step, l) in &self.sizes_only {
+            let at = |error| RunError::Step { step: *step, error };
+            let shape = sizes.shape(p, l.out).map_err(at)?;
+            let symbols =
+                p.symbols.iter().zip(&sizes.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
+            let t = eval_library_with(l.op, &l.attrs, &[], p.buffers[l.out].dtype, &shape, symbols)
+                .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
+            let src = t.bytes();
+            let dst = bufs[l.out.index()].as_ref().ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
+            // SAFETY: a new buffer no submission uses yet.
+            unsafe { dst.bytes_mut()[..src.len()].copy_from_slice(src) };
+        }
+        let mut table_bufs = Vec::with_capacity(self.kernels.len());
+        let mut status = Vec::with_capacity(self.kernels.len());
+        for (k, table) in self.kernels.iter().zip(&tables) {
+            let mut values = table.clone();
+            values.extend(k.shader.buffers.iter().map(|b| lens[b.index()] as i64));
+            let buf = Buffer::new(ctx, values.len() * 8).map_err(invalid)?;
+            // SAFETY: a new buffer.
+            let dst = unsafe { buf.bytes_mut() };
+            for (i, v) in values.iter().enumerate() {
+                dst[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+            table_bufs.push(buf);
+            status.push(Buffer::new(ctx, 4).map_err(invalid)?);
+        }
+        // Descriptor sets.
+        let total: u32 = self.kernels.iter().map(|k| k.pipe.bindings).sum();
+        let pool_sizes =
+            [vk::DescriptorPoolSize::default().ty(vk::DescriptorType::STORAGE_BUFFER).descriptor_count(total.max(1))];
+        let mut run = DeviceRun {
+            ctx: Arc::clone(ctx),
+            key: (sizes.symbols.clone(), lens.to_vec(), tables),
+            bufs,
+            tables: table_bufs,
+            status,
+            pool: vk::DescriptorPool::null(),
+            commands: vk::CommandPool::null(),
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+        };
+        // SAFETY: create infos outlive their calls; `DeviceRun::drop` destroys what was made;
+        // the recorded commands name only buffers the run keeps.
+        unsafe {
+            run.pool = d
+                .create_descriptor_pool(
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(self.kernels.len().max(1) as u32)
+                        .pool_sizes(&pool_sizes),
+                    None,
+                )
+                .map_err(|e| invalid(call("vkCreateDescriptorPool")(e)))?;
+            run.commands = d
+                .create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(ctx.family), None)
+                .map_err(|e| invalid(call("vkCreateCommandPool")(e)))?;
+            run.cmd = d
+                .allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(run.commands)
+                        .level(vk::CommandBufferLevel::PRIMARY)
+                        .command_buffer_count(1),
+                )
+                .map_err(|e| invalid(call("vkAllocateCommandBuffers")(e)))?[0];
+            run.fence =
+                d.create_fence(&vk::FenceCreateInfo::default(), None).map_err(|e| invalid(call("vkCreateFence")(e)))?;
+            d.begin_command_buffer(run.cmd, &vk::CommandBufferBeginInfo::default())
+                .map_err(|e| invalid(call("vkBeginCommandBuffer")(e)))?;
+            let barrier = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+            for (i, k) in self.kernels.iter().enumerate() {
+                let layouts = [k.pipe.set_layout];
+                let set = d
+                    .allocate_descriptor_sets(
+                        &vk::DescriptorSetAllocateInfo::default().descriptor_pool(run.pool).set_layouts(&layouts),
+                    )
+                    .map_err(|e| invalid(call("vkAllocateDescriptorSets")(e)))?[0];
+                let mut infos: Vec<vk::DescriptorBufferInfo> = k
+                    .shader
+                    .buffers
+                    .iter()
+                    .map(|b| {
+                        let buf = self.consts[b.index()].as_ref().or(run.bufs[b.index()].as_ref());
+                        let buf = buf.expect("every buffer a kernel binds has memory");
+                        vk::DescriptorBufferInfo::default().buffer(buf.buffer).offset(0).range(vk::WHOLE_SIZE)
+                    })
+                    .collect();
+                for extra in [&run.tables[i], &run.status[i]] {
+                    infos
+                        .push(vk::DescriptorBufferInfo::default().buffer(extra.buffer).offset(0).range(vk::WHOLE_SIZE));
+                }
+                let writes: Vec<vk::WriteDescriptorSet> = infos
+                    .iter()
+                    .enumerate()
+                    .map(|(b, info)| {
+                        vk::WriteDescriptorSet::default()
+                            .dst_set(set)
+                            .dst_binding(b as u32)
+                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                            .buffer_info(std::slice::from_ref(info))
+                    })
+                    .collect();
+                d.update_descriptor_sets(&writes, &[]);
+                let points = k.shader.points(&run.key.2[i]);
+                if points <= 0 {
+                    continue;
+                }
+                let groups = (points as u64).div_ceil(u64::from(LOCAL_SIZE));
+                let max_x = u64::from(ctx.limits.max_compute_work_group_count[0].min(65_535));
+                let gx = groups.min(max_x);
+                let gy = groups.div_ceil(gx);
+                if gy > u64::from(ctx.limits.max_compute_work_group_count[1]) {
+                    return Err(invalid(format!(
+                        "kernel {} has {points} points, more than one dispatch holds",
+                        k.shader.prepared.name
+                    )));
+                }
+                d.cmd_bind_pipeline(run.cmd, vk::PipelineBindPoint::COMPUTE, k.pipe.pipeline);
+                d.cmd_bind_descriptor_sets(run.cmd, vk::PipelineBindPoint::COMPUTE, k.pipe.layout, 0, &[set], &[]);
+                d.cmd_dispatch(run.cmd, gx as u32, gy as u32, 1);
+                d.cmd_pipeline_barrier(
+                    run.cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::DependencyFlags::empty(),
+                    &barrier,
+                    &[],
+                    &[],
+                );
+            }
+            let to_host = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            d.cmd_pipeline_barrier(
+                run.cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &to_host,
+                &[],
+                &[],
+            );
+            d.end_command_buffer(run.cmd).map_err(|e| invalid(call("vkEndCommandBuffer")(e)))?;
+        }
+        self.builds.fetch_add(1, Ordering::Relaxed);
+        Ok(run)
+    }
+}
+
+impl Executable for VulkanExecutable {
+    fn lifetimes(&self) -> &[Option<Lifetime>] {
+        &self.lifetimes
+    }
+
+    fn run(&self, p: &Program, inputs: &[TensorView], run: &mut RunState, max_run_bytes: u64) -> Result<(), RunError> {
+        // Sizes, and the checks compiled kernels cannot make.
+        let lens = run.sizes.lens.clone();
+        let lookup = |s: &str| run.sizes.symbol(p, s);
+        let mut tables = Vec::with_capacity(self.kernels.len());
+        for k in &self.kernels {
+            let mut dims = Vec::new();
+            let at = |error| RunError::Step { step: k.step, error };
+            k.shader.prepared.eval_dims(&lookup, &mut dims).map_err(at)?;
+            k.shader.prepared.check(&dims, &|b| lens[b.index()]).map_err(at)?;
+            tables.push(dims);
+        }
+        let reuse = match run.device.take().map(|d| d.downcast::<DeviceRun>()) {
+            Some(Ok(dr)) if dr.key.0 == run.sizes.symbols && dr.key.1 == lens && dr.key.2 == tables => Some(dr),
+            _ => None,
+        };
+        let dr = match reuse {
+            Some(dr) => dr,
+            None => Box::new(self.build(p, &run.sizes, tables, max_run_bytes)?),
+        };
+        let result = self.submit(p, inputs, run, &dr);
+        run.device = Some(dr as Box<dyn Any + Send>);
+        result?;
+        device::validation_result().map_err(invalid)
+    }
+
+    fn native_kernels(&self) -> usize {
+        self.kernels.len()
+    }
+
+    fn fallbacks(&self) -> &[Fallback] {
+        &[]
+    }
+
+    fn resident_bytes(&self) -> usize {
+        self.resident
+    }
+
+    fn explanation(&self) -> &str {
+        &self.explanation
+    }
+
+    fn arenas_allocated(&self) -> usize {
+        self.builds.load(Ordering::Relaxed)
+    }
+}
+
+impl VulkanExecutable {
+    /// Copies the inputs in, replays the recorded commands, checks the status words and
+    /// copies the outputs out.
+    fn submit(&self, p: &Program, inputs: &[TensorView], run: &mut RunState, dr: &DeviceRun) -> Result<(), RunError> {
+        let d = &self.ctx.device;
+        for (b, buf) in p.buffers.iter() {
+            if let (BufferKind::Input(n), Some(dst)) = (&buf.kind, &dr.bufs[b.index()]) {
+                let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
+                // SAFETY: nothing is submitted: the previous run waited for its fence.
+                unsafe { dst.bytes_mut()[..src.len()].copy_from_slice(src) };
+            }
+        }
+        for s in &dr.status {
+            // SAFETY: as above.
+            unsafe { s.bytes_mut().fill(0) };
+        }
+        {
+            let queue = self.ctx.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let cmds = [dr.cmd];
+            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            // SAFETY: the command buffer and everything it names live in `dr`; the queue is
+            // externally synchronized by the lock; the fence is unsignalled.
+            unsafe {
+                d.queue_submit(*queue, &submit, dr.fence).map_err(|e| invalid(call("vkQueueSubmit")(e)))?;
+            }
+        }
+        // SAFETY: the fence was submitted above.
+        unsafe {
+            d.wait_for_fences(&[dr.fence], true, u64::MAX).map_err(|e| invalid(call("vkWaitForFences")(e)))?;
+            d.reset_fences(&[dr.fence]).map_err(|e| invalid(call("vkResetFences")(e)))?;
+        }
+        for (s, k) in dr.status.iter().zip(&self.kernels) {
+            // SAFETY: the submission finished.
+            let code = u32::from_ne_bytes(unsafe { s.bytes() }[..4].try_into().unwrap_or_default());
+            let step = k.step;
+            if code != 0 {
+                let kernel = k.shader.prepared.name.clone();
+                let error = if code == Status::DivisionByZero as u32 {
+                    ExecError::Eval { kernel, error: crate::interp::EvalError::DivisionByZero }
+                } else {
+                    ExecError::Invalid(format!("kernel {kernel}: a computed index fell outside its buffer"))
+                };
+                return Err(RunError::Step { step, error });
+            }
+        }
+        run.outs.resize_with(p.outputs.len(), Tensor::placeholder);
+        for (k, (_, b)) in p.outputs.iter().enumerate() {
+            let shape = run.sizes.shape(p, *b).map_err(|error| RunError::Step { step: p.steps.len(), error })?;
+            let dtype = p.buffers[*b].dtype;
+            let bytes = lens_bytes(run.sizes.lens[b.index()], dtype);
+            let t = match (&p.buffers[*b].kind, &dr.bufs[b.index()], &self.consts[b.index()]) {
+                (BufferKind::Input(n), _, _) => {
+                    let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
+                    tensor_from_bytes(dtype, shape, src)
+                }
+                // SAFETY: the submission finished.
+                (_, Some(buf), _) | (_, None, Some(buf)) => {
+                    tensor_from_bytes(dtype, shape, &unsafe { buf.bytes() }[..bytes])
+                }
+                _ => Err(ExecError::Invalid(format!("output {b} has no memory"))),
+            };
+            run.outs[k] = t.map_err(|error| RunError::Step { step: p.steps.len(), error })?;
+        }
+        Ok(())
+    }
+}
+
+fn lens_bytes(len: usize, dtype: crate::ir::DType) -> usize {
+    len.saturating_mul(dtype.size_bytes())
+}
+
+/// Whether this backend runs the prim `kind` (on f32, i32, i64 and bool values; other dtypes
+/// are refused): what `ladder ops` reports in its `vulkan` column, and what
+/// `tests/all/vulkan.rs` checks against the programs it runs.
+pub fn runs_prim(kind: OpKind) -> bool {
+    use OpKind::*;
+    matches!(
+        kind,
+        Neg | Abs
+            | Exp
+            | Exp2
+            | Log
+            | Log1p
+            | Expm1
+            | Sqrt
+            | Rsqrt
+            | Reciprocal
+            | Sin
+            | Cos
+            | Tanh
+            | Erf
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | LogicalNot
+            | IsNan
+            | Add
+            | Sub
+            | Mul
+            | Div
+            | Max
+            | Min
+            | Eq
+            | Ne
+            | Lt
+            | Le
+            | Gt
+            | Ge
+            | And
+            | Or
+            | Rem
+            | Where
+            | ConvertElementType
+            | BroadcastInDim
+            | Reshape
+            | Permute
+            | Slice
+            | Iota
+            | Full
+            | DimValues
+            | ReduceSum
+            | ReduceProd
+            | ReduceMax
+            | ReduceMin
+            | ReduceArgmax
+            | Input
+            | Const
+    )
+}
+
+/// Whether a Vulkan device can be used here (loading the driver on first call); the reason
+/// where not.
+pub fn available() -> Result<String, VulkanError> {
+    context().map(|c| c.name.clone())
+}
+
+impl std::fmt::Debug for VulkanExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VulkanExecutable").field("kernels", &self.kernels.len()).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,881 @@
+//! Kernel IR to SPIR-V: one compute shader per generated kernel.
+//!
+//! A shader invocation computes one point of the kernel's outer loops: the invocation's flat
+//! index (`x + y * groups_x * LOCAL_SIZE`, so a dispatch can pass the 65,535-group limit in
+//! `x`) is split row-major into the outer loop variables, and an invocation past the last
+//! point returns. The stages follow in order, each a nest of structured loops around its
+//! body, exactly as the reference executor (`crate::kernel::eval`) runs them: accumulation
+//! is sequential in row-major order of the inner loops, so sums round as there.
+//!
+//! Bindings, all in descriptor set 0: the program buffers the kernel loads or stores, in the
+//! order of [`Shader::buffers`] (a runtime array of the buffer's element type each), then
+//! the kernel's evaluated size table (i64, in [`PreparedKernel`]'s slot order, followed by
+//! the element count of each bound buffer, for the computed loads' checks), then a status
+//! word that the shader sets to a [`Status`] code on a run-time error it finds (a computed
+//! load outside its buffer, an integer division by zero); the host reads it after the run.
+//! Affine loads and stores are checked on the host before the dispatch
+//! ([`PreparedKernel::check`]), as for the CPU's compiled kernels.
+//!
+//! Meanings follow the prims: `max`/`min` propagate NaN and order `-0 < +0`, float to
+//! integer conversion saturates (NaN to 0), integer arithmetic wraps, `x / -1` and `x % -1`
+//! do not trap. The transcendentals (`exp`, `exp2`, `log`, `log1p`, `expm1`, `tanh`, `erf`,
+//! `sin`, `cos`) are the CPU backend's approximations, emitted through their `Arith`
+//! (`arith.rs`); `sqrt` and division are the device's. Bool buffers are bytes, four to a
+//! 32-bit word (stores go through atomics). A kernel using a dtype or an op this lowering
+//! does not have (f16, bf16, f64, 8- and 16-bit and unsigned integers, `pow`, bitwise ops)
+//! is declined with the reason.
+
+use std::collections::HashMap;
+
+use rspirv::binary::Assemble;
+use rspirv::dr::{Builder, Operand};
+use rspirv::spirv::{self, Word};
+
+use crate::backend::cpu::math;
+use crate::backend::Declined;
+use crate::ir::DType;
+use crate::kernel::eval::PreparedKernel;
+use cranelift_entity::EntityRef;
+
+use crate::kernel::{BufferId, Index, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Stage, Var};
+mod scalar;
+
+/// Invocations per workgroup.
+pub const LOCAL_SIZE: u32 = 64;
+
+/// What the status word holds after a run (0: no error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Status {
+    /// A computed load (`LoadAt`) fell outside its buffer.
+    OutOfBounds = 1,
+    /// An integer division or remainder by zero.
+    DivisionByZero = 2,
+}
+
+/// A kernel lowered to a compute shader.
+pub struct Shader {
+    /// The SPIR-V module (version 1.3), entry point `main`.
+    pub words: Vec<u32>,
+    /// The program buffers bound at bindings `0..buffers.len()`, in that order; the size
+    /// table (then each of these buffers' element count) is at `buffers.len()`, the status
+    /// word at `buffers.len() + 1`.
+    pub buffers: Vec<BufferId>,
+    /// The kernel checked against the program: its size table and the host-side checks.
+    pub prepared: PreparedKernel,
+    /// The size table slots of the outer loops' extents.
+    pub outer: Vec<usize>,
+}
+
+impl Shader {
+    /// The invocations a run with the evaluated size table `dims` needs: the points of the
+    /// outer loops (saturating).
+    pub fn points(&self, dims: &[i64]) -> i64 {
+        self.outer.iter().fold(1i64, |n, &s| n.saturating_mul(dims[s].max(0)))
+    }
+}
+
+/// Lowers `kernel` of `program`, or says why it cannot.
+pub fn lower(kernel: &Kernel, program: &Program) -> Result<Shader, Declined> {
+    if kernel.activation.is_some() {
+        return Err(Declined::Unsupported("a library activation after the kernel".into()));
+    }
+    let prepared = PreparedKernel::new(kernel, program).map_err(Declined::Defect)?;
+    let mut cx = Cx::new(kernel, program, &prepared)?;
+    cx.emit()?;
+    if let Some(e) = cx.err.take() {
+        return Err(e);
+    }
+    let buffers = cx.buffers.iter().map(|b| b.id).collect();
+    let outer = kernel.outer.iter().map(|d| cx.slot(d)).collect::<Result<_, _>>()?;
+    let mut module = cx.b.module();
+    hoist_variables(&mut module);
+    Ok(Shader { words: module.assemble(), buffers, prepared, outer })
+}
+
+/// Moves every function-local `OpVariable` to the start of the function's first block, where
+/// SPIR-V requires them (they are made where first needed).
+fn hoist_variables(module: &mut rspirv::dr::Module) {
+    for f in &mut module.functions {
+        let mut vars = Vec::new();
+        for block in &mut f.blocks {
+            let (v, rest): (Vec<_>, Vec<_>) =
+                block.instructions.drain(..).partition(|i| i.class.opcode == spirv::Op::Variable);
+            vars.extend(v);
+            block.instructions = rest;
+        }
+        if let Some(first) = f.blocks.first_mut() {
+            vars.append(&mut first.instructions);
+            first.instructions = vars;
+        }
+    }
+}
+
+fn unsupported(what: impl Into<String>) -> Declined {
+    Declined::Unsupported(what.into())
+}
+
+/// Element types a shader can hold in a register.
+fn check_dtype(dt: DType) -> Result<(), Declined> {
+    match dt {
+        DType::F32 | DType::I32 | DType::I64 | DType::Bool => Ok(()),
+        _ => Err(unsupported(format!("dtype {dt} on the device"))),
+    }
+}
+
+struct Bound {
+    id: BufferId,
+    dtype: DType,
+    var: Word,
+    elem_ptr: Word,
+}
+
+/// State of one accumulator while its stage runs.
+#[derive(Clone, Copy)]
+struct AccVars {
+    /// The running value (for sum-exp: the sum of the second pass).
+    value: Word,
+    /// Argmax: the best position. Sum-exp: the running maximum of the first pass.
+    aux: Word,
+    /// Argmax: whether a value was fed.
+    seen: Word,
+    /// Sum-exp: the shift `c` of the second pass, once known.
+    shift: Option<Word>,
+}
+
+/// Which of a sum-exp stage's two passes is being emitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// A stage without sum-exp accumulators: everything at once.
+    Only,
+    /// The first pass: every accumulator but the sum-exp ones, which take their maximum.
+    Max,
+    /// The second pass: only the sum-exp accumulators, which sum `exp(x - c)`.
+    Sum,
+}
+
+/// The lowering of one kernel (also the [`crate::backend::cpu::math::Arith`] the shared
+/// approximations are emitted through: `arith.rs`).
+pub(super) struct Cx<'a> {
+    kernel: &'a Kernel,
+    program: &'a Program,
+    prepared: &'a PreparedKernel,
+    pub(super) b: Builder,
+    glsl: Word,
+    t_void: Word,
+    pub(super) t_bool: Word,
+    pub(super) t_f32: Word,
+    pub(super) t_i32: Word,
+    t_i64: Word,
+    t_u32: Word,
+    t_u64: Word,
+    consts: HashMap<(u8, u64), Word>,
+    buffers: Vec<Bound>,
+    dims_var: Word,
+    dims_elem_ptr: Word,
+    status_var: Word,
+    status_elem_ptr: Word,
+    /// Every register's dtype.
+    reg_dtype: Vec<Option<DType>>,
+    /// The SSA value of each register where it is defined.
+    regs: Vec<Option<Word>>,
+    /// Size table slots loaded at the start (i64), by slot.
+    dims: Vec<Word>,
+    outer: Vec<Word>,
+    inner: Vec<Word>,
+    /// The first builder error met inside an `Arith` method (which cannot return one).
+    pub(super) err: Option<Declined>,
+}
+
+impl<'a> Cx<'a> {
+    fn new(kernel: &'a Kernel, program: &'a Program, prepared: &'a PreparedKernel) -> Result<Cx<'a>, Declined> {
+        let mut b = Builder::new();
+        b.set_version(1, 3);
+        b.capability(spirv::Capability::Shader);
+        b.capability(spirv::Capability::Int64);
+        // NaN, infinities and signed zeros are values the prims define: without this mode a
+        // driver may assume they never occur (and fold `x - x` to 0).
+        b.capability(spirv::Capability::SignedZeroInfNanPreserve);
+        b.extension("SPV_KHR_float_controls");
+        let glsl = b.ext_inst_import("GLSL.std.450");
+        b.memory_model(spirv::AddressingModel::Logical, spirv::MemoryModel::GLSL450);
+        let t_void = b.type_void();
+        let t_bool = b.type_bool();
+        let t_f32 = b.type_float(32);
+        let t_i32 = b.type_int(32, 1);
+        let t_i64 = b.type_int(64, 1);
+        let t_u32 = b.type_int(32, 0);
+        let t_u64 = b.type_int(64, 0);
+        let mut cx = Cx {
+            kernel,
+            program,
+            prepared,
+            b,
+            glsl,
+            t_void,
+            t_bool,
+            t_f32,
+            t_i32,
+            t_i64,
+            t_u32,
+            t_u64,
+            consts: HashMap::new(),
+            buffers: Vec::new(),
+            dims_var: 0,
+            dims_elem_ptr: 0,
+            status_var: 0,
+            status_elem_ptr: 0,
+            reg_dtype: vec![None; kernel.n_regs as usize],
+            regs: vec![None; kernel.n_regs as usize],
+            dims: Vec::new(),
+            outer: Vec::new(),
+            inner: Vec::new(),
+            err: None,
+        };
+        cx.type_registers()?;
+        // Buffers in first-use order, then the size table and the status word.
+        let mut used: Vec<BufferId> = Vec::new();
+        kernel.for_each_buffer(&mut |b| {
+            if !used.contains(&b) {
+                used.push(b);
+            }
+        });
+        for (binding, &id) in used.iter().enumerate() {
+            let dtype = program.buffers[id].dtype;
+            if !matches!(dtype, DType::F32 | DType::I32 | DType::I64 | DType::Bool) {
+                return Err(unsupported(format!("a {dtype} buffer on the device ({id})")));
+            }
+            // Bools are bytes (0 or 1), four to a 32-bit word (`load_elem`, `store_elem`).
+            let (elem, stride) =
+                if dtype == DType::Bool { (t_u32, 4) } else { (cx.ty(dtype), dtype.size_bytes() as u32) };
+            let (var, elem_ptr) = cx.storage_array(elem, stride, binding as u32);
+            cx.buffers.push(Bound { id, dtype, var, elem_ptr });
+        }
+        let n = used.len() as u32;
+        (cx.dims_var, cx.dims_elem_ptr) = cx.storage_array(t_i64, 8, n);
+        (cx.status_var, cx.status_elem_ptr) = cx.storage_array(t_u32, 4, n + 1);
+        Ok(cx)
+    }
+
+    /// A storage buffer `struct { T data[]; }` at `binding`: its variable and the pointer type
+    /// of one element.
+    fn storage_array(&mut self, elem: Word, stride: u32, binding: u32) -> (Word, Word) {
+        let arr = self.b.type_runtime_array(elem);
+        // Distinct array and struct types per binding: decorations attach to a type once.
+        let arr = if self.b.module_ref().annotations.iter().any(|a| decorates(a, arr)) {
+            let fresh = self.b.id();
+            self.b.module_mut().types_global_values.push(rspirv::dr::Instruction::new(
+                spirv::Op::TypeRuntimeArray,
+                None,
+                Some(fresh),
+                vec![Operand::IdRef(elem)],
+            ));
+            fresh
+        } else {
+            arr
+        };
+        self.b.decorate(arr, spirv::Decoration::ArrayStride, [Operand::LiteralBit32(stride)]);
+        let st = self.b.id();
+        self.b.module_mut().types_global_values.push(rspirv::dr::Instruction::new(
+            spirv::Op::TypeStruct,
+            None,
+            Some(st),
+            vec![Operand::IdRef(arr)],
+        ));
+        self.b.decorate(st, spirv::Decoration::Block, []);
+        self.b.member_decorate(st, 0, spirv::Decoration::Offset, [Operand::LiteralBit32(0)]);
+        let ptr = self.b.type_pointer(None, spirv::StorageClass::StorageBuffer, st);
+        let var = self.b.variable(ptr, None, spirv::StorageClass::StorageBuffer, None);
+        self.b.decorate(var, spirv::Decoration::DescriptorSet, [Operand::LiteralBit32(0)]);
+        self.b.decorate(var, spirv::Decoration::Binding, [Operand::LiteralBit32(binding)]);
+        let elem_ptr = self.b.type_pointer(None, spirv::StorageClass::StorageBuffer, elem);
+        (var, elem_ptr)
+    }
+
+    /// Every register's dtype, from its definition; declines dtypes the device lacks.
+    fn type_registers(&mut self) -> Result<(), Declined> {
+        for stage in &self.kernel.stages {
+            for acc in &stage.accumulators {
+                let dt = if acc.op == ReduceOp::Argmax { DType::I64 } else { acc.dtype };
+                check_dtype(acc.dtype)?;
+                if acc.op.is_sum_exp() && acc.dtype != DType::F32 {
+                    return Err(unsupported(format!("sum-exp in {}", acc.dtype)));
+                }
+                self.reg_dtype[acc.result.index()] = Some(dt);
+            }
+            for instr in &stage.body {
+                let (dst, dt) = match instr {
+                    Instr::Load { dst, buf, .. } | Instr::LoadAt { dst, buf, .. } => {
+                        (*dst, self.program.buffers[*buf].dtype)
+                    }
+                    Instr::Const { dst, dtype, .. }
+                    | Instr::LoopVar { dst, dtype, .. }
+                    | Instr::Unary { dst, dtype, .. }
+                    | Instr::Binary { dst, dtype, .. }
+                    | Instr::Select { dst, dtype, .. }
+                    | Instr::Convert { dst, dtype, .. } => (*dst, *dtype),
+                    Instr::Accumulate { .. } | Instr::Store { .. } => continue,
+                };
+                check_dtype(dt)?;
+                self.reg_dtype[dst.index()] = Some(dt);
+            }
+        }
+        Ok(())
+    }
+
+    fn ty(&self, dt: DType) -> Word {
+        match dt {
+            DType::F32 => self.t_f32,
+            DType::I32 => self.t_i32,
+            DType::I64 => self.t_i64,
+            _ => self.t_bool,
+        }
+    }
+
+    fn dtype_of(&self, r: Reg) -> DType {
+        self.reg_dtype[r.index()].unwrap_or(DType::F32)
+    }
+
+    fn reg(&self, r: Reg) -> Result<Word, Declined> {
+        self.regs[r.index()].ok_or_else(|| Declined::Defect(format!("{r} is used before it is defined")))
+    }
+
+    pub(super) fn constant(&mut self, dt: DType, bits: u64) -> Word {
+        let tag = match dt {
+            DType::F32 => 0,
+            DType::I32 => 1,
+            DType::I64 => 2,
+            DType::Bool => 3,
+            _ => 4,
+        };
+        if let Some(&c) = self.consts.get(&(tag, bits)) {
+            return c;
+        }
+        let c = match dt {
+            DType::F32 => self.b.constant_bit32(self.t_f32, bits as u32),
+            DType::I32 => self.b.constant_bit32(self.t_i32, bits as u32),
+            DType::I64 => self.b.constant_bit64(self.t_i64, bits),
+            DType::Bool if bits != 0 => self.b.constant_true(self.t_bool),
+            DType::Bool => self.b.constant_false(self.t_bool),
+            _ => self.b.constant_bit32(self.t_u32, bits as u32),
+        };
+        self.consts.insert((tag, bits), c);
+        c
+    }
+
+    pub(super) fn f32c(&mut self, x: f32) -> Word {
+        self.constant(DType::F32, u64::from(x.to_bits()))
+    }
+
+    fn i64c(&mut self, x: i64) -> Word {
+        self.constant(DType::I64, x as u64)
+    }
+
+    fn u32c(&mut self, x: u32) -> Word {
+        self.constant(DType::U32, u64::from(x))
+    }
+
+    /// A constant of `dt` with the value `x` (ints wrapped, floats rounded to f32).
+    fn scalar(&mut self, dt: DType, value: Scalar) -> Word {
+        let (f, i) = match value {
+            Scalar::Float(f) => (f, f as i64),
+            Scalar::Int(i) => (i as f64, i),
+            Scalar::Bool(b) => (f64::from(u8::from(b)), i64::from(b)),
+        };
+        match dt {
+            DType::F32 => self.f32c(f as f32),
+            DType::I32 => self.constant(DType::I32, u64::from(i as i32 as u32)),
+            DType::I64 => self.i64c(i),
+            _ => self.constant(DType::Bool, u64::from(i != 0 || f != 0.0)),
+        }
+    }
+
+    /// A size table slot's value (i64): a constant where the size is one.
+    fn dim(&mut self, slot: usize) -> Word {
+        match self.prepared.dims[slot].as_const() {
+            Some(c) => self.i64c(c as i64),
+            None => self.dims[slot],
+        }
+    }
+
+    fn slot(&self, d: &crate::ir::Dim) -> Result<usize, Declined> {
+        self.prepared
+            .dims
+            .iter()
+            .position(|x| x == d)
+            .ok_or_else(|| Declined::Defect(format!("size {d} is not in the kernel's table")))
+    }
+
+    /// `r`'s id, or 0 with the error kept in `err` (for the `Arith` methods).
+    pub(super) fn ok(&mut self, r: Result<Word, rspirv::dr::Error>) -> Word {
+        r.unwrap_or_else(|e| {
+            self.err.get_or_insert(failed(e));
+            0
+        })
+    }
+
+    /// A `GLSL.std.450` f32 instruction, for the `Arith` methods.
+    pub(super) fn glsl_ok(&mut self, op: spirv::GLOp, args: &[Word]) -> Word {
+        let r = self.glsl(self.t_f32, op, args);
+        r.unwrap_or_else(|e| {
+            self.err.get_or_insert(e);
+            0
+        })
+    }
+
+    fn glsl(&mut self, ty: Word, op: spirv::GLOp, args: &[Word]) -> Result<Word, Declined> {
+        let glsl = self.glsl;
+        self.b.ext_inst(ty, None, glsl, op as u32, args.iter().map(|&a| Operand::IdRef(a))).map_err(failed)
+    }
+
+    // ----------------------------------------------------------------------------------
+    // The function
+    // ----------------------------------------------------------------------------------
+
+    fn emit(&mut self) -> Result<(), Declined> {
+        let uvec3 = self.b.type_vector(self.t_u32, 3);
+        let in_ptr = self.b.type_pointer(None, spirv::StorageClass::Input, uvec3);
+        let gid_var = self.b.variable(in_ptr, None, spirv::StorageClass::Input, None);
+        self.b.decorate(gid_var, spirv::Decoration::BuiltIn, [Operand::BuiltIn(spirv::BuiltIn::GlobalInvocationId)]);
+        let groups_var = self.b.variable(in_ptr, None, spirv::StorageClass::Input, None);
+        self.b.decorate(groups_var, spirv::Decoration::BuiltIn, [Operand::BuiltIn(spirv::BuiltIn::NumWorkgroups)]);
+        let fn_ty = self.b.type_function(self.t_void, []);
+        let main = self.b.begin_function(self.t_void, None, spirv::FunctionControl::NONE, fn_ty).map_err(failed)?;
+        self.b.begin_block(None).map_err(failed)?;
+
+        // The size table, loaded once.
+        for slot in 0..self.prepared.dims.len() {
+            let v = if self.prepared.dims[slot].is_static() {
+                0
+            } else {
+                let zero = self.u32c(0);
+                let at = self.u32c(slot as u32);
+                let p = self.b.access_chain(self.dims_elem_ptr, None, self.dims_var, [zero, at]).map_err(failed)?;
+                self.b.load(self.t_i64, None, p, None, []).map_err(failed)?
+            };
+            self.dims.push(v);
+        }
+
+        // The flat point index, and the number of points.
+        let gid = self.b.load(uvec3, None, gid_var, None, []).map_err(failed)?;
+        let groups = self.b.load(uvec3, None, groups_var, None, []).map_err(failed)?;
+        let gx = self.b.composite_extract(self.t_u32, None, gid, [0]).map_err(failed)?;
+        let gy = self.b.composite_extract(self.t_u32, None, gid, [1]).map_err(failed)?;
+        let nx = self.b.composite_extract(self.t_u32, None, groups, [0]).map_err(failed)?;
+        let to_i64 = |cx: &mut Self, x: Word| -> Result<Word, Declined> {
+            let w = cx.b.u_convert(cx.t_u64, None, x).map_err(failed)?;
+            cx.b.bitcast(cx.t_i64, None, w).map_err(failed)
+        };
+        let (gx, gy, nx) = (to_i64(self, gx)?, to_i64(self, gy)?, to_i64(self, nx)?);
+        let local = self.i64c(i64::from(LOCAL_SIZE));
+        let row = self.b.i_mul(self.t_i64, None, nx, local).map_err(failed)?;
+        let off = self.b.i_mul(self.t_i64, None, gy, row).map_err(failed)?;
+        let flat = self.b.i_add(self.t_i64, None, gx, off).map_err(failed)?;
+        let mut total = self.i64c(1);
+        let outer_slots: Vec<usize> = self.kernel.outer.iter().map(|d| self.slot(d)).collect::<Result<_, _>>()?;
+        for &s in &outer_slots {
+            let e = self.dim(s);
+            total = self.b.i_mul(self.t_i64, None, total, e).map_err(failed)?;
+        }
+        let inside = self.b.s_less_than(self.t_bool, None, flat, total).map_err(failed)?;
+        let body = self.b.id();
+        let end = self.b.id();
+        self.b.selection_merge(end, spirv::SelectionControl::NONE).map_err(failed)?;
+        self.b.branch_conditional(inside, body, end, []).map_err(failed)?;
+        self.b.begin_block(Some(body)).map_err(failed)?;
+
+        // Outer variables, the last fastest.
+        let mut rest = flat;
+        let mut outer = vec![0; outer_slots.len()];
+        for (k, &s) in outer_slots.iter().enumerate().rev() {
+            let e = self.dim(s);
+            outer[k] = self.b.s_rem(self.t_i64, None, rest, e).map_err(failed)?;
+            rest = self.b.s_div(self.t_i64, None, rest, e).map_err(failed)?;
+        }
+        self.outer = outer;
+
+        for stage in &self.kernel.stages {
+            self.stage(stage)?;
+        }
+        self.b.branch(end).map_err(failed)?;
+        self.b.begin_block(Some(end)).map_err(failed)?;
+        self.b.ret().map_err(failed)?;
+        self.b.end_function().map_err(failed)?;
+        self.b.entry_point(spirv::ExecutionModel::GLCompute, main, "main", [gid_var, groups_var]);
+        self.b.execution_mode(main, spirv::ExecutionMode::LocalSize, [LOCAL_SIZE, 1, 1]);
+        self.b.execution_mode(main, spirv::ExecutionMode::SignedZeroInfNanPreserve, [32]);
+        Ok(())
+    }
+
+    fn function_var(&mut self, ty: Word) -> Word {
+        let p = self.b.type_pointer(None, spirv::StorageClass::Function, ty);
+        self.b.variable(p, None, spirv::StorageClass::Function, None)
+    }
+
+    fn stage(&mut self, stage: &Stage) -> Result<(), Declined> {
+        let sum_exp = stage.accumulators.iter().any(|a| a.op.is_sum_exp());
+        if sum_exp && stage.body.iter().any(|i| matches!(i, Instr::Store { .. })) {
+            // The two passes would store twice.
+            return Err(unsupported("a sum-exp stage that also stores"));
+        }
+        let inner: Vec<usize> = stage.inner.iter().map(|d| self.slot(d)).collect::<Result<_, _>>()?;
+        // Accumulator state, reset.
+        let mut accs = Vec::with_capacity(stage.accumulators.len());
+        for acc in &stage.accumulators {
+            let ty = self.ty(acc.dtype);
+            let value = self.function_var(ty);
+            let t_i64 = self.t_i64;
+            let aux = if acc.op == ReduceOp::Argmax {
+                self.function_var(t_i64)
+            } else if acc.op.is_sum_exp() {
+                self.function_var(ty)
+            } else {
+                0
+            };
+            let t_bool = self.t_bool;
+            let seen = if acc.op == ReduceOp::Argmax { self.function_var(t_bool) } else { 0 };
+            let init = self.acc_init(acc.op, acc.dtype);
+            self.b.store(value, init, None, []).map_err(failed)?;
+            if acc.op == ReduceOp::Argmax {
+                let (z, f) = (self.i64c(0), self.constant(DType::Bool, 0));
+                self.b.store(aux, z, None, []).map_err(failed)?;
+                self.b.store(seen, f, None, []).map_err(failed)?;
+            }
+            if acc.op.is_sum_exp() {
+                let ninf = self.f32c(f32::NEG_INFINITY);
+                self.b.store(aux, ninf, None, []).map_err(failed)?;
+            }
+            accs.push(AccVars { value, aux, seen, shift: None });
+        }
+        if sum_exp {
+            self.loops(stage, &inner, &accs, Pass::Max, 0)?;
+            for (acc, vars) in stage.accumulators.iter().zip(accs.iter_mut()) {
+                if acc.op.is_sum_exp() {
+                    let m = self.b.load(self.t_f32, None, vars.aux, None, []).map_err(failed)?;
+                    vars.shift = Some(if acc.op == ReduceOp::SumExpFinite {
+                        let a = self.glsl(self.t_f32, spirv::GLOp::FAbs, &[m])?;
+                        let inf = self.f32c(f32::INFINITY);
+                        let is_inf = self.b.f_ord_equal(self.t_bool, None, a, inf).map_err(failed)?;
+                        let zero = self.f32c(0.0);
+                        self.b.select(self.t_f32, None, is_inf, zero, m).map_err(failed)?
+                    } else {
+                        m
+                    });
+                }
+            }
+            self.loops(stage, &inner, &accs, Pass::Sum, 0)?;
+        } else {
+            self.loops(stage, &inner, &accs, Pass::Only, 0)?;
+        }
+        // Results: an empty float sum is +0 (the running value starts at -0, see `acc_init`).
+        let mut empty = None;
+        for (acc, vars) in stage.accumulators.iter().zip(&accs) {
+            let result = match acc.op {
+                ReduceOp::Argmax => self.b.load(self.t_i64, None, vars.aux, None, []).map_err(failed)?,
+                ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite if acc.dtype == DType::F32 => {
+                    let v = self.b.load(self.t_f32, None, vars.value, None, []).map_err(failed)?;
+                    let e = match empty {
+                        Some(e) => e,
+                        None => {
+                            let e = self.any_empty(&inner)?;
+                            empty = Some(e);
+                            e
+                        }
+                    };
+                    let zero = self.f32c(0.0);
+                    self.b.select(self.t_f32, None, e, zero, v).map_err(failed)?
+                }
+                _ => {
+                    let ty = self.ty(acc.dtype);
+                    self.b.load(ty, None, vars.value, None, []).map_err(failed)?
+                }
+            };
+            self.regs[acc.result.index()] = Some(result);
+        }
+        Ok(())
+    }
+
+    /// Whether some inner loop of the stage runs no iteration.
+    fn any_empty(&mut self, inner: &[usize]) -> Result<Word, Declined> {
+        let mut any = self.constant(DType::Bool, 0);
+        for &s in inner {
+            let e = self.dim(s);
+            let zero = self.i64c(0);
+            let is = self.b.s_less_than_equal(self.t_bool, None, e, zero).map_err(failed)?;
+            any = self.b.logical_or(self.t_bool, None, any, is).map_err(failed)?;
+        }
+        Ok(any)
+    }
+
+    /// The value an accumulator starts from.
+    fn acc_init(&mut self, op: ReduceOp, dt: DType) -> Word {
+        match (op, dt) {
+            // `-0 + x` is `x` for every `x`, so the first element is taken as it is.
+            (ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite, DType::F32) => self.f32c(-0.0),
+            (ReduceOp::Prod, DType::F32) => self.f32c(1.0),
+            (ReduceOp::Max | ReduceOp::Argmax, DType::F32) => self.f32c(f32::NEG_INFINITY),
+            (ReduceOp::Min, DType::F32) => self.f32c(f32::INFINITY),
+            (ReduceOp::Max | ReduceOp::Argmax, DType::Bool) => self.constant(DType::Bool, 0),
+            (ReduceOp::Min, DType::Bool) => self.constant(DType::Bool, 1),
+            (ReduceOp::Prod, _) => self.scalar(dt, Scalar::Int(1)),
+            (ReduceOp::Max | ReduceOp::Argmax, DType::I32) => self.scalar(dt, Scalar::Int(i64::from(i32::MIN))),
+            (ReduceOp::Max | ReduceOp::Argmax, _) => self.scalar(dt, Scalar::Int(i64::MIN)),
+            (ReduceOp::Min, DType::I32) => self.scalar(dt, Scalar::Int(i64::from(i32::MAX))),
+            (ReduceOp::Min, _) => self.scalar(dt, Scalar::Int(i64::MAX)),
+            _ => self.scalar(dt, Scalar::Int(0)),
+        }
+    }
+
+    /// The loop nest of `stage` from depth `depth`, around its body.
+    fn loops(
+        &mut self,
+        stage: &Stage,
+        inner: &[usize],
+        accs: &[AccVars],
+        pass: Pass,
+        depth: usize,
+    ) -> Result<(), Declined> {
+        if depth == inner.len() {
+            return self.body(stage, accs, pass);
+        }
+        let t_i64 = self.t_i64;
+        let counter = self.function_var(t_i64);
+        let zero = self.i64c(0);
+        self.b.store(counter, zero, None, []).map_err(failed)?;
+        let (header, check, body, cont, merge) = (self.b.id(), self.b.id(), self.b.id(), self.b.id(), self.b.id());
+        self.b.branch(header).map_err(failed)?;
+        self.b.begin_block(Some(header)).map_err(failed)?;
+        self.b.loop_merge(merge, cont, spirv::LoopControl::NONE, []).map_err(failed)?;
+        self.b.branch(check).map_err(failed)?;
+        self.b.begin_block(Some(check)).map_err(failed)?;
+        let i = self.b.load(t_i64, None, counter, None, []).map_err(failed)?;
+        let e = self.dim(inner[depth]);
+        let more = self.b.s_less_than(self.t_bool, None, i, e).map_err(failed)?;
+        self.b.branch_conditional(more, body, merge, []).map_err(failed)?;
+        self.b.begin_block(Some(body)).map_err(failed)?;
+        if self.inner.len() <= depth {
+            self.inner.resize(depth + 1, 0);
+        }
+        self.inner[depth] = i;
+        self.loops(stage, inner, accs, pass, depth + 1)?;
+        self.b.branch(cont).map_err(failed)?;
+        self.b.begin_block(Some(cont)).map_err(failed)?;
+        let one = self.i64c(1);
+        let next = self.b.i_add(t_i64, None, i, one).map_err(failed)?;
+        self.b.store(counter, next, None, []).map_err(failed)?;
+        self.b.branch(header).map_err(failed)?;
+        self.b.begin_block(Some(merge)).map_err(failed)?;
+        Ok(())
+    }
+
+    fn index(&mut self, ix: &Index) -> Result<Word, Declined> {
+        let s = self.slot(&ix.offset)?;
+        let mut at = self.dim(s);
+        for (var, stride) in &ix.terms {
+            let x = self.var(*var)?;
+            let s = self.slot(stride)?;
+            let st = self.dim(s);
+            let t = self.b.i_mul(self.t_i64, None, x, st).map_err(failed)?;
+            at = self.b.i_add(self.t_i64, None, at, t).map_err(failed)?;
+        }
+        Ok(at)
+    }
+
+    fn var(&self, v: Var) -> Result<Word, Declined> {
+        let got = match v {
+            Var::Outer(k) => self.outer.get(k as usize),
+            Var::Inner(k) => self.inner.get(k as usize),
+        };
+        got.copied().ok_or_else(|| Declined::Defect(format!("loop variable {v} out of range")))
+    }
+
+    fn bound(&self, buf: BufferId) -> Result<&Bound, Declined> {
+        self.buffers.iter().find(|b| b.id == buf).ok_or_else(|| Declined::Defect(format!("{buf} is not bound")))
+    }
+
+    /// Element `at` (i64) of `buf`, as a register of the buffer's dtype.
+    fn load_elem(&mut self, buf: BufferId, at: Word) -> Result<Word, Declined> {
+        let dt = self.bound(buf)?.dtype;
+        if dt != DType::Bool {
+            let (p, _) = self.element_ptr(buf, at)?;
+            let ty = self.ty(dt);
+            return self.b.load(ty, None, p, None, []).map_err(failed);
+        }
+        let (p, shift) = self.bool_word(buf, at)?;
+        let w = self.b.load(self.t_u32, None, p, None, []).map_err(failed)?;
+        let byte = self.b.shift_right_logical(self.t_u32, None, w, shift).map_err(failed)?;
+        let mask = self.u32c(0xff);
+        let byte = self.b.bitwise_and(self.t_u32, None, byte, mask).map_err(failed)?;
+        let zero = self.u32c(0);
+        self.b.i_not_equal(self.t_bool, None, byte, zero).map_err(failed)
+    }
+
+    /// Stores register `v` at element `at` of `buf`. A bool is written into its byte of the
+    /// word with two atomic operations (clear, then set), so invocations writing the other
+    /// bytes of the word at the same time keep theirs.
+    fn store_elem(&mut self, buf: BufferId, at: Word, v: Word) -> Result<(), Declined> {
+        if self.bound(buf)?.dtype != DType::Bool {
+            let (p, _) = self.element_ptr(buf, at)?;
+            return self.b.store(p, v, None, []).map_err(failed);
+        }
+        let (p, shift) = self.bool_word(buf, at)?;
+        let t = self.t_u32;
+        let ff = self.u32c(0xff);
+        let mask = self.b.shift_left_logical(t, None, ff, shift).map_err(failed)?;
+        let keep = self.b.not(t, None, mask).map_err(failed)?;
+        let (one, zero) = (self.u32c(1), self.u32c(0));
+        let bit = self.b.select(t, None, v, one, zero).map_err(failed)?;
+        let set = self.b.shift_left_logical(t, None, bit, shift).map_err(failed)?;
+        let scope = self.u32c(spirv::Scope::Device as u32);
+        let relaxed = self.u32c(0);
+        self.b.atomic_and(t, None, p, scope, relaxed, keep).map_err(failed)?;
+        self.b.atomic_or(t, None, p, scope, relaxed, set).map_err(failed)?;
+        Ok(())
+    }
+
+    /// The word holding bool element `at` of `buf`, and the element's bit offset in it.
+    fn bool_word(&mut self, buf: BufferId, at: Word) -> Result<(Word, Word), Declined> {
+        let two = self.i64c(2);
+        let word = self.b.shift_right_arithmetic(self.t_i64, None, at, two).map_err(failed)?;
+        let three = self.i64c(3);
+        let byte = self.b.bitwise_and(self.t_i64, None, at, three).map_err(failed)?;
+        let byte = self.b.s_convert(self.t_i32, None, byte).map_err(failed)?;
+        let byte = self.b.bitcast(self.t_u32, None, byte).map_err(failed)?;
+        let eight = self.u32c(8);
+        let shift = self.b.i_mul(self.t_u32, None, byte, eight).map_err(failed)?;
+        let (p, _) = self.element_ptr(buf, word)?;
+        Ok((p, shift))
+    }
+
+    fn element_ptr(&mut self, buf: BufferId, at: Word) -> Result<(Word, DType), Declined> {
+        let (var, elem_ptr, dtype) = {
+            let b = self.bound(buf)?;
+            (b.var, b.elem_ptr, b.dtype)
+        };
+        let zero = self.u32c(0);
+        Ok((self.b.access_chain(elem_ptr, None, var, [zero, at]).map_err(failed)?, dtype))
+    }
+
+    /// Sets the status word to `code` (when `cond` holds).
+    fn flag(&mut self, cond: Word, code: Status) -> Result<(), Declined> {
+        let (set, done) = (self.b.id(), self.b.id());
+        self.b.selection_merge(done, spirv::SelectionControl::NONE).map_err(failed)?;
+        self.b.branch_conditional(cond, set, done, []).map_err(failed)?;
+        self.b.begin_block(Some(set)).map_err(failed)?;
+        let zero = self.u32c(0);
+        let p = self.b.access_chain(self.status_elem_ptr, None, self.status_var, [zero, zero]).map_err(failed)?;
+        let c = self.u32c(code as u32);
+        self.b.store(p, c, None, []).map_err(failed)?;
+        self.b.branch(done).map_err(failed)?;
+        self.b.begin_block(Some(done)).map_err(failed)?;
+        Ok(())
+    }
+
+    fn body(&mut self, stage: &Stage, accs: &[AccVars], pass: Pass) -> Result<(), Declined> {
+        for instr in &stage.body {
+            match instr {
+                Instr::Load { dst, buf, index } => {
+                    let at = self.index(index)?;
+                    self.regs[dst.index()] = Some(self.load_elem(*buf, at)?);
+                }
+                Instr::LoadAt { dst, buf, index } => {
+                    let at = self.reg(*index)?;
+                    let at = self.convert(at, self.dtype_of(*index), DType::I64)?;
+                    // The buffer's element count, after the size table's slots.
+                    let binding = self
+                        .buffers
+                        .iter()
+                        .position(|b| b.id == *buf)
+                        .ok_or_else(|| Declined::Defect(format!("{buf} is not bound")))?;
+                    let zero = self.u32c(0);
+                    let slot = self.u32c((self.prepared.dims.len() + binding) as u32);
+                    let p =
+                        self.b.access_chain(self.dims_elem_ptr, None, self.dims_var, [zero, slot]).map_err(failed)?;
+                    let len = self.b.load(self.t_i64, None, p, None, []).map_err(failed)?;
+                    let zero = self.i64c(0);
+                    let lo = self.b.s_greater_than_equal(self.t_bool, None, at, zero).map_err(failed)?;
+                    let hi = self.b.s_less_than(self.t_bool, None, at, len).map_err(failed)?;
+                    let ok = self.b.logical_and(self.t_bool, None, lo, hi).map_err(failed)?;
+                    let bad = self.b.logical_not(self.t_bool, None, ok).map_err(failed)?;
+                    self.flag(bad, Status::OutOfBounds)?;
+                    let safe = self.b.select(self.t_i64, None, ok, at, zero).map_err(failed)?;
+                    self.regs[dst.index()] = Some(self.load_elem(*buf, safe)?);
+                }
+                Instr::Const { dst, value, dtype } => {
+                    self.regs[dst.index()] = Some(self.scalar(*dtype, *value));
+                }
+                Instr::LoopVar { dst, var, dtype } => {
+                    let v = self.var(*var)?;
+                    self.regs[dst.index()] = Some(self.convert(v, DType::I64, *dtype)?);
+                }
+                Instr::Unary { dst, op, x, dtype } => {
+                    let xv = self.reg(*x)?;
+                    let xdt = self.dtype_of(*x);
+                    self.regs[dst.index()] = Some(self.unary(*op, xv, xdt, *dtype)?);
+                }
+                Instr::Binary { dst, op, a, b, dtype } => {
+                    let (av, bv) = (self.reg(*a)?, self.reg(*b)?);
+                    let cdt = self.dtype_of(*a);
+                    self.regs[dst.index()] = Some(self.binary(*op, av, bv, cdt, *dtype)?);
+                }
+                Instr::Select { dst, cond, a, b, dtype } => {
+                    let c = self.reg(*cond)?;
+                    let c = self.truthy(c, self.dtype_of(*cond))?;
+                    let (av, bv) = (self.reg(*a)?, self.reg(*b)?);
+                    let ty = self.ty(*dtype);
+                    self.regs[dst.index()] = Some(self.b.select(ty, None, c, av, bv).map_err(failed)?);
+                }
+                Instr::Convert { dst, x, dtype } => {
+                    let xv = self.reg(*x)?;
+                    self.regs[dst.index()] = Some(self.convert(xv, self.dtype_of(*x), *dtype)?);
+                }
+                Instr::Accumulate { acc, x, index } => {
+                    let k = *acc as usize;
+                    let a = stage.accumulators.get(k).ok_or_else(|| Declined::Defect(format!("no accumulator {k}")))?;
+                    let vars = accs[k];
+                    let xv = self.reg(*x)?;
+                    match (pass, a.op.is_sum_exp()) {
+                        (Pass::Only, _) | (Pass::Max, false) => {
+                            let pos = match index {
+                                Some(r) => Some(self.reg(*r)?),
+                                None => None,
+                            };
+                            self.feed(a.op, a.dtype, vars, xv, pos)?;
+                        }
+                        (Pass::Max, true) => {
+                            let m = self.b.load(self.t_f32, None, vars.aux, None, []).map_err(failed)?;
+                            let m = self.max_min(true, m, xv)?;
+                            self.b.store(vars.aux, m, None, []).map_err(failed)?;
+                        }
+                        (Pass::Sum, true) => {
+                            let c = vars.shift.ok_or_else(|| Declined::Defect("sum-exp without a shift".into()))?;
+                            let d = self.b.f_sub(self.t_f32, None, xv, c).map_err(failed)?;
+                            let e = math::exp(self, d);
+                            let s = self.b.load(self.t_f32, None, vars.value, None, []).map_err(failed)?;
+                            let s = self.b.f_add(self.t_f32, None, s, e).map_err(failed)?;
+                            self.b.store(vars.value, s, None, []).map_err(failed)?;
+                        }
+                        (Pass::Sum, false) => {}
+                    }
+                }
+                Instr::Store { buf, index, value } => {
+                    if pass == Pass::Sum {
+                        continue;
+                    }
+                    let at = self.index(index)?;
+                    let v = self.reg(*value)?;
+                    self.store_elem(*buf, at, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn decorates(a: &rspirv::dr::Instruction, id: Word) -> bool {
+    a.class.opcode == spirv::Op::Decorate && a.operands.first() == Some(&Operand::IdRef(id))
+}
+
+fn failed(e: rspirv::dr::Error) -> Declined {
+    Declined::Defect(format!("SPIR-V builder: {e}"))
+}

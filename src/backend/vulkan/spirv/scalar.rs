@@ -1,0 +1,310 @@
+//! The scalar instructions of the lowering: the prims' meanings on f32, i32, i64 and bool
+//! registers (`max`/`min` with NaN and signed zeros, saturating conversions, non-trapping
+//! integer division), and feeding accumulators.
+
+use rspirv::spirv::{self, Word};
+
+use super::{failed, unsupported, AccVars, Cx, Status};
+use crate::backend::cpu::math;
+use crate::backend::Declined;
+use crate::ir::DType;
+use crate::kernel::{ReduceOp, Scalar};
+use crate::ops::OpKind;
+
+impl Cx<'_> {
+    pub(super) fn feed(
+        &mut self,
+        op: ReduceOp,
+        dt: DType,
+        vars: AccVars,
+        x: Word,
+        pos: Option<Word>,
+    ) -> Result<(), Declined> {
+        let ty = self.ty(dt);
+        let a = self.b.load(ty, None, vars.value, None, []).map_err(failed)?;
+        if op == ReduceOp::Argmax {
+            let seen = self.b.load(self.t_bool, None, vars.seen, None, []).map_err(failed)?;
+            let better = if dt == DType::F32 {
+                let best_nan = self.b.is_nan(self.t_bool, None, a).map_err(failed)?;
+                let x_nan = self.b.is_nan(self.t_bool, None, x).map_err(failed)?;
+                let gt = self.b.f_ord_greater_than(self.t_bool, None, x, a).map_err(failed)?;
+                let up = self.b.logical_or(self.t_bool, None, x_nan, gt).map_err(failed)?;
+                let keep = self.b.logical_not(self.t_bool, None, best_nan).map_err(failed)?;
+                self.b.logical_and(self.t_bool, None, keep, up).map_err(failed)?
+            } else if dt == DType::Bool {
+                let na = self.b.logical_not(self.t_bool, None, a).map_err(failed)?;
+                self.b.logical_and(self.t_bool, None, x, na).map_err(failed)?
+            } else {
+                self.b.s_greater_than(self.t_bool, None, x, a).map_err(failed)?
+            };
+            let first = self.b.logical_not(self.t_bool, None, seen).map_err(failed)?;
+            let take = self.b.logical_or(self.t_bool, None, first, better).map_err(failed)?;
+            let v = self.b.select(ty, None, take, x, a).map_err(failed)?;
+            self.b.store(vars.value, v, None, []).map_err(failed)?;
+            let pos = pos.ok_or_else(|| Declined::Defect("argmax fed without a position".into()))?;
+            let best = self.b.load(self.t_i64, None, vars.aux, None, []).map_err(failed)?;
+            let p = self.b.select(self.t_i64, None, take, pos, best).map_err(failed)?;
+            self.b.store(vars.aux, p, None, []).map_err(failed)?;
+            let t = self.constant(DType::Bool, 1);
+            self.b.store(vars.seen, t, None, []).map_err(failed)?;
+            return Ok(());
+        }
+        let v = match (op, dt) {
+            (ReduceOp::Sum, DType::F32) => self.b.f_add(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Prod, DType::F32) => self.b.f_mul(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Max, DType::F32) => self.max_min(true, a, x)?,
+            (ReduceOp::Min, DType::F32) => self.max_min(false, a, x)?,
+            (ReduceOp::Max, DType::Bool) => self.b.logical_or(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Min, DType::Bool) => self.b.logical_and(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Sum, DType::I32 | DType::I64) => self.b.i_add(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Prod, DType::I32 | DType::I64) => self.b.i_mul(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Max, DType::I32 | DType::I64) => self.glsl(ty, spirv::GLOp::SMax, &[a, x])?,
+            (ReduceOp::Min, DType::I32 | DType::I64) => self.glsl(ty, spirv::GLOp::SMin, &[a, x])?,
+            _ => return Err(unsupported(format!("a {} accumulator of {dt}", op.name()))),
+        };
+        self.b.store(vars.value, v, None, []).map_err(failed)?;
+        Ok(())
+    }
+
+    /// The `max` (or `min`) prim on f32: NaN if either is NaN, `-0 < +0`.
+    pub(super) fn max_min(&mut self, max: bool, a: Word, b: Word) -> Result<Word, Declined> {
+        let t = self.t_bool;
+        let an = self.b.is_nan(t, None, a).map_err(failed)?;
+        let bn = self.b.is_nan(t, None, b).map_err(failed)?;
+        let nan = self.b.logical_or(t, None, an, bn).map_err(failed)?;
+        let eq = self.b.f_ord_equal(t, None, a, b).map_err(failed)?;
+        let bits = self.b.bitcast(self.t_i32, None, a).map_err(failed)?;
+        let zero = self.constant(DType::I32, 0);
+        let a_neg = self.b.s_less_than(t, None, bits, zero).map_err(failed)?;
+        let (gt, on_eq) = if max {
+            let gt = self.b.f_ord_greater_than(t, None, a, b).map_err(failed)?;
+            (gt, self.b.select(self.t_f32, None, a_neg, b, a).map_err(failed)?)
+        } else {
+            let lt = self.b.f_ord_less_than(t, None, a, b).map_err(failed)?;
+            (lt, self.b.select(self.t_f32, None, a_neg, a, b).map_err(failed)?)
+        };
+        let pick = self.b.select(self.t_f32, None, gt, a, b).map_err(failed)?;
+        let r = self.b.select(self.t_f32, None, eq, on_eq, pick).map_err(failed)?;
+        let qnan = self.f32c(f32::NAN);
+        self.b.select(self.t_f32, None, nan, qnan, r).map_err(failed)
+    }
+
+    pub(super) fn truthy(&mut self, x: Word, dt: DType) -> Result<Word, Declined> {
+        Ok(match dt {
+            DType::Bool => x,
+            DType::F32 => {
+                let z = self.f32c(0.0);
+                self.b.f_unord_not_equal(self.t_bool, None, x, z).map_err(failed)?
+            }
+            _ => {
+                let z = self.scalar(dt, Scalar::Int(0));
+                self.b.i_not_equal(self.t_bool, None, x, z).map_err(failed)?
+            }
+        })
+    }
+
+    /// `convert_element_type` between the register dtypes.
+    pub(in crate::backend::vulkan) fn convert(&mut self, x: Word, from: DType, to: DType) -> Result<Word, Declined> {
+        let ty = self.ty(to);
+        Ok(match (from, to) {
+            (a, b) if a == b => x,
+            (_, DType::Bool) => self.truthy(x, from)?,
+            (DType::Bool, _) => {
+                let (one, zero) = (self.scalar(to, Scalar::Int(1)), self.scalar(to, Scalar::Int(0)));
+                self.b.select(ty, None, x, one, zero).map_err(failed)?
+            }
+            (DType::I32 | DType::I64, DType::F32) => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
+            (DType::I32, DType::I64) | (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
+            (DType::F32, DType::I32 | DType::I64) => {
+                // Saturating, NaN to 0: Rust's `as`.
+                let (lo, hi, min, max) = if to == DType::I32 {
+                    (-2_147_483_648.0f32, 2_147_483_648.0f32, i64::from(i32::MIN), i64::from(i32::MAX))
+                } else {
+                    (-9.223_372e18f32, 9.223_372e18f32, i64::MIN, i64::MAX)
+                };
+                let (lo_c, hi_c) = (self.f32c(lo), self.f32c(hi));
+                let t = self.t_bool;
+                let below = self.b.f_ord_less_than_equal(t, None, x, lo_c).map_err(failed)?;
+                let above = self.b.f_ord_greater_than_equal(t, None, x, hi_c).map_err(failed)?;
+                let nan = self.b.is_nan(t, None, x).map_err(failed)?;
+                let zero_f = self.f32c(0.0);
+                let safe = self.b.select(self.t_f32, None, below, zero_f, x).map_err(failed)?;
+                let safe = self.b.select(self.t_f32, None, above, zero_f, safe).map_err(failed)?;
+                let safe = self.b.select(self.t_f32, None, nan, zero_f, safe).map_err(failed)?;
+                let r = self.b.convert_f_to_s(ty, None, safe).map_err(failed)?;
+                let (min_c, max_c) = (self.scalar(to, Scalar::Int(min)), self.scalar(to, Scalar::Int(max)));
+                let r = self.b.select(ty, None, below, min_c, r).map_err(failed)?;
+                self.b.select(ty, None, above, max_c, r).map_err(failed)?
+            }
+            _ => return Err(unsupported(format!("converting {from} to {to}"))),
+        })
+    }
+
+    pub(super) fn unary(&mut self, op: OpKind, x: Word, xdt: DType, dt: DType) -> Result<Word, Declined> {
+        use spirv::GLOp;
+        let ty = self.ty(dt);
+        match op {
+            OpKind::LogicalNot => {
+                let b = self.truthy(x, xdt)?;
+                return self.b.logical_not(self.t_bool, None, b).map_err(failed);
+            }
+            OpKind::IsNan => {
+                return match xdt {
+                    DType::F32 => self.b.is_nan(self.t_bool, None, x).map_err(failed),
+                    _ => Ok(self.constant(DType::Bool, 0)),
+                };
+            }
+            _ => {}
+        }
+        if xdt != dt {
+            return Err(unsupported(format!("{} from {xdt} to {dt}", op.name())));
+        }
+        if matches!(dt, DType::I32 | DType::I64) {
+            return match op {
+                OpKind::Neg => self.b.s_negate(ty, None, x).map_err(failed),
+                OpKind::Abs => {
+                    let z = self.scalar(dt, Scalar::Int(0));
+                    let neg = self.b.s_less_than(self.t_bool, None, x, z).map_err(failed)?;
+                    let n = self.b.s_negate(ty, None, x).map_err(failed)?;
+                    self.b.select(ty, None, neg, n, x).map_err(failed)
+                }
+                OpKind::Sign => self.glsl(ty, GLOp::SSign, &[x]),
+                OpKind::Floor | OpKind::Ceil | OpKind::Round => Ok(x),
+                _ => Err(unsupported(format!("{} on {dt}", op.name()))),
+            };
+        }
+        if dt != DType::F32 {
+            return Err(unsupported(format!("{} on {dt}", op.name())));
+        }
+        let one = self.f32c(1.0);
+        match op {
+            OpKind::Neg => self.b.f_negate(ty, None, x).map_err(failed),
+            OpKind::Abs => self.glsl(ty, GLOp::FAbs, &[x]),
+            OpKind::Exp => Ok(math::exp(self, x)),
+            OpKind::Exp2 => Ok(math::exp2(self, x)),
+            OpKind::Log => Ok(math::log(self, x)),
+            OpKind::Log1p => Ok(math::log1p(self, x)),
+            OpKind::Expm1 => Ok(math::expm1(self, x)),
+            OpKind::Erf => Ok(math::erf(self, x)),
+            OpKind::Sqrt => self.glsl(ty, GLOp::Sqrt, &[x]),
+            OpKind::Rsqrt => {
+                let s = self.glsl(ty, GLOp::Sqrt, &[x])?;
+                self.b.f_div(ty, None, one, s).map_err(failed)
+            }
+            OpKind::Reciprocal => self.b.f_div(ty, None, one, x).map_err(failed),
+            OpKind::Sin => Ok(math::sin(self, x)),
+            OpKind::Cos => Ok(math::cos(self, x)),
+            OpKind::Tanh => Ok(math::tanh(self, x)),
+            OpKind::Floor => self.glsl(ty, GLOp::Floor, &[x]),
+            OpKind::Ceil => self.glsl(ty, GLOp::Ceil, &[x]),
+            OpKind::Round => self.glsl(ty, GLOp::RoundEven, &[x]),
+            OpKind::Sign => {
+                // NaN and ±0 stay as they are; otherwise ±1.
+                let t = self.t_bool;
+                let zero = self.f32c(0.0);
+                let keep_nan = self.b.is_nan(t, None, x).map_err(failed)?;
+                let is_zero = self.b.f_ord_equal(t, None, x, zero).map_err(failed)?;
+                let keep = self.b.logical_or(t, None, keep_nan, is_zero).map_err(failed)?;
+                let pos = self.b.f_ord_greater_than(t, None, x, zero).map_err(failed)?;
+                let m1 = self.f32c(-1.0);
+                let s = self.b.select(ty, None, pos, one, m1).map_err(failed)?;
+                self.b.select(ty, None, keep, x, s).map_err(failed)
+            }
+            _ => Err(unsupported(format!("{} on the device", op.name()))),
+        }
+    }
+
+    pub(super) fn binary(&mut self, op: OpKind, a: Word, b: Word, cdt: DType, dt: DType) -> Result<Word, Declined> {
+        use OpKind::*;
+        let t = self.t_bool;
+        if cdt == DType::Bool {
+            let r = match op {
+                And => self.b.logical_and(t, None, a, b),
+                Or => self.b.logical_or(t, None, a, b),
+                Eq => self.b.logical_equal(t, None, a, b),
+                Ne => self.b.logical_not_equal(t, None, a, b),
+                _ => return Err(unsupported(format!("{} on bool", op.name()))),
+            }
+            .map_err(failed)?;
+            return self.convert(r, DType::Bool, dt);
+        }
+        let compare = matches!(op, Eq | Ne | Lt | Le | Gt | Ge);
+        if compare {
+            let r = if cdt == DType::F32 {
+                match op {
+                    Eq => self.b.f_ord_equal(t, None, a, b),
+                    Ne => self.b.f_unord_not_equal(t, None, a, b),
+                    Lt => self.b.f_ord_less_than(t, None, a, b),
+                    Le => self.b.f_ord_less_than_equal(t, None, a, b),
+                    Gt => self.b.f_ord_greater_than(t, None, a, b),
+                    _ => self.b.f_ord_greater_than_equal(t, None, a, b),
+                }
+            } else {
+                match op {
+                    Eq => self.b.i_equal(t, None, a, b),
+                    Ne => self.b.i_not_equal(t, None, a, b),
+                    Lt => self.b.s_less_than(t, None, a, b),
+                    Le => self.b.s_less_than_equal(t, None, a, b),
+                    Gt => self.b.s_greater_than(t, None, a, b),
+                    _ => self.b.s_greater_than_equal(t, None, a, b),
+                }
+            }
+            .map_err(failed)?;
+            return self.convert(r, DType::Bool, dt);
+        }
+        if cdt != dt {
+            return Err(unsupported(format!("{} from {cdt} to {dt}", op.name())));
+        }
+        let ty = self.ty(dt);
+        if dt == DType::F32 {
+            return match op {
+                Add => self.b.f_add(ty, None, a, b).map_err(failed),
+                Sub => self.b.f_sub(ty, None, a, b).map_err(failed),
+                Mul => self.b.f_mul(ty, None, a, b).map_err(failed),
+                Div => self.b.f_div(ty, None, a, b).map_err(failed),
+                Rem => {
+                    // C's fmod: a zero result takes the dividend's sign (SPIR-V leaves it open).
+                    let r = self.b.f_rem(ty, None, a, b).map_err(failed)?;
+                    let zero = self.f32c(0.0);
+                    let is_zero = self.b.f_ord_equal(self.t_bool, None, r, zero).map_err(failed)?;
+                    let bits = self.b.bitcast(self.t_u32, None, a).map_err(failed)?;
+                    let sign = self.u32c(0x8000_0000);
+                    let bits = self.b.bitwise_and(self.t_u32, None, bits, sign).map_err(failed)?;
+                    let signed_zero = self.b.bitcast(ty, None, bits).map_err(failed)?;
+                    self.b.select(ty, None, is_zero, signed_zero, r).map_err(failed)
+                }
+                Max => self.max_min(true, a, b),
+                Min => self.max_min(false, a, b),
+                _ => Err(unsupported(format!("{} on the device", op.name()))),
+            };
+        }
+        match op {
+            Add => self.b.i_add(ty, None, a, b).map_err(failed),
+            Sub => self.b.i_sub(ty, None, a, b).map_err(failed),
+            Mul => self.b.i_mul(ty, None, a, b).map_err(failed),
+            Max => self.glsl(ty, spirv::GLOp::SMax, &[a, b]),
+            Min => self.glsl(ty, spirv::GLOp::SMin, &[a, b]),
+            Div | Rem => {
+                // Division by zero is an error; `x / -1` wraps (`MIN / -1` is `MIN`), `x % -1` is 0.
+                let zero = self.scalar(dt, Scalar::Int(0));
+                let m1 = self.scalar(dt, Scalar::Int(-1));
+                let by_zero = self.b.i_equal(t, None, b, zero).map_err(failed)?;
+                self.flag(by_zero, Status::DivisionByZero)?;
+                let by_m1 = self.b.i_equal(t, None, b, m1).map_err(failed)?;
+                let one = self.scalar(dt, Scalar::Int(1));
+                let odd = self.b.logical_or(t, None, by_zero, by_m1).map_err(failed)?;
+                let safe = self.b.select(ty, None, odd, one, b).map_err(failed)?;
+                if op == Div {
+                    let q = self.b.s_div(ty, None, a, safe).map_err(failed)?;
+                    let n = self.b.s_negate(ty, None, a).map_err(failed)?;
+                    let q = self.b.select(ty, None, by_m1, n, q).map_err(failed)?;
+                    self.b.select(ty, None, by_zero, zero, q).map_err(failed)
+                } else {
+                    let r = self.b.s_rem(ty, None, a, safe).map_err(failed)?;
+                    self.b.select(ty, None, odd, zero, r).map_err(failed)
+                }
+            }
+            _ => Err(unsupported(format!("{} on {dt}", op.name()))),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The Vulkan backend against the reference, on whatever Vulkan device the machine has (CI:
+//! Mesa's lavapipe, with the Khronos validation layer on: `LADDER_VULKAN_VALIDATION=1`).
+//!
+//! Where no device exists each test says it was skipped and returns, unless
+//! `LADDER_REQUIRE_VULKAN=1` (set by `.ci/run`), which makes a missing device, validation
+//! layer or `spirv-val` a failure.
+
+#![cfg(feature = "vulkan")]
+
+use ladder::backend::vulkan::{self, spirv};
+use ladder::frontend::onnx::conformance::compare;
+use ladder::gen::{random_graph, random_tensor as gen_tensor, seeded_bytes, GenConfig, Source};
+use ladder::kernel::Step;
+use ladder::ops::Rung;
+use ladder::{compile, CompileError, CompileOptions, Graph, Tensor};
+
+fn required() -> bool {
+    std::env::var("LADDER_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// Whether the tests can run; says why not (or fails, where a device is required).
+fn device(test: &str) -> bool {
+    match vulkan::available() {
+        Ok(_) => true,
+        Err(e) if !required() => {
+            eprintln!("{test}: skipped: {e}");
+            false
+        }
+        Err(e) => panic!("{test}: LADDER_REQUIRE_VULKAN=1 but {e}"),
+    }
+}
+
+/// No validation message since the last call (where the layer is on).
+fn clean(what: &str) {
+    let messages = vulkan::take_validation_messages();
+    assert!(messages.is_empty(), "{what}: the validation layer reported:\n{}", messages.join("\n"));
+}
+
+fn parse(src: &str) -> Graph {
+    ladder::text::parse(src).unwrap()
+}
+
+fn run_both(g: &Graph, inputs: &[Tensor]) -> (Vec<Tensor>, Vec<Tensor>) {
+    let want = compile(g, &CompileOptions::reference()).unwrap().run(inputs).unwrap().outputs;
+    let plan = compile(g, &CompileOptions::vulkan()).unwrap_or_else(|e| panic!("{e}\n{}", ladder::text::print(g)));
+    let got = plan.run(inputs).unwrap_or_else(|e| panic!("{e}\n{}", plan.program().unwrap())).outputs;
+    clean("run");
+    (want, got)
+}
+
+fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_f32(shape, v).unwrap()
+}
+
+/// Every output within the conformance tolerance (floats) or equal (integers, bools).
+fn agree(got: &[Tensor], want: &[Tensor], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(compare(g, w), None, "{what}: got {g}, want {w}");
+    }
+}
+
+/// Softmax, a layer norm and a sum over rows: kernels with max, sum and sum-exp
+/// accumulators, at sizes that change between runs of one plan (one command buffer each,
+/// replayed when the sizes repeat).
+#[test]
+fn row_kernels_match_the_reference_across_sizes() {
+    if !device("row_kernels_match_the_reference_across_sizes") {
+        return;
+    }
+    let g = parse(
+        "graph g(%x: f32[n, k], %w: f32[k], %b: f32[k]) {
+  %s = softmax(%x) {axis=-1}
+  %l = layer_norm(%x, %w, %b) {axis=-1, eps=1e-5}
+  %t = sum(%x) {axes=[1]}
+  %m = log_softmax(%x) {axis=0}
+  return %s, %l, %t, %m
+}",
+    );
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    let mut rng = ladder::models::Rng::new(9);
+    for (n, k) in [(3, 7), (64, 129), (3, 7), (1, 1), (200, 33), (5, 0)] {
+        let x = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[n, k]).unwrap();
+        let w = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[k]).unwrap();
+        let b = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[k]).unwrap();
+        let inputs = [x, w, b];
+        let want = reference.run(&inputs).unwrap().outputs;
+        let got = plan.run(&inputs).unwrap().outputs;
+        clean("rows");
+        agree(&got, &want, &format!("[{n}, {k}]"));
+    }
+}
+
+/// The prims' special values: `max`/`min` propagate NaN and order -0 < +0, infinities pass
+/// through sums and the sum-exp of a row of `-inf` or `+inf` is NaN, an empty sum is +0,
+/// float to int conversion saturates (NaN to 0), int division truncates and wraps.
+#[test]
+fn special_values_keep_the_prims_meaning() {
+    if !device("special_values_keep_the_prims_meaning") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: f32[8], %b: f32[8], %r: f32[3, 4]) {
+  %mx = max(%a, %b)
+  %mn = min(%a, %b)
+  %s = softmax(%r) {axis=-1}
+  %i = convert_element_type(%a) {dtype=i32}
+  %l = convert_element_type(%b) {dtype=i64}
+  return %mx, %mn, %s, %i, %l
+}",
+    );
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let a = f32s(&[8], vec![nan, 1.0, -0.0, 0.0, -inf, 3e9, -3e9, 2.5]);
+    let b = f32s(&[8], vec![1.0, nan, 0.0, -0.0, 5.0, 1e20, -1e20, -2.5]);
+    let r = f32s(&[3, 4], vec![-inf, -inf, -inf, -inf, inf, 1.0, 2.0, 3.0, 1e30, -1e30, 0.0, nan]);
+    let (want, got) = run_both(&g, &[a, b, r]);
+    for (g, w) in got.iter().zip(&want) {
+        assert!(g.bit_eq(w) || compare(g, w).is_none(), "got {g}, want {w}");
+    }
+    // max/min and the conversions exactly, signed zeros included.
+    for k in [0, 1, 3, 4] {
+        assert!(got[k].bit_eq(&want[k]), "output {k}: got {}, want {}", got[k], want[k]);
+    }
+}
+
+/// Integer kernels: wrapping arithmetic, division by -1 and truncation, an argmax (NaN
+/// first), a gather through a computed index; a division by zero and an index outside the
+/// buffer are run-time errors, as on the other backends.
+#[test]
+fn integer_kernels_and_run_time_errors() {
+    if !device("integer_kernels_and_run_time_errors") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: i32[6], %b: i32[6], %x: f32[2, 5]) {
+  %d = div(%a, %b)
+  %m = rem(%a, %b)
+  %s = add(%a, %b)
+  %p = mul(%a, %b)
+  %k = argmax(%x) {axis=1, keepdim=false}
+  return %d, %m, %s, %p, %k
+}",
+    );
+    let ints = |v: Vec<i64>| Tensor::from_ints(ladder::DType::I32, &[6], v).unwrap();
+    let a = ints(vec![i32::MIN as i64, 7, -7, 7, i32::MAX as i64, 0]);
+    let b = ints(vec![-1, 2, 2, -2, 2, 5]);
+    let x = f32s(&[2, 5], vec![1.0, 3.0, f32::NAN, 3.0, 9.0, -1.0, 4.0, 4.0, -f32::INFINITY, 2.0]);
+    let (want, got) = run_both(&g, &[a.clone(), b, x.clone()]);
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g.bit_eq(w), "output {k}: got {g}, want {w}");
+    }
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
+    let zero = ints(vec![1, 1, 0, 1, 1, 1]);
+    let err = plan.run(&[a, zero, x]).unwrap_err().to_string();
+    clean("division by zero");
+    assert!(err.contains("division by zero"), "{err}");
+
+    let gather = parse(
+        "graph g(%t: f32[5], %i: i64[3]) {
+  %y = gather(%t, %i) {axis=0}
+  return %y
+}",
+    );
+    let plan = match compile(&gather, &CompileOptions::vulkan()) {
+        Ok(p) => p,
+        // A gather is a library step: nothing to check here on this backend yet.
+        Err(CompileError::Unsupported { .. }) => return,
+        Err(e) => panic!("{e}"),
+    };
+    let t = f32s(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    let ok = Tensor::from_i64(&[3], vec![4, 0, 2]).unwrap();
+    let (want, got) = run_both(&gather, &[t.clone(), ok]);
+    agree(&got, &want, "gather");
+    let bad = Tensor::from_i64(&[3], vec![4, 5, 2]).unwrap();
+    assert!(plan.run(&[t, bad]).is_err());
+    clean("gather out of range");
+}
+
+/// A program with a step the backend does not run yet is refused when the plan is built,
+/// naming the step; nothing runs partly.
+#[test]
+fn programs_with_library_steps_are_refused_with_the_step() {
+    if !device("programs_with_library_steps_are_refused_with_the_step") {
+        return;
+    }
+    let g = parse("graph g(%a: f32[4, 8], %b: f32[8, 3]) {\n  %c = matmul(%a, %b)\n  return %c\n}\n");
+    match compile(&g, &CompileOptions::vulkan()) {
+        Err(CompileError::Unsupported { backend: "vulkan", reason }) => {
+            assert!(reason.contains("step 0") && reason.contains("matmul"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Random prims graphs, lowered as the backend lowers them: every program it accepts runs and
+/// agrees with the reference executor (floats within the conformance tolerance, integers and
+/// bools exactly), and every shader it generates passes `spirv-val` for Vulkan 1.2.
+#[test]
+fn random_programs_agree_with_the_reference_and_validate() {
+    if !device("random_programs_agree_with_the_reference_and_validate") {
+        return;
+    }
+    let spirv_val = std::process::Command::new("spirv-val").arg("--version").output().is_ok();
+    assert!(spirv_val || !required(), "LADDER_REQUIRE_VULKAN=1 but spirv-val is not installed (Debian: spirv-tools)");
+    let dir = std::env::temp_dir().join(format!("ladder-vulkan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut ran, mut refused, mut shaders) = (0, 0, 0);
+    let mut why = std::collections::BTreeMap::new();
+    let mut ops_run = std::collections::HashSet::new();
+    for seed in 0..300u64 {
+        let bytes = seeded_bytes(seed, 4000);
+        let cfg = GenConfig { attempts: 120, rungs: vec![Rung::Prim, Rung::High], ..GenConfig::default() };
+        let g = random_graph(&mut Source::new(&bytes), &cfg);
+        let Ok(reference) = compile(&g, &CompileOptions::reference()) else { continue };
+        let plan = match compile(&g, &CompileOptions::vulkan()) {
+            Ok(p) => p,
+            Err(CompileError::Unsupported { reason, .. }) => {
+                refused += 1;
+                // The reason without the step and kernel it names.
+                let what = reason.rsplit(": ").next().unwrap_or(&reason).to_string();
+                let what =
+                    if what.contains(" call;") { what.split(" call;").next().unwrap_or("").to_string() } else { what };
+                *why.entry(what).or_insert(0usize) += 1;
+                continue;
+            }
+            Err(e) => panic!("seed {seed}: {e}"),
+        };
+        if spirv_val {
+            for k in
+                plan.program()
+                    .unwrap()
+                    .steps
+                    .iter()
+                    .filter_map(|s| if let Step::Kernel(k) = s { Some(k) } else { None })
+            {
+                let shader = spirv::lower(k, plan.program().unwrap()).unwrap();
+                let path = dir.join(format!("{seed}-{}.spv", k.name));
+                let bytes: Vec<u8> = shader.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                std::fs::write(&path, bytes).unwrap();
+                let out = std::process::Command::new("spirv-val")
+                    .arg("--target-env")
+                    .arg("vulkan1.2")
+                    .arg(&path)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "seed {seed}, kernel {}: {}\n{k:?}",
+                    k.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                shaders += 1;
+            }
+        }
+        let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
+        let mut data = Source::new(&bytes[2500..]);
+        let inputs: Vec<Tensor> = g
+            .inputs()
+            .iter()
+            .map(|&v| {
+                let ty = g.ty(v);
+                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
+                gen_tensor(&mut data, ty.dtype, &shape)
+            })
+            .collect();
+        let Ok(want) = reference.run(&inputs) else { continue };
+        let got = plan.run(&inputs).unwrap_or_else(|e| {
+            panic!("seed {seed}: the reference ran, vulkan failed: {e}\n{}", ladder::text::print(&g))
+        });
+        clean(&format!("seed {seed}"));
+        ran += 1;
+        if let Ok(lowered) = ladder::passes::lower(&g) {
+            ops_run.extend(lowered.simplified.nodes().map(|(_, n)| n.op));
+        }
+        for (w, o) in want.outputs.iter().zip(&got.outputs) {
+            let exact = !w.dtype().is_float();
+            let ok = if exact { w.bit_eq(o) } else { compare(o, w).is_none() };
+            assert!(ok, "seed {seed}: got {o}, want {w}\n{}", plan.program().unwrap());
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!("{ran} programs ran on the device, {refused} refused, {shaders} shaders validated; refused for: {why:?}");
+    assert!(ran >= 100, "only {ran} random programs ran ({refused} refused)");
+    // What `ladder ops` claims for the device, seen running: every such prim the generator
+    // makes (sizes as data and iotas come from shape ops it rarely lowers to) was in a
+    // program that ran.
+    let missing: Vec<&str> = ladder::ops::all_specs()
+        .filter(|s| s.rung == Rung::Prim && vulkan::runs_prim(s.kind) && !ops_run.contains(&s.kind))
+        .map(|s| s.name)
+        .filter(|n| !["dim_values", "iota"].contains(n))
+        .collect();
+    assert!(missing.is_empty(), "prims claimed for vulkan that no program ran: {missing:?}");
+}
