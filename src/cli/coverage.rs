@@ -17,12 +17,11 @@
 //!   native mode keeps whole: `ladder::ops::library::kept`) in native code: a Cranelift kernel or a
 //!   library call (GEMM, conv, the data-movement copies, `lstm`). The rest are
 //!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
-//! - `vulkan`: the Vulkan backend runs it: a prim its shader lowering has
-//!   (`ladder::backend::vulkan::runs_prim`, on f32, i32, i64 and bool values), or a
-//!   high-level op that lowers to such prims only. Opaque ops (matmul, conv) and the
-//!   data-movement library prims (pad, cat, rev, gather, scatter_add) are not on the device
-//!   yet, and a program using them is refused there. False in a build without the `vulkan`
-//!   feature.
+//! - `vulkan`: the Vulkan backend runs it: a prim or opaque op it has
+//!   (`ladder::backend::vulkan::runs_op`: the kernel prims on f32, i32, i64 and bool values,
+//!   `cat`, f32 `matmul`), or a high-level op that lowers to such ops only. `conv` and the
+//!   data-movement prims pad, rev, gather and scatter_add are not on the device yet, and a
+//!   program using them is refused there. False in a build without the `vulkan` feature.
 
 use ladder::ops::{all_specs, OpKind, Rung};
 
@@ -59,8 +58,7 @@ pub fn coverage(kind: OpKind) -> Coverage {
     let kept = ladder::ops::library::kept().contains(&kind);
     let cpu_native = (spec.rung != Rung::High || kept) && ladder::sched::compiles(kind);
     let vulkan = match spec.rung {
-        Rung::Prim | Rung::Source => vulkan_prim(kind),
-        Rung::Opaque => false,
+        Rung::Prim | Rung::Source | Rung::Opaque => vulkan_prim(kind),
         Rung::High => {
             decomp && ladder::numerics::grad::lowered_ops(kind).is_some_and(|ops| ops.into_iter().all(vulkan_prim))
         }
@@ -70,7 +68,7 @@ pub fn coverage(kind: OpKind) -> Coverage {
 
 #[cfg(feature = "vulkan")]
 fn vulkan_prim(kind: OpKind) -> bool {
-    ladder::backend::vulkan::runs_prim(kind)
+    ladder::backend::vulkan::runs_op(kind)
 }
 
 #[cfg(not(feature = "vulkan"))]

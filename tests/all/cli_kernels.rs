@@ -71,5 +71,5 @@ fn check_compares_a_backend_with_the_precise_interpreter() {
     // f32 results are not exact: a zero tolerance fails, with a non-zero exit.
     let err = fails(&["check", "--rtol", "0", "--dim", "seq=2"], "backend `cpu` disagrees with the interpreter on `y`");
     assert!(err.lines().last().is_some_and(|l| l.starts_with("error: ")), "{err}");
-    fails(&["check", "--backend", "gpu"], "[possible values: cpu, interp]");
+    fails(&["check", "--backend", "gpu"], "[possible values: cpu, interp, vulkan]");
 }

@@ -184,12 +184,63 @@ fn programs_with_library_steps_are_refused_with_the_step() {
     if !device("programs_with_library_steps_are_refused_with_the_step") {
         return;
     }
-    let g = parse("graph g(%a: f32[4, 8], %b: f32[8, 3]) {\n  %c = matmul(%a, %b)\n  return %c\n}\n");
+    let g = parse(
+        "graph g(%x: f32[1, 2, 8, 8], %w: f32[3, 2, 3, 3]) {\n  %c = conv(%x, %w) {stride=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1}\n  return %c\n}\n",
+    );
     match compile(&g, &CompileOptions::vulkan()) {
         Err(CompileError::Unsupported { backend: "vulkan", reason }) => {
-            assert!(reason.contains("step 0") && reason.contains("matmul"), "{reason}")
+            assert!(reason.contains("step 0") && reason.contains("conv"), "{reason}")
         }
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Matmuls with transposes and broadcast batch dims, and the encoder example (matmuls with
+/// epilogue kernels, softmax, layer norms, gelu), against the reference across sizes.
+#[test]
+fn matmuls_and_the_example_encoder_match_the_reference() {
+    if !device("matmuls_and_the_example_encoder_match_the_reference") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: f32[b, m, k], %b: f32[k, n], %c: f32[b, n, k], %d: f32[1, m, k]) {
+  %x = matmul(%a, %b)
+  %y = matmul(%a, %c) {transpose_b=true}
+  %z = matmul(%d, %a) {transpose_b=true}
+  %w = matmul(%a, %d) {transpose_a=true}
+  return %x, %y, %z, %w
+}",
+    );
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    let mut rng = ladder::models::Rng::new(4);
+    for (b, m, k, n) in [(2, 3, 5, 4), (1, 17, 64, 9), (3, 1, 1, 1), (2, 4, 0, 3)] {
+        let t = |rng: &mut ladder::models::Rng, s: &[usize]| {
+            ladder::models::random_tensor(rng, ladder::DType::F32, s).unwrap()
+        };
+        let inputs = [t(&mut rng, &[b, m, k]), t(&mut rng, &[k, n]), t(&mut rng, &[b, n, k]), t(&mut rng, &[1, m, k])];
+        let want = reference.run(&inputs).unwrap().outputs;
+        let got = plan.run(&inputs).unwrap().outputs;
+        clean("matmuls");
+        agree(&got, &want, &format!("b={b} m={m} k={k} n={n}"));
+    }
+    let encoder = ladder::models::example_encoder().unwrap();
+    let plan = compile(&encoder, &CompileOptions::vulkan()).unwrap();
+    let reference = compile(&encoder, &CompileOptions::reference()).unwrap();
+    for seq in [1, 7, 64] {
+        let inputs: Vec<Tensor> = encoder
+            .inputs()
+            .iter()
+            .map(|&v| {
+                let dims: Vec<usize> =
+                    encoder.ty(v).shape.dims().iter().map(|d| d.as_const().map_or(seq, |c| c as usize)).collect();
+                ladder::models::random_tensor(&mut rng, encoder.ty(v).dtype, &dims).unwrap()
+            })
+            .collect();
+        let want = reference.run(&inputs).unwrap().outputs;
+        let got = plan.run(&inputs).unwrap().outputs;
+        clean("encoder");
+        agree(&got, &want, &format!("encoder, seq {seq}"));
     }
 }
 
@@ -286,7 +337,9 @@ fn random_programs_agree_with_the_reference_and_validate() {
     // makes (sizes as data and iotas come from shape ops it rarely lowers to) was in a
     // program that ran.
     let missing: Vec<&str> = ladder::ops::all_specs()
-        .filter(|s| s.rung == Rung::Prim && vulkan::runs_prim(s.kind) && !ops_run.contains(&s.kind))
+        .filter(|s| {
+            matches!(s.rung, Rung::Prim | Rung::Opaque) && vulkan::runs_op(s.kind) && !ops_run.contains(&s.kind)
+        })
         .map(|s| s.name)
         .filter(|n| !["dim_values", "iota"].contains(n))
         .collect();

@@ -1,14 +1,15 @@
 //! The Vulkan compute backend: each generated kernel of a scheduled program becomes a SPIR-V
-//! compute shader (`spirv.rs`), dispatched through ash on the process's Vulkan device
+//! compute shader (`spirv/`), dispatched through ash on the process's Vulkan device
 //! (`device.rs`).
 //!
 //! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
 //! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
-//! accumulators, sum-exp included) or a `dim_values` step (sizes as data, which the host
-//! writes). A program with another library step (a matmul, a convolution,
-//! a recovered op, a data-movement prim) or a kernel the lowering declines is refused when
-//! the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
-//! never run partly on the host. Plans for this backend are lowered without op recovery, so
+//! accumulators, sum-exp included), an f32 `matmul` (written as a generated kernel,
+//! `library.rs`, then its epilogue kernel), a `cat` (a copy kernel per operand) or a
+//! `dim_values` step (sizes as data, which the
+//! host writes). A program with another library step (a convolution, a data-movement prim)
+//! or a kernel the lowering declines is refused when the plan is built, with the step and the
+//! reason ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this backend are lowered without op recovery, so
 //! softmax and the norms arrive as kernels.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
@@ -21,6 +22,7 @@
 
 mod arith;
 mod device;
+mod library;
 pub mod spirv;
 
 use std::any::Any;
@@ -57,6 +59,24 @@ impl Backend for VulkanBackend {
         for (i, step) in program.steps.iter().enumerate() {
             let k = match step {
                 Step::Kernel(k) => k,
+                Step::Matmul(m) if m.activation.is_none() => {
+                    let name = format!("matmul{i}");
+                    let mk = library::matmul_kernel(m, program, name.clone())
+                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
+                    for k in std::iter::once(&mk).chain(m.epilogue.as_deref()) {
+                        kernels.push(KernelStep::new(&ctx, program, i, k)?);
+                    }
+                    continue;
+                }
+                Step::Library(l) if l.op == OpKind::Cat && l.post.is_none() => {
+                    let name = format!("cat{i}");
+                    let ks = library::cat_kernels(l, program, &name)
+                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
+                    for k in &ks {
+                        kernels.push(KernelStep::new(&ctx, program, i, k)?);
+                    }
+                    continue;
+                }
                 // Values computed from the run's sizes alone: written by the host.
                 Step::Library(l) if l.op == OpKind::DimValues && l.post.is_none() => {
                     sizes_only.push((i, l.clone()));
@@ -64,15 +84,12 @@ impl Backend for VulkanBackend {
                 }
                 other => {
                     return Err(BackendError::Unsupported(format!(
-                        "step {i} is a {} call; the Vulkan backend runs generated kernels only so far",
+                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul and cat only so far",
                         step_kind(other)
                     )))
                 }
             };
-            let shader = spirv::lower(k, program)
-                .map_err(|why| BackendError::Unsupported(format!("step {i}, kernel {}: {why}", k.name)))?;
-            let pipe = Pipe::new(&ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
-            kernels.push(KernelStep { step: i, shader, pipe });
+            kernels.push(KernelStep::new(&ctx, program, i, k)?);
         }
         // Constants, copied once.
         let mut const_bufs: Vec<Option<Buffer>> = (0..program.buffers.len()).map(|_| None).collect();
@@ -195,6 +212,21 @@ struct KernelStep {
     step: usize,
     shader: Shader,
     pipe: Pipe,
+}
+
+impl KernelStep {
+    /// Kernel `k` of step `step`, lowered and made a pipeline.
+    fn new(
+        ctx: &Arc<Context>,
+        program: &Program,
+        step: usize,
+        k: &crate::kernel::Kernel,
+    ) -> Result<KernelStep, BackendError> {
+        let shader = spirv::lower(k, program)
+            .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))?;
+        let pipe = Pipe::new(ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        Ok(KernelStep { step, shader, pipe })
+    }
 }
 
 /// A program prepared for the Vulkan device.
@@ -556,10 +588,10 @@ fn lens_bytes(len: usize, dtype: crate::ir::DType) -> usize {
     len.saturating_mul(dtype.size_bytes())
 }
 
-/// Whether this backend runs the prim `kind` (on f32, i32, i64 and bool values; other dtypes
-/// are refused): what `ladder ops` reports in its `vulkan` column, and what
-/// `tests/all/vulkan.rs` checks against the programs it runs.
-pub fn runs_prim(kind: OpKind) -> bool {
+/// Whether this backend runs the prim or opaque op `kind` (on f32, i32, i64 and bool values,
+/// `matmul` on f32; other dtypes are refused): what `ladder ops` reports in its `vulkan`
+/// column, and what `tests/all/vulkan.rs` checks against the programs it runs.
+pub fn runs_op(kind: OpKind) -> bool {
     use OpKind::*;
     matches!(
         kind,
@@ -606,6 +638,8 @@ pub fn runs_prim(kind: OpKind) -> bool {
             | Iota
             | Full
             | DimValues
+            | Cat
+            | Matmul
             | ReduceSum
             | ReduceProd
             | ReduceMax
