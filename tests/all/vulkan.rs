@@ -9,7 +9,7 @@
 
 use ladder::backend::vulkan::{self, spirv};
 use ladder::frontend::onnx::conformance::compare;
-use ladder::gen::{random_graph, random_tensor as gen_tensor, seeded_bytes, GenConfig, Source};
+use ladder::gen::{random_graph, seeded_bytes, GenConfig, Source};
 use ladder::kernel::Step;
 use ladder::ops::Rung;
 use ladder::{compile, CompileError, CompileOptions, Graph, Tensor};
@@ -52,6 +52,14 @@ fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
     Tensor::from_f32(shape, v).unwrap()
 }
 
+/// `plan` and `reference` on `inputs`: the same outputs (see `agree`), and no validation message.
+fn same_as_reference(plan: &ladder::Plan, reference: &ladder::Plan, inputs: &[Tensor], what: &str) {
+    let want = reference.run(inputs).unwrap().outputs;
+    let got = plan.run(inputs).unwrap_or_else(|e| panic!("{what}: {e}")).outputs;
+    clean(what);
+    agree(&got, &want, what);
+}
+
 /// Every output within the conformance tolerance (floats) or equal (integers, bools).
 fn agree(got: &[Tensor], want: &[Tensor], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
@@ -84,11 +92,7 @@ fn row_kernels_match_the_reference_across_sizes() {
         let x = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[n, k]).unwrap();
         let w = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[k]).unwrap();
         let b = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[k]).unwrap();
-        let inputs = [x, w, b];
-        let want = reference.run(&inputs).unwrap().outputs;
-        let got = plan.run(&inputs).unwrap().outputs;
-        clean("rows");
-        agree(&got, &want, &format!("[{n}, {k}]"));
+        same_as_reference(&plan, &reference, &[x, w, b], &format!("[{n}, {k}]"));
     }
 }
 
@@ -219,10 +223,7 @@ fn matmuls_and_the_example_encoder_match_the_reference() {
             ladder::models::random_tensor(rng, ladder::DType::F32, s).unwrap()
         };
         let inputs = [t(&mut rng, &[b, m, k]), t(&mut rng, &[k, n]), t(&mut rng, &[b, n, k]), t(&mut rng, &[1, m, k])];
-        let want = reference.run(&inputs).unwrap().outputs;
-        let got = plan.run(&inputs).unwrap().outputs;
-        clean("matmuls");
-        agree(&got, &want, &format!("b={b} m={m} k={k} n={n}"));
+        same_as_reference(&plan, &reference, &inputs, &format!("b={b} m={m} k={k} n={n}"));
     }
     let encoder = ladder::models::example_encoder().unwrap();
     let plan = compile(&encoder, &CompileOptions::vulkan()).unwrap();
@@ -237,10 +238,7 @@ fn matmuls_and_the_example_encoder_match_the_reference() {
                 ladder::models::random_tensor(&mut rng, encoder.ty(v).dtype, &dims).unwrap()
             })
             .collect();
-        let want = reference.run(&inputs).unwrap().outputs;
-        let got = plan.run(&inputs).unwrap().outputs;
-        clean("encoder");
-        agree(&got, &want, &format!("encoder, seq {seq}"));
+        same_as_reference(&plan, &reference, &inputs, &format!("encoder, seq {seq}"));
     }
 }
 
@@ -304,17 +302,7 @@ fn random_programs_agree_with_the_reference_and_validate() {
                 shaders += 1;
             }
         }
-        let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
-        let mut data = Source::new(&bytes[2500..]);
-        let inputs: Vec<Tensor> = g
-            .inputs()
-            .iter()
-            .map(|&v| {
-                let ty = g.ty(v);
-                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
-                gen_tensor(&mut data, ty.dtype, &shape)
-            })
-            .collect();
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[2500..]));
         let Ok(want) = reference.run(&inputs) else { continue };
         let got = plan.run(&inputs).unwrap_or_else(|e| {
             panic!("seed {seed}: the reference ran, vulkan failed: {e}\n{}", ladder::text::print(&g))
