@@ -110,21 +110,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
                     "--workload selects built-in workloads; it does not apply to a model".into(),
                 ));
             }
-            let model = model::load(Some(path))?;
-            let declared =
-                model.inputs().map_err(|error| Error::Onnx { path: path.clone(), error: Box::new(error) })?;
-            let run_args = RunArgs {
-                model: Some(path.clone()),
-                inputs: args.inputs.clone(),
-                backend: Some(args.backend),
-                threads: None,
-                out: None,
-                seed: args.seed,
-                dims: args.dims.clone(),
-                precise: false,
-                no_recover: args.no_recover,
-            };
-            let inputs = prepare_inputs(&declared, &run_args)?;
+            let (model, inputs) = model_and_inputs(path, args)?;
             // The graph for every shape, or the one specialized for these inputs (their shapes
             // and the values the model's graph depends on).
             let interp = super::run::compile_options(BackendKind::Interp, false, false, 1)?;
@@ -262,4 +248,27 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The model at `path` and its inputs as `ladder run` would make them from `args` (`--input`,
+/// `--dim`, `--seed`).
+pub(super) fn model_and_inputs(
+    path: &std::path::Path,
+    args: &BenchArgs,
+) -> Result<(ladder::Model, Vec<ladder::Tensor>), Error> {
+    let model = model::load(Some(path))?;
+    let declared = model.inputs().map_err(|error| Error::Onnx { path: path.to_path_buf(), error: Box::new(error) })?;
+    let run_args = RunArgs {
+        model: Some(path.to_path_buf()),
+        inputs: args.inputs.clone(),
+        backend: Some(args.backend),
+        threads: None,
+        out: None,
+        seed: args.seed,
+        dims: args.dims.clone(),
+        precise: false,
+        no_recover: args.no_recover,
+    };
+    let inputs = prepare_inputs(&declared, &run_args)?;
+    Ok((model, inputs))
 }

@@ -10,8 +10,8 @@ use ladder::session::Tier;
 use ladder::{BackendKind, CompileOptions, Model, Session, Tensor};
 
 use super::bench::BenchArgs;
-use super::run::{compile_options, prepare_inputs, session_error, RunArgs};
-use super::{machine_threads, model, Error};
+use super::run::{compile_options, session_error};
+use super::{machine_threads, Error};
 
 /// Repetitions of each start-up by default (medians are reported).
 const DEFAULT_REPETITIONS: usize = 5;
@@ -118,20 +118,7 @@ pub fn bench_startup(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error>
     if args.profile || !args.workloads.is_empty() {
         return Err(Error::Arguments("--startup does not go with --profile or --workload".into()));
     }
-    let model = model::load(Some(path))?;
-    let declared = model.inputs().map_err(|error| Error::Onnx { path: path.clone(), error: Box::new(error) })?;
-    let run_args = RunArgs {
-        model: Some(path.clone()),
-        inputs: args.inputs.clone(),
-        backend: Some(args.backend),
-        threads: None,
-        out: None,
-        seed: args.seed,
-        dims: args.dims.clone(),
-        precise: false,
-        no_recover: args.no_recover,
-    };
-    let inputs = prepare_inputs(&declared, &run_args)?;
+    let (model, inputs) = super::bench::model_and_inputs(path, args)?;
     let threads = if args.threads.is_empty() { vec![machine_threads()] } else { args.threads.clone() };
     let repetitions = args.runs.unwrap_or(DEFAULT_REPETITIONS);
     // A corpus case's `model.onnx` is named by its directory.

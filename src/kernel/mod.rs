@@ -63,6 +63,7 @@ use crate::ir::{DType, Dim, Graph, Shape, Symbol, Value};
 use crate::ops::OpKind;
 
 mod calls;
+mod elems;
 pub mod eval;
 pub mod memory;
 pub mod print;

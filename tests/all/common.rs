@@ -135,3 +135,17 @@ pub fn shared_mutation(
     }
     true
 }
+
+/// Inputs for a generated graph (`ladder::gen::random_graph`): each input's symbolic dims
+/// bound to 2 (`batch`) or 3 (any other), its values drawn from `data`.
+pub fn generated_inputs(g: &Graph, data: &mut ladder::gen::Source) -> Vec<Tensor> {
+    let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
+    g.inputs()
+        .iter()
+        .map(|&v| {
+            let ty = g.ty(v);
+            let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
+            ladder::gen::random_tensor(data, ty.dtype, &shape)
+        })
+        .collect()
+}

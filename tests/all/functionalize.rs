@@ -2,7 +2,7 @@
 //! functional graph's outputs equal the original's bit for bit, its extra outputs equal the
 //! inputs the original mutated, and it contains no mutating op.
 
-use ladder::gen::{random_graph, random_tensor, seeded_bytes, GenConfig, Source};
+use ladder::gen::{random_graph, seeded_bytes, GenConfig, Source};
 use ladder::interp::{run, Options};
 use ladder::ir::verify::{verify, Stage};
 use ladder::passes::functionalize;
@@ -18,18 +18,6 @@ fn same(a: &Tensor, b: &Tensor) -> bool {
             .all(|(x, y)| (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits())
 }
 
-fn inputs_for(g: &ladder::Graph, src: &mut Source) -> Vec<Tensor> {
-    let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
-    g.inputs()
-        .iter()
-        .map(|&v| {
-            let ty = g.ty(v);
-            let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
-            random_tensor(src, ty.dtype, &shape)
-        })
-        .collect()
-}
-
 /// Returns (ran, had a mutation).
 fn check(seed: u64) -> (bool, bool) {
     let bytes = seeded_bytes(seed, 1600);
@@ -42,7 +30,7 @@ fn check(seed: u64) -> (bool, bool) {
     };
     verify(&f.graph, Stage::Functional)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}\n{}", print(&g), print(&f.graph)));
-    let inputs = inputs_for(&g, &mut Source::new(&bytes[800..]));
+    let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[800..]));
     let opts = Options { max_elements: 100_000, ..Options::default() };
     let Ok(want) = run(&g, &inputs, &opts) else { return (false, false) };
     let got = run(&f.graph, &inputs, &opts)

@@ -71,7 +71,7 @@ fn native_kernel_errors_are_typed() {
 /// f32 transcendentals are approximations and reductions may be reassociated).
 #[test]
 fn random_programs_run_natively_and_agree_on_integers() {
-    use ladder::gen::{random_graph, random_tensor as gen_tensor, seeded_bytes, GenConfig, Source};
+    use ladder::gen::{random_graph, seeded_bytes, GenConfig, Source};
     use ladder::ops::Rung;
     let (mut ran, mut native_kernels, mut compared) = (0, 0, 0);
     for seed in 0..400u64 {
@@ -82,17 +82,7 @@ fn random_programs_run_natively_and_agree_on_integers() {
             continue;
         }
         let (reference, native) = plans(&g, 2);
-        let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
-        let mut data = Source::new(&bytes[2500..]);
-        let inputs: Vec<Tensor> = g
-            .inputs()
-            .iter()
-            .map(|&v| {
-                let ty = g.ty(v);
-                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
-                gen_tensor(&mut data, ty.dtype, &shape)
-            })
-            .collect();
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[2500..]));
         let (Ok(want), got) = (reference.run(&inputs), native.run(&inputs)) else { continue };
         let got = got.unwrap_or_else(|e| panic!("seed {seed}: the native plan failed where the reference ran: {e}"));
         ran += 1;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use ladder::gen::{random_graph, random_tensor, seeded_bytes, GenConfig, Source};
+use ladder::gen::{random_graph, seeded_bytes, GenConfig, Source};
 use ladder::interp::{run, Options};
 use ladder::ir::verify::{verify, Stage};
 use ladder::ir::{AttrValue, Attrs};
@@ -36,18 +36,6 @@ fn same(a: &Tensor, b: &Tensor) -> bool {
             .iter()
             .zip(b.to_f64_vec())
             .all(|(x, y)| (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits())
-}
-
-fn inputs_for(g: &Graph, src: &mut Source) -> Vec<Tensor> {
-    let bind = |s: &str| Some(if s == "batch" { 2 } else { 3 });
-    g.inputs()
-        .iter()
-        .map(|&v| {
-            let ty = g.ty(v);
-            let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.eval(&bind).unwrap_or(1) as usize).collect();
-            random_tensor(src, ty.dtype, &shape)
-        })
-        .collect()
 }
 
 type Pass = fn(&Graph) -> Result<Graph, SimplifyError>;
@@ -362,7 +350,7 @@ fn passes_preserve_results_on_random_prim_graphs() {
     for seed in 0..600 {
         let bytes = seeded_bytes(seed, 1600);
         let g = random_graph(&mut Source::new(&bytes), &prim_config());
-        let inputs = inputs_for(&g, &mut Source::new(&bytes[800..]));
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[800..]));
         check_all(&format!("seed {seed}"), &g, &inputs, &mut tally);
     }
     eprintln!("random prim graphs: {tally:?}");
@@ -378,7 +366,7 @@ fn passes_preserve_results_on_random_graphs_with_identity_patterns() {
         let bytes = seeded_bytes(seed + 10_000, 2400);
         let g = random_graph(&mut Source::new(&bytes), &prim_config());
         let g = with_patterns(&g, &mut Source::new(&bytes[1600..]), 12, false);
-        let inputs = inputs_for(&g, &mut Source::new(&bytes[800..]));
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[800..]));
         check_all(&format!("seed {seed}"), &g, &inputs, &mut tally);
     }
     eprintln!("random prim graphs with patterns: {tally:?}");
@@ -395,7 +383,7 @@ fn passes_preserve_results_on_all_constant_graphs() {
         let cfg = GenConfig { symbolic: false, ..prim_config() };
         let g = random_graph(&mut Source::new(&bytes), &cfg);
         let g = with_patterns(&g, &mut Source::new(&bytes[1600..]), 6, false);
-        let inputs = inputs_for(&g, &mut Source::new(&bytes[800..]));
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[800..]));
         let Some(c) = constantized(&g, &inputs) else { continue };
         let compared = tally.compared;
         check_all(&format!("seed {seed}"), &c, &[], &mut tally);
@@ -420,7 +408,7 @@ fn passes_preserve_results_on_functional_graphs_with_views() {
         let g = random_graph(&mut Source::new(&bytes), &cfg);
         let Ok(f) = functionalize(&g) else { continue };
         let g = with_patterns(&f.graph, &mut Source::new(&bytes[1600..]), 10, true);
-        let inputs = inputs_for(&g, &mut Source::new(&bytes[800..]));
+        let inputs = crate::common::generated_inputs(&g, &mut Source::new(&bytes[800..]));
         check_all(&format!("seed {seed}"), &g, &inputs, &mut tally);
     }
     eprintln!("functional graphs with views: {tally:?}");
@@ -445,7 +433,7 @@ fn passes_preserve_results_on_decomposed_random_graphs() {
         let p = with_patterns(&p, &mut Source::new(&bytes[1600..]), 6, false);
         // Patterns are in high-level form; re-lower them so the graph is explicit again.
         let Ok(p) = ladder::passes::decompose(&p) else { continue };
-        let inputs = inputs_for(&p, &mut Source::new(&bytes[800..]));
+        let inputs = crate::common::generated_inputs(&p, &mut Source::new(&bytes[800..]));
         verify(&p, Stage::Prims).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         check_all(&format!("seed {seed}"), &p, &inputs, &mut tally);
     }

@@ -22,7 +22,7 @@ const MAX_LINES: usize = 1000;
 /// its ceiling: its length when last measured (lower it when the file shrinks).
 const LONG_FILES: &[(&str, usize)] = &[
     ("src/ops/shape.rs", 1100),
-    ("src/kernel/eval.rs", 1232),
+    ("src/kernel/eval.rs", 1118),
     ("src/backend/cpu/codegen.rs", 1366),
     ("src/numerics/mod.rs", 1164),
 ];

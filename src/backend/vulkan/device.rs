@@ -141,7 +141,8 @@ impl Context {
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
         // SAFETY: the create info and everything it points to outlive the call.
-        let instance = unsafe { entry.create_instance(&info, None) }.map_err(call("vkCreateInstance"))?;
+        let instance = unsafe { entry.create_instance(&info, None) }
+            .map_err(|e| VulkanError::NoDevice(format!("no Vulkan 1.2 driver answered (vkCreateInstance: {e:?})")))?;
         let debug = if validation {
             let d = ash::ext::debug_utils::Instance::new(&entry, &instance);
             let info = vk::DebugUtilsMessengerCreateInfoEXT::default()

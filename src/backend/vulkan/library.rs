@@ -6,6 +6,7 @@
 //!   epilogue kernel as its own dispatch. Correct, not fast: a tiled shader with shared
 //!   memory is the next step.
 //! - `cat`: a copy kernel per operand into its slab of the result.
+//! - `gather` from a tensor of static shape: a computed load per output element.
 
 use crate::ir::{DType, Dim};
 use crate::kernel::{
@@ -129,4 +130,95 @@ pub fn cat_kernels(l: &LibraryCall, p: &Program, name: &str) -> Result<Vec<Kerne
         });
     }
     Ok(kernels)
+}
+
+/// `gather` (torch's: `out[p] = x[p with p[axis] = index[p]]`, negative indices from the end)
+/// as a kernel over the index's positions, for an `x` of static shape (its strides are then
+/// constants the kernel computes the element offset with): an index outside the axis makes
+/// the offset -1, which the computed load reports as a run-time error.
+pub fn gather_kernel(l: &LibraryCall, p: &Program, name: String) -> Result<Kernel, String> {
+    let (x, index) = match l.args[..] {
+        [x, index] => (x, index),
+        _ => return Err("a gather without two operands".into()),
+    };
+    let dims: Vec<u64> = p.buffers[x]
+        .shape
+        .dims()
+        .iter()
+        .map(Dim::as_const)
+        .collect::<Option<_>>()
+        .ok_or("a gather from a tensor of symbolic shape")?;
+    let axis = crate::ops::util::normalize_axis(l.attrs.int("axis"), dims.len()).map_err(|e| e.to_string())?;
+    let idt = p.buffers[index].dtype;
+    if !matches!(idt, DType::I32 | DType::I64) {
+        return Err(format!("{idt} indices"));
+    }
+    let out = p.buffers[index].shape.dims().to_vec();
+    let x_strides: Vec<i64> = (0..dims.len()).map(|d| dims[d + 1..].iter().product::<u64>() as i64).collect();
+    let own = strides(&out)?;
+    let var = |d: usize| Var::Outer(d as u32);
+    let all = |s: &[Dim]| Index {
+        offset: Dim::from(0u64),
+        terms: s.iter().enumerate().map(|(d, s)| (var(d), s.clone())).collect(),
+    };
+    let mut body = Vec::new();
+    let mut n = 0u32;
+    let mut reg = || {
+        n += 1;
+        Reg::from_u32(n - 1)
+    };
+    let i64c = |dst: Reg, v: i64| Instr::Const { dst, value: crate::kernel::Scalar::Int(v), dtype: DType::I64 };
+    let (raw, i, zero, size) = (reg(), reg(), reg(), reg());
+    body.push(Instr::Load { dst: raw, buf: index, index: all(&own) });
+    body.push(Instr::Convert { dst: i, x: raw, dtype: DType::I64 });
+    body.push(i64c(zero, 0));
+    body.push(i64c(size, dims[axis] as i64));
+    // The index from the end when negative, then -1 unless inside the axis.
+    let (neg, wrapped, at, lo, hi, ok, minus1, checked) = (reg(), reg(), reg(), reg(), reg(), reg(), reg(), reg());
+    body.push(Instr::Binary { dst: neg, op: OpKind::Lt, a: i, b: zero, dtype: DType::Bool });
+    body.push(Instr::Binary { dst: wrapped, op: OpKind::Add, a: i, b: size, dtype: DType::I64 });
+    body.push(Instr::Select { dst: at, cond: neg, a: wrapped, b: i, dtype: DType::I64 });
+    body.push(Instr::Binary { dst: lo, op: OpKind::Ge, a: at, b: zero, dtype: DType::Bool });
+    body.push(Instr::Binary { dst: hi, op: OpKind::Lt, a: at, b: size, dtype: DType::Bool });
+    body.push(Instr::Binary { dst: ok, op: OpKind::And, a: lo, b: hi, dtype: DType::Bool });
+    body.push(i64c(minus1, -1));
+    body.push(Instr::Select { dst: checked, cond: ok, a: at, b: minus1, dtype: DType::I64 });
+    // The flat offset in x: the output position with the axis replaced.
+    let mut flat = None;
+    for (d, &stride) in x_strides.iter().enumerate() {
+        let coord = if d == axis {
+            checked
+        } else {
+            let v = reg();
+            body.push(Instr::LoopVar { dst: v, var: var(d), dtype: DType::I64 });
+            v
+        };
+        let (s, term) = (reg(), reg());
+        body.push(i64c(s, stride));
+        body.push(Instr::Binary { dst: term, op: OpKind::Mul, a: coord, b: s, dtype: DType::I64 });
+        flat = Some(match flat {
+            None => term,
+            Some(acc) => {
+                let sum = reg();
+                body.push(Instr::Binary { dst: sum, op: OpKind::Add, a: acc, b: term, dtype: DType::I64 });
+                sum
+            }
+        });
+    }
+    let flat = flat.ok_or("a gather from a scalar")?;
+    // An invalid index anywhere makes the offset negative: -1 times a stride plus the rest
+    // could land inside x, so force it.
+    let final_at = reg();
+    body.push(Instr::Select { dst: final_at, cond: ok, a: flat, b: minus1, dtype: DType::I64 });
+    let value = reg();
+    body.push(Instr::LoadAt { dst: value, buf: x, index: final_at });
+    body.push(Instr::Store { buf: l.out, index: all(&strides(&out)?), value });
+    Ok(Kernel {
+        name,
+        outer: out,
+        stages: vec![Stage { inner: vec![], accumulators: vec![], body }],
+        n_regs: n,
+        covers: Vec::new(),
+        activation: None,
+    })
 }

@@ -5,8 +5,8 @@
 //! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
 //! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
 //! accumulators, sum-exp included), an f32 `matmul` (written as a generated kernel,
-//! `library.rs`, then its epilogue kernel), a `cat` (a copy kernel per operand) or a
-//! `dim_values` step (sizes as data, which the
+//! `library.rs`, then its epilogue kernel), a `cat` (a copy kernel per operand), a `gather`
+//! from a tensor of static shape (a kernel with a computed load) or a `dim_values` step (sizes as data, which the
 //! host writes). A program with another library step (a convolution, a data-movement prim)
 //! or a kernel the lowering declines is refused when the plan is built, with the step and the
 //! reason ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this backend are lowered without op recovery, so
@@ -68,6 +68,13 @@ impl Backend for VulkanBackend {
                     }
                     continue;
                 }
+                Step::Library(l) if l.op == OpKind::Gather && l.post.is_none() => {
+                    let name = format!("gather{i}");
+                    let k = library::gather_kernel(l, program, name.clone())
+                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
+                    kernels.push(KernelStep::new(&ctx, program, i, &k)?);
+                    continue;
+                }
                 Step::Library(l) if l.op == OpKind::Cat && l.post.is_none() => {
                     let name = format!("cat{i}");
                     let ks = library::cat_kernels(l, program, &name)
@@ -84,7 +91,7 @@ impl Backend for VulkanBackend {
                 }
                 other => {
                     return Err(BackendError::Unsupported(format!(
-                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul and cat only so far",
+                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul, cat and gather only so far",
                         step_kind(other)
                     )))
                 }
@@ -556,6 +563,12 @@ impl VulkanExecutable {
                 let kernel = k.shader.prepared.name.clone();
                 let error = if code == Status::DivisionByZero as u32 {
                     ExecError::Eval { kernel, error: crate::interp::EvalError::DivisionByZero }
+                } else if code == Status::Exponent as u32 {
+                    ExecError::Unsupported {
+                        backend: "Vulkan",
+                        kernel,
+                        what: "pow with an exponent other than an integer of -4 to 4".into(),
+                    }
                 } else {
                     ExecError::Invalid(format!("kernel {kernel}: a computed index fell outside its buffer"))
                 };
@@ -629,6 +642,7 @@ pub fn runs_op(kind: OpKind) -> bool {
             | And
             | Or
             | Rem
+            | Pow
             | Where
             | ConvertElementType
             | BroadcastInDim
@@ -639,6 +653,7 @@ pub fn runs_op(kind: OpKind) -> bool {
             | Full
             | DimValues
             | Cat
+            | Gather
             | Matmul
             | ReduceSum
             | ReduceProd

@@ -22,8 +22,10 @@
 //! `sin`, `cos`) are the CPU backend's approximations, emitted through their `Arith`
 //! (`arith.rs`); `sqrt` and division are the device's. Bool buffers are bytes, four to a
 //! 32-bit word (stores go through atomics). A kernel using a dtype or an op this lowering
-//! does not have (f16, bf16, f64, 8- and 16-bit and unsigned integers, `pow`, bitwise ops)
-//! is declined with the reason.
+//! does not have (f16, bf16, f64, 8- and 16-bit and unsigned integers, bitwise ops) is
+//! declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
+//! (repeated products; GPT-2's `x³`); another exponent, known only at run time, is a
+//! run-time error.
 
 use std::collections::HashMap;
 
@@ -38,6 +40,8 @@ use crate::kernel::eval::PreparedKernel;
 use cranelift_entity::EntityRef;
 
 use crate::kernel::{BufferId, Index, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Stage, Var};
+use crate::ops::OpKind;
+
 mod scalar;
 
 /// Invocations per workgroup.
@@ -51,6 +55,8 @@ pub enum Status {
     OutOfBounds = 1,
     /// An integer division or remainder by zero.
     DivisionByZero = 2,
+    /// A `pow` whose exponent is not an integer of -4 to 4 (the only powers on the device yet).
+    Exponent = 3,
 }
 
 /// A kernel lowered to a compute shader.
@@ -771,6 +777,55 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
+    /// The value of `r` when a `Const` of this kernel defines it as an integer in -4..=4.
+    fn small_int_const(&self, stage: &Stage, r: Reg) -> Option<i32> {
+        let defs = self.kernel.stages.iter().flat_map(|s| &s.body).chain(&stage.body);
+        defs.filter_map(|i| match i {
+            Instr::Const { dst, value, .. } if *dst == r => Some(*value),
+            _ => None,
+        })
+        .next()
+        .and_then(|v| match v {
+            Scalar::Float(f) if f.fract() == 0.0 && f.abs() <= 4.0 => Some(f as i32),
+            Scalar::Int(i) if i.abs() <= 4 => Some(i as i32),
+            _ => None,
+        })
+    }
+
+    /// `pow(x, n)` for a small integer `n` (f32): `x` multiplied `|n|` times (1 for `n = 0`,
+    /// NaN included, as `pow` has it), the reciprocal for negative `n`. Within a few ULP of
+    /// the correctly rounded power; the special values (zeros, infinities, NaN) are `pow`'s.
+    fn powi(&mut self, x: Word, n: i32) -> Result<Word, Declined> {
+        let one = self.f32c(1.0);
+        let mut r = if n == 0 { one } else { x };
+        for _ in 1..n.unsigned_abs() {
+            r = self.b.f_mul(self.t_f32, None, r, x).map_err(failed)?;
+        }
+        if n < 0 {
+            r = self.b.f_div(self.t_f32, None, one, r).map_err(failed)?;
+        }
+        Ok(r)
+    }
+
+    /// `pow(x, y)` for a `y` known only at run time: `powi` for each integer of -4..=4,
+    /// chosen by `y`; any other `y` sets [`Status::Exponent`] (a run-time error: general
+    /// powers are not on the device yet).
+    fn powi_at_run_time(&mut self, x: Word, y: Word) -> Result<Word, Declined> {
+        let t = self.t_bool;
+        let mut r = self.f32c(0.0);
+        let mut matched = self.constant(DType::Bool, 0);
+        for n in -4..=4 {
+            let p = self.powi(x, n)?;
+            let c = self.f32c(n as f32);
+            let is = self.b.f_ord_equal(t, None, y, c).map_err(failed)?;
+            r = self.b.select(self.t_f32, None, is, p, r).map_err(failed)?;
+            matched = self.b.logical_or(t, None, matched, is).map_err(failed)?;
+        }
+        let other = self.b.logical_not(t, None, matched).map_err(failed)?;
+        self.flag(other, Status::Exponent)?;
+        Ok(r)
+    }
+
     fn body(&mut self, stage: &Stage, accs: &[AccVars], pass: Pass) -> Result<(), Declined> {
         for instr in &stage.body {
             match instr {
@@ -812,6 +867,17 @@ impl<'a> Cx<'a> {
                     let xv = self.reg(*x)?;
                     let xdt = self.dtype_of(*x);
                     self.regs[dst.index()] = Some(self.unary(*op, xv, xdt, *dtype)?);
+                }
+                Instr::Binary { dst, op: OpKind::Pow, a, b, dtype: DType::F32 } if self.dtype_of(*a) == DType::F32 => {
+                    let av = self.reg(*a)?;
+                    let r = match self.small_int_const(stage, *b) {
+                        Some(n) => self.powi(av, n)?,
+                        None => {
+                            let bv = self.reg(*b)?;
+                            self.powi_at_run_time(av, bv)?
+                        }
+                    };
+                    self.regs[dst.index()] = Some(r);
                 }
                 Instr::Binary { dst, op, a, b, dtype } => {
                     let (av, bv) = (self.reg(*a)?, self.reg(*b)?);
