@@ -173,8 +173,8 @@ pub fn gather_kernel(l: &LibraryCall, p: &Program, name: String) -> Result<Kerne
     body.push(Instr::Convert { dst: i, x: raw, dtype: DType::I64 });
     body.push(i64c(zero, 0));
     body.push(i64c(size, dims[axis] as i64));
-    // The index from the end when negative, then -1 unless inside the axis.
-    let (neg, wrapped, at, lo, hi, ok, minus1, checked) = (reg(), reg(), reg(), reg(), reg(), reg(), reg(), reg());
+    // The index from the end when negative; whether it is then inside the axis.
+    let (neg, wrapped, at, lo, hi, ok, minus1) = (reg(), reg(), reg(), reg(), reg(), reg(), reg());
     body.push(Instr::Binary { dst: neg, op: OpKind::Lt, a: i, b: zero, dtype: DType::Bool });
     body.push(Instr::Binary { dst: wrapped, op: OpKind::Add, a: i, b: size, dtype: DType::I64 });
     body.push(Instr::Select { dst: at, cond: neg, a: wrapped, b: i, dtype: DType::I64 });
@@ -182,12 +182,11 @@ pub fn gather_kernel(l: &LibraryCall, p: &Program, name: String) -> Result<Kerne
     body.push(Instr::Binary { dst: hi, op: OpKind::Lt, a: at, b: size, dtype: DType::Bool });
     body.push(Instr::Binary { dst: ok, op: OpKind::And, a: lo, b: hi, dtype: DType::Bool });
     body.push(i64c(minus1, -1));
-    body.push(Instr::Select { dst: checked, cond: ok, a: at, b: minus1, dtype: DType::I64 });
     // The flat offset in x: the output position with the axis replaced.
     let mut flat = None;
     for (d, &stride) in x_strides.iter().enumerate() {
         let coord = if d == axis {
-            checked
+            at
         } else {
             let v = reg();
             body.push(Instr::LoopVar { dst: v, var: var(d), dtype: DType::I64 });
@@ -206,8 +205,7 @@ pub fn gather_kernel(l: &LibraryCall, p: &Program, name: String) -> Result<Kerne
         });
     }
     let flat = flat.ok_or("a gather from a scalar")?;
-    // An invalid index anywhere makes the offset negative: -1 times a stride plus the rest
-    // could land inside x, so force it.
+    // An index outside the axis could still give an offset inside x: make it -1.
     let final_at = reg();
     body.push(Instr::Select { dst: final_at, cond: ok, a: flat, b: minus1, dtype: DType::I64 });
     let value = reg();

@@ -57,32 +57,22 @@ impl Backend for VulkanBackend {
         let mut kernels = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
-            let k = match step {
-                Step::Kernel(k) => k,
-                Step::Matmul(m) if m.activation.is_none() => {
-                    let name = format!("matmul{i}");
-                    let mk = library::matmul_kernel(m, program, name.clone())
-                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
-                    for k in std::iter::once(&mk).chain(m.epilogue.as_deref()) {
-                        kernels.push(KernelStep::new(&ctx, program, i, k)?);
-                    }
+            let refuse = |what: String| BackendError::Unsupported(format!("step {i}, {what}"));
+            // Library steps the device has are written as generated kernels (`library.rs`).
+            let written: Vec<crate::kernel::Kernel> = match step {
+                Step::Kernel(k) => {
+                    kernels.push(KernelStep::new(&ctx, program, i, k)?);
                     continue;
+                }
+                Step::Matmul(m) if m.activation.is_none() => {
+                    let k = library::matmul_kernel(m, program, format!("matmul{i}")).map_err(refuse)?;
+                    std::iter::once(k).chain(m.epilogue.as_deref().cloned()).collect()
                 }
                 Step::Library(l) if l.op == OpKind::Gather && l.post.is_none() => {
-                    let name = format!("gather{i}");
-                    let k = library::gather_kernel(l, program, name.clone())
-                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
-                    kernels.push(KernelStep::new(&ctx, program, i, &k)?);
-                    continue;
+                    vec![library::gather_kernel(l, program, format!("gather{i}")).map_err(refuse)?]
                 }
                 Step::Library(l) if l.op == OpKind::Cat && l.post.is_none() => {
-                    let name = format!("cat{i}");
-                    let ks = library::cat_kernels(l, program, &name)
-                        .map_err(|why| BackendError::Unsupported(format!("step {i}, {name}: {why}")))?;
-                    for k in &ks {
-                        kernels.push(KernelStep::new(&ctx, program, i, k)?);
-                    }
-                    continue;
+                    library::cat_kernels(l, program, &format!("cat{i}")).map_err(refuse)?
                 }
                 // Values computed from the run's sizes alone: written by the host.
                 Step::Library(l) if l.op == OpKind::DimValues && l.post.is_none() => {
@@ -96,7 +86,9 @@ impl Backend for VulkanBackend {
                     )))
                 }
             };
-            kernels.push(KernelStep::new(&ctx, program, i, k)?);
+            for k in &written {
+                kernels.push(KernelStep::new(&ctx, program, i, k)?);
+            }
         }
         // Constants, copied once.
         let mut const_bufs: Vec<Option<Buffer>> = (0..program.buffers.len()).map(|_| None).collect();
@@ -253,9 +245,9 @@ pub struct VulkanExecutable {
 /// A run state's device objects for one set of sizes.
 struct DeviceRun {
     ctx: Arc<Context>,
-    /// The sizes they were made for: the symbols' values, buffer lengths and every kernel's
-    /// size table.
-    key: (Vec<Option<u64>>, Vec<usize>, Vec<Vec<i64>>),
+    /// The symbols' values they were made for (every buffer length and size table follows
+    /// from them).
+    symbols: Vec<Option<u64>>,
     bufs: Vec<Option<Buffer>>,
     tables: Vec<Buffer>,
     status: Vec<Buffer>,
@@ -285,13 +277,13 @@ fn invalid(e: impl std::fmt::Display) -> RunError {
 }
 
 impl VulkanExecutable {
-    /// The device objects for a run with `lens` and `tables`: the state's own when they were
-    /// made for these sizes, else new ones (buffers, tables, recorded commands).
+    /// The device objects for a run with `sizes`, whose kernels' evaluated size tables are
+    /// `tables`: buffers, tables, status words and the recorded commands.
     fn build(
         &self,
         p: &Program,
         sizes: &crate::backend::Sizes,
-        tables: Vec<Vec<i64>>,
+        tables: &[Vec<i64>],
         max_run_bytes: u64,
     ) -> Result<DeviceRun, RunError> {
         let lens = &sizes.lens[..];
@@ -337,7 +329,7 @@ impl VulkanExecutable {
         }
         let mut table_bufs = Vec::with_capacity(self.kernels.len());
         let mut status = Vec::with_capacity(self.kernels.len());
-        for (k, table) in self.kernels.iter().zip(&tables) {
+        for (k, table) in self.kernels.iter().zip(tables) {
             let mut values = table.clone();
             values.extend(k.shader.buffers.iter().map(|b| lens[b.index()] as i64));
             let buf = Buffer::new(ctx, values.len() * 8).map_err(invalid)?;
@@ -355,7 +347,7 @@ impl VulkanExecutable {
             [vk::DescriptorPoolSize::default().ty(vk::DescriptorType::STORAGE_BUFFER).descriptor_count(total.max(1))];
         let mut run = DeviceRun {
             ctx: Arc::clone(ctx),
-            key: (sizes.symbols.clone(), lens.to_vec(), tables),
+            symbols: sizes.symbols.clone(),
             bufs,
             tables: table_bufs,
             status,
@@ -406,10 +398,10 @@ impl VulkanExecutable {
                     .iter()
                     .map(|b| {
                         let buf = self.consts[b.index()].as_ref().or(run.bufs[b.index()].as_ref());
-                        let buf = buf.expect("every buffer a kernel binds has memory");
-                        vk::DescriptorBufferInfo::default().buffer(buf.buffer).offset(0).range(vk::WHOLE_SIZE)
+                        let buf = buf.ok_or_else(|| invalid(format!("{b} has no memory")))?;
+                        Ok(vk::DescriptorBufferInfo::default().buffer(buf.buffer).offset(0).range(vk::WHOLE_SIZE))
                     })
-                    .collect();
+                    .collect::<Result<_, RunError>>()?;
                 for extra in [&run.tables[i], &run.status[i]] {
                     infos
                         .push(vk::DescriptorBufferInfo::default().buffer(extra.buffer).offset(0).range(vk::WHOLE_SIZE));
@@ -426,7 +418,7 @@ impl VulkanExecutable {
                     })
                     .collect();
                 d.update_descriptor_sets(&writes, &[]);
-                let points = k.shader.points(&run.key.2[i]);
+                let points = k.shader.points(&tables[i]);
                 if points <= 0 {
                     continue;
                 }
@@ -478,24 +470,23 @@ impl Executable for VulkanExecutable {
     }
 
     fn run(&self, p: &Program, inputs: &[TensorView], run: &mut RunState, max_run_bytes: u64) -> Result<(), RunError> {
-        // Sizes, and the checks compiled kernels cannot make.
-        let lens = run.sizes.lens.clone();
-        let lookup = |s: &str| run.sizes.symbol(p, s);
-        let mut tables = Vec::with_capacity(self.kernels.len());
-        for k in &self.kernels {
-            let mut dims = Vec::new();
-            let at = |error| RunError::Step { step: k.step, error };
-            k.shader.prepared.eval_dims(&lookup, &mut dims).map_err(at)?;
-            k.shader.prepared.check(&dims, &|b| lens[b.index()]).map_err(at)?;
-            tables.push(dims);
-        }
-        let reuse = match run.device.take().map(|d| d.downcast::<DeviceRun>()) {
-            Some(Ok(dr)) if dr.key.0 == run.sizes.symbols && dr.key.1 == lens && dr.key.2 == tables => Some(dr),
-            _ => None,
-        };
-        let dr = match reuse {
-            Some(dr) => dr,
-            None => Box::new(self.build(p, &run.sizes, tables, max_run_bytes)?),
+        // Every size derives from the symbols: with the same values as the state's last run,
+        // its objects (and the checks they passed) still hold.
+        let dr = match run.device.take().map(|d| d.downcast::<DeviceRun>()) {
+            Some(Ok(dr)) if dr.symbols == run.sizes.symbols => dr,
+            _ => {
+                // The size tables, and the checks compiled kernels cannot make.
+                let lookup = |s: &str| run.sizes.symbol(p, s);
+                let mut tables = Vec::with_capacity(self.kernels.len());
+                for k in &self.kernels {
+                    let mut dims = Vec::new();
+                    let at = |error| RunError::Step { step: k.step, error };
+                    k.shader.prepared.eval_dims(&lookup, &mut dims).map_err(at)?;
+                    k.shader.prepared.check(&dims, &|b| run.sizes.lens[b.index()]).map_err(at)?;
+                    tables.push(dims);
+                }
+                Box::new(self.build(p, &run.sizes, &tables, max_run_bytes)?)
+            }
         };
         let result = self.submit(p, inputs, run, &dr);
         run.device = Some(dr as Box<dyn Any + Send>);
