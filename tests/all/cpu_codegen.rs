@@ -1191,6 +1191,43 @@ fn transposed_reads_vectorize_and_match_interpreter_bitwise() {
     }
 }
 
+/// The same layout change with symbolic sizes (a CRNN's `[batch, C, H, W] -> [W, batch,
+/// C·H]`, compiled once for every width): the innermost loop's stride is known only at run
+/// time, and still vectorizes (lanes loaded and stored one at a time, `stride` apart),
+/// matching the interpreter bit for bit at each size, including a stride of 1 and sizes
+/// that leave a scalar tail or no vector iteration at all.
+#[test]
+fn transposed_reads_with_symbolic_strides_vectorize_and_match_interpreter_bitwise() {
+    let src = "graph g(%x: f32[n, c, w], %s: f32[c]) {
+  %p = permute(%x) {perm=[2, 0, 1]}
+  %sb = broadcast_in_dim(%s) {shape=[w, n, c], broadcast_dims=[2]}
+  %m = mul(%p, %sb)
+  %y = max(%m, %p)
+  return %y
+}";
+    let g = common::parse(src);
+    let plan = ladder::compile(&g, &ladder::CompileOptions::native_cpu(1).unwrap()).unwrap();
+    let program = plan.program().unwrap();
+    let vectorized = ladder::backend::cpu::CpuOptions { vectorize: true, ..Default::default() };
+    let strided = program
+        .kernels()
+        .any(|k| ladder::backend::cpu::clif_text(k, program, vectorized).is_ok_and(|t| t.contains("insertlane")));
+    assert!(strided, "no vectorized transposed read:\n{program}");
+    let specials = special_f32();
+    for (n, c, w) in [(2usize, 96usize, 64usize), (1, 9, 1), (3, 5, 7), (2, 1, 13), (1, 3, 0)] {
+        let len = n * c * w;
+        let x: Vec<f32> = (0..len)
+            .map(|k| if k % 5 == 0 { specials[k % specials.len()] } else { (k as f32 * 0.37).sin() * 5.0 })
+            .collect();
+        let sv: Vec<f32> = (0..c).map(|k| k as f32 * 0.5 - 2.0).collect();
+        let inputs = [common::f32t(&[n, c, w], &x), common::f32t(&[c], &sv)];
+        let want = ladder::interp::run(&g, &inputs, &Default::default()).unwrap().outputs;
+        let got = plan.run(&inputs).unwrap().outputs;
+        let (g_v, w_v): (Vec<f32>, Vec<f32>) = (got[0].as_f32().unwrap().to_vec(), want[0].as_f32().unwrap().to_vec());
+        same_bits(&g_v, &w_v, &format!("[{n}, {c}, {w}]"));
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // max and min on every pair of special values
 

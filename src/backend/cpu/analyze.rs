@@ -340,12 +340,14 @@ fn vector_plan(stage: &Stage, types: &[Option<DType>], local: &[bool]) -> Option
         // Registers from earlier stages are splatted: they must be f32 or bool too.
         let ok = match instr {
             // Contiguous, broadcast, every other element (pooling windows), or any other
-            // constant stride (a transposed read: the lanes loaded one at a time).
-            Instr::Load { dst, index, .. } => ty(dst) == Some(DType::F32) && const_stride(index, inner).is_some(),
-            // Contiguous, or any other non-zero constant stride (a transposed write: the
-            // lanes stored one at a time).
+            // stride, constant or symbolic (a transposed read: the lanes loaded one at a
+            // time, `stride` apart, whatever its value at run time).
+            Instr::Load { dst, .. } => ty(dst) == Some(DType::F32),
+            // Contiguous, or any other stride but a constant 0 (a transposed write: the
+            // lanes stored one at a time in lane order, so a symbolic stride that is 0 at
+            // run time leaves the last lane's value, as the scalar loop does).
             Instr::Store { value, index, .. } => {
-                ty(value) == Some(DType::F32) && const_stride(index, inner).is_some_and(|s| s > 0)
+                ty(value) == Some(DType::F32) && const_stride(index, inner).is_none_or(|s| s > 0)
             }
             Instr::LoadAt { .. } => false,
             Instr::Const { dtype, .. } => matches!(dtype, DType::F32 | DType::Bool),

@@ -8,8 +8,8 @@
 //! store gets a row pointer computed before the loop (and pinned there, `Gen::pin`), so the
 //! body adds only `iv · stride`.
 //!
-//! Vectorization: an f32 stage whose innermost loop reads and writes at constant strides
-//! (contiguous ones as vectors, others a lane at a time; reads may be invariant), and whose
+//! Vectorization: an f32 stage whose innermost loop reads and writes at any stride (symbolic
+//! too; contiguous ones as vectors, others a lane at a time; no write at a constant 0), and whose
 //! ops all have vector forms, runs that loop as an F32X4 loop unrolled ×4 (×2 for bodies with
 //! transcendentals), then a one-vector loop, then a scalar tail (over a static extent, only
 //! those that run: `analyze::innermost_loops`). Booleans are lane masks there. Reductions keep

@@ -315,7 +315,9 @@ thread_local! {
 /// [`conv_blocked`], pooled by `pool` before the epilogue when it is given (then `out` holds
 /// the pooled result): each task computes a band of the pooling's window rows for its
 /// channel block into a scratch that stays in L1 and pools it at once, so the convolution's
-/// result is never stored whole.
+/// result is never stored whole; where `pooled.rs` takes the window (AVX-512, a `2×2` or
+/// `2×1` window after a stride-1 3-wide kernel), each pooled row is pooled in registers and
+/// nothing else is stored.
 fn blocked(
     g: &ConvGeom,
     x: &[f32],
@@ -335,6 +337,8 @@ fn blocked(
         Some(pool) => (pool.out_rows(), pool.band(), pool.out_cols()),
         None => (pl.oh, 1, pl.ow),
     };
+    // A pooling done in registers by the AVX-512 rows, where they take it.
+    let fused = pool.and_then(|pool| fused_window(&pl, pool));
     let (rows_per, chunks) = row_chunks(threads, units, out_rows);
     let op = SendPtr(out.as_mut_ptr());
     let out_len = out.len();
@@ -360,6 +364,13 @@ fn blocked(
             None => {
                 let base = (b * g.out_ch + co0) * out_plane + rows.start * pl.ow;
                 conv_rows(rows.start, rows.end, op, out_len, base, out_plane);
+            }
+            Some(_) if let Some(window) = fused => {
+                for q in rows.clone() {
+                    let base = (b * g.out_ch + co0) * out_plane + q * out_cols;
+                    let mut out = RowOut { out: op, out_len, base, plane: out_plane, ow: out_cols, rows: 1, n_ch };
+                    fused_row(&job, q, window, &mut out);
+                }
             }
             Some(pool) => BAND.with_borrow_mut(|scratch| {
                 // Bands of `per` pooled rows at once (about 2 KiB of convolution rows per
@@ -408,6 +419,39 @@ fn blocked(
         (0..tasks).into_par_iter().with_max_len(1).for_each(task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// The pooling window the x86 rows fuse (`conv_blocked/pooled.rs`); none elsewhere.
+#[cfg(target_arch = "x86_64")]
+type Fused = pooled::Window;
+#[cfg(not(target_arch = "x86_64"))]
+type Fused = std::convert::Infallible;
+
+/// The window of `pool` to fuse into convolution rows `pl`, where a kernel does.
+fn fused_window(pl: &Plane, pool: &RowPool) -> Option<Fused> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        pooled::applies(pl, pool)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (pl, pool);
+        None
+    }
+}
+
+/// Pooled row `q` of a channel block by the fused kernel into row 0 of `out`.
+fn fused_row(job: &Job<'_>, q: usize, window: Fused, out: &mut RowOut) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `pooled::applies` chose the window: the CPU has AVX-512.
+    unsafe {
+        pooled::row(job, q, window, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (job, q, out);
+        match window {}
     }
 }
 
@@ -507,32 +551,62 @@ fn run_rows(job: &Job<'_>, r: usize, out: &mut RowOut) {
         if super::has_avx2() {
             for k in 0..out.rows {
                 // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                unsafe { x86::row_avx2(job, &row_taps(&job.pl, r + k), k, out) };
+                unsafe { x86::row_avx2(job, row_taps(&job.pl, r + k), k, out) };
             }
             return;
         }
     }
     for k in 0..out.rows {
-        row_generic(job, &row_taps(&job.pl, r + k), k, out);
+        row_generic(job, row_taps(&job.pl, r + k), k, out);
+    }
+}
+
+/// The kernel rows `k0..k0 + n` of an output row that fall inside the input: kernel row
+/// `k0 + t` reads input row `i0 + t * dh` (the rows inside are consecutive). `Copy`, so a
+/// row's list costs nothing to pass around.
+#[derive(Clone, Copy, Debug)]
+struct Taps {
+    k0: usize,
+    n: usize,
+    i0: usize,
+    dh: usize,
+}
+
+impl Taps {
+    /// How many kernel rows.
+    #[inline(always)]
+    fn len(self) -> usize {
+        self.n
+    }
+
+    /// The input row kernel row `k0 + t` reads.
+    #[inline(always)]
+    fn row(self, t: usize) -> usize {
+        self.i0 + t * self.dh
+    }
+
+    /// `(kernel row, input row)` for each.
+    #[inline(always)]
+    fn iter(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.n).map(move |t| (self.k0 + t, self.row(t)))
     }
 }
 
 /// Kernel rows inside the input for output row `r`, with the input row each reads.
-fn row_taps(pl: &Plane, r: usize) -> SmallVec<[(usize, usize); 16]> {
-    let mut taps = SmallVec::new();
-    for khi in 0..pl.kh {
-        let i = (r * pl.sh + khi * pl.dh).checked_sub(pl.pt);
-        if let Some(i) = i.filter(|&i| i < pl.ih) {
-            taps.push((khi, i));
-        }
-    }
-    taps
+fn row_taps(pl: &Plane, r: usize) -> Taps {
+    let top = r * pl.sh;
+    // Kernel row `k` reads `top + k dh - pt`: inside for `k` in `k0..k1`.
+    let k0 = if top >= pl.pt { 0 } else { (pl.pt - top).div_ceil(pl.dh) };
+    let k1 = (pl.ih + pl.pt).saturating_sub(top).div_ceil(pl.dh).min(pl.kh);
+    let n = k1.saturating_sub(k0);
+    let i0 = if n > 0 { top + k0 * pl.dh - pl.pt } else { 0 };
+    Taps { k0, n, i0, dh: pl.dh }
 }
 
 /// The border columns of row `k` (outside `lo..hi`, or every column when that is empty),
 /// one at a time.
 #[inline(always)]
-fn borders<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], k: usize, lo: usize, hi: usize, out: &mut RowOut) {
+fn borders<const FMA: bool>(job: &Job<'_>, taps: Taps, k: usize, lo: usize, hi: usize, out: &mut RowOut) {
     let ow = job.pl.ow;
     let (lo, hi) = if hi > lo { (lo, hi) } else { (ow, ow) };
     for c in (0..lo.min(ow)).chain(hi..ow) {
@@ -542,7 +616,7 @@ fn borders<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], k: usize, lo
 }
 
 /// The portable row (NEON on aarch64, where LLVM vectorizes the blocks of 4).
-fn row_generic(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+fn row_generic(job: &Job<'_>, taps: Taps, k: usize, out: &mut RowOut) {
     let (lo, hi) = job.pl.interior();
     let fma = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
     let hi = if hi - lo >= 4 { hi } else { lo };
@@ -571,7 +645,7 @@ fn fma<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
 
 /// [`block`] for the stride at hand (1 and 2 specialized).
 #[inline(always)]
-fn block_any<const W: usize, const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -> [[f32; W]; CB] {
+fn block_any<const W: usize, const FMA: bool>(job: &Job<'_>, taps: Taps, col: usize) -> [[f32; W]; CB] {
     match job.pl.sw {
         1 => block::<W, FMA, 1>(job, taps, col),
         2 => block::<W, FMA, 2>(job, taps, col),
@@ -582,18 +656,14 @@ fn block_any<const W: usize, const FMA: bool>(job: &Job<'_>, taps: &[(usize, usi
 /// Output columns `col..col + W` (inside the interior) of every channel of the block.
 /// `S` is the column stride (0: read `job.pl.sw`).
 #[inline(always)]
-fn block<const W: usize, const FMA: bool, const S: usize>(
-    job: &Job<'_>,
-    taps: &[(usize, usize)],
-    col: usize,
-) -> [[f32; W]; CB] {
+fn block<const W: usize, const FMA: bool, const S: usize>(job: &Job<'_>, taps: Taps, col: usize) -> [[f32; W]; CB] {
     let pl = &job.pl;
     let sw = if S == 0 { pl.sw } else { S };
     let plane = pl.ih * pl.iw;
     let mut acc = [[0f32; W]; CB];
     for ci in 0..job.cg {
         let xc = &job.x[ci * plane..(ci + 1) * plane];
-        for &(khi, i) in taps {
+        for (khi, i) in taps.iter() {
             let row = &xc[i * pl.iw..(i + 1) * pl.iw];
             let wk = &job.wp[((ci * pl.kh + khi) * pl.kw) * CB..((ci * pl.kh + khi + 1) * pl.kw) * CB];
             for kwi in 0..pl.kw {
@@ -615,12 +685,12 @@ fn block<const W: usize, const FMA: bool, const S: usize>(
 
 /// One output column of every channel of the block, with bounds checks (border columns).
 #[inline(always)]
-fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -> [f32; CB] {
+fn column<const FMA: bool>(job: &Job<'_>, taps: Taps, col: usize) -> [f32; CB] {
     let pl = &job.pl;
     let plane = pl.ih * pl.iw;
     let mut acc = [0f32; CB];
     for ci in 0..job.cg {
-        for &(khi, i) in taps {
+        for (khi, i) in taps.iter() {
             let row = &job.x[ci * plane + i * pl.iw..ci * plane + (i + 1) * pl.iw];
             for kwi in 0..pl.kw {
                 let Some(j) = (col * pl.sw + kwi * pl.dw).checked_sub(pl.pl).filter(|&j| j < pl.iw) else {
@@ -639,5 +709,7 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: &[(usize, usize)], col: usize) -
 
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod pooled;
 #[cfg(target_arch = "x86_64")]
 mod x86;

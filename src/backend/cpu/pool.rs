@@ -166,6 +166,11 @@ impl RowPool {
         self.band.w
     }
 
+    /// The window's columns: `(kernel, stride, padding on the left, dilation)`.
+    pub fn columns(&self) -> (usize, usize, usize, usize) {
+        (self.band.kw, self.band.sw, self.band.pw, self.band.dw)
+    }
+
     /// `k` output rows of each of `planes` planes into `dst` (`[planes, k, out_cols()]`) from
     /// `x`, their windows' input rows (`[planes, k·band(), in_cols()]`); `tmp` holds
     /// `in_cols()` elements.
@@ -363,6 +368,10 @@ fn columns(g: &Geom, src: &[f32], out: &mut [f32], skip: (usize, usize)) {
 /// a time with every kernel column's reads in registers (stride 2 deinterleaves two loads),
 /// the last vector masked to the outputs and elements it has (masked-off lanes are not
 /// read).
+/// The op's `max` on 16 lanes (AVX-512), for kernels that pool in registers.
+#[cfg(target_arch = "x86_64")]
+pub(super) use x86::max16 as max16_avx512;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -377,7 +386,7 @@ mod x86 {
     /// for equal or unordered inputs) ANDed, so +0 beats -0; unordered lanes the canonical NaN.
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-    fn max16(a: __m512, b: __m512) -> __m512 {
+    pub(in super::super) fn max16(a: __m512, b: __m512) -> __m512 {
         let m = _mm512_and_ps(_mm512_max_ps(a, b), _mm512_max_ps(b, a));
         _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), _mm512_set1_ps(f32::NAN))
     }

@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::super::low_bits as mask32;
-use super::{row_taps, Job, RowOut, CB, MAX_KW};
+use super::{row_taps, Job, RowOut, Taps, CB, MAX_KW};
 
 /// Rows `r..r + out.rows` in blocks of up to 48 columns ([`block_plan`]), or, for two
 /// rows of at most 16 columns, both rows at once (one vector per channel and row).
@@ -27,10 +27,10 @@ unsafe fn rows512<const S: usize>(job: &Job<'_>, r: usize, out: &mut RowOut) {
     let ow = pl.ow;
     let taps: [_; 2] = std::array::from_fn(|k| row_taps(pl, r + k.min(out.rows - 1)));
     if out.rows == 2 && ow <= 16 {
-        block512::<1, 2, S>(job, [&taps[0], &taps[1]], 0, ow, out);
+        block512::<1, 2, S>(job, taps, 0, ow, out);
         return;
     }
-    for (k, t) in taps.iter().enumerate().take(out.rows) {
+    for (k, &t) in taps.iter().enumerate().take(out.rows) {
         let mut row = out.at(k);
         let mut col = 0;
         for nv in block_plan(ow) {
@@ -51,7 +51,7 @@ unsafe fn rows512<const S: usize>(job: &Job<'_>, r: usize, out: &mut RowOut) {
 /// 3x3 kernel with 16 input channels: 48 columns at 93% of it, 32 at 84%, 16 at 72%).
 /// So blocks of 48; a remainder of 32 columns is one block, and one of 16 turns the last
 /// 48 + 16 into 32 + 32 (faster on rows of 64, measured).
-fn block_plan(ow: usize) -> impl Iterator<Item = usize> {
+pub(super) fn block_plan(ow: usize) -> impl Iterator<Item = usize> {
     let n = ow.div_ceil(16);
     let (threes, rest): (usize, &[usize]) = match n % 3 {
         0 => (n / 3, &[]),
@@ -72,7 +72,7 @@ fn span_inside(s0: isize, span: usize, iw: usize) -> (usize, usize) {
 
 /// [`span_inside`] as bits.
 #[inline(always)]
-fn inside(s0: isize, span: usize, iw: usize) -> u32 {
+pub(super) fn inside(s0: isize, span: usize, iw: usize) -> u32 {
     let (a, b) = span_inside(s0, span, iw);
     mask32(b) & !mask32(a)
 }
@@ -84,7 +84,7 @@ fn inside(s0: isize, span: usize, iw: usize) -> u32 {
 /// where a middle vector would need them too (padding wider than a vector), which
 /// [`dense`] does not mask.
 #[inline(always)]
-fn dense_edges(s0: isize, lanes: usize, nv: usize, w: usize, kw: usize, iw: usize) -> Option<u8> {
+pub(super) fn dense_edges(s0: isize, lanes: usize, nv: usize, w: usize, kw: usize, iw: usize) -> Option<u8> {
     let whole = |v: usize| {
         let s = s0 + (lanes * v) as isize;
         (v + 1 < nv || w == lanes) && s >= 0 && s + (lanes + kw - 1) as isize <= iw as isize
@@ -101,7 +101,7 @@ fn dense_edges(s0: isize, lanes: usize, nv: usize, w: usize, kw: usize, iw: usiz
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn block512<const NV: usize, const R: usize, const S: usize>(
     job: &Job<'_>,
-    taps: [&[(usize, usize)]; 2],
+    taps: [Taps; 2],
     col: usize,
     w: usize,
     out: &mut RowOut,
@@ -136,9 +136,10 @@ unsafe fn block512<const NV: usize, const R: usize, const S: usize>(
         let offs: [isize; MAX_KW] = std::array::from_fn(|kwi| s0 + (kwi * pl.dw) as isize);
         let masks = column_masks::<NV, S>(pl, col, w);
         for ci in 0..job.cg {
-            for (t, &(khi, _)) in taps[0].iter().enumerate() {
+            for (t, (khi, _)) in taps[0].iter().enumerate() {
                 let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
-                let rows: [*const f32; R] = std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw));
+                let rows: [*const f32; R] =
+                    std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k].row(t) * iw));
                 each_column::<NV, R, S>(&rows, wk, kw, sw, &offs, &masks, evens, strided, &mut acc);
             }
         }
@@ -229,7 +230,7 @@ unsafe fn each_column<const NV: usize, const R: usize, const S: usize>(
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn dense<const NV: usize, const R: usize, const KW: usize, const EDGE: u8>(
     job: &Job<'_>,
-    taps: [&[(usize, usize)]; 2],
+    taps: [Taps; 2],
     s0: isize,
     w: usize,
     acc: &mut [[[__m512; NV]; R]; CB],
@@ -240,11 +241,19 @@ unsafe fn dense<const NV: usize, const R: usize, const KW: usize, const EDGE: u8
     let mask = |kwi: usize, v: usize| inside(s0 + (kwi + 16 * v) as isize, cols(v), iw) as __mmask16;
     let first: [__mmask16; KW] = std::array::from_fn(|kwi| mask(kwi, 0));
     let last: [__mmask16; KW] = std::array::from_fn(|kwi| mask(kwi, NV - 1));
+    // A row's kernel rows are consecutive, `dh` input rows apart: the loops step pointers.
+    let (k0, n_taps) = (taps[0].k0, taps[0].len());
+    if n_taps == 0 {
+        return;
+    }
+    let (w_step, x_step) = (KW * CB, pl.dh * iw);
+    let x0: [*const f32; R] = std::array::from_fn(|k| job.x.as_ptr().add(taps[k].row(0) * iw).wrapping_offset(s0));
     for ci in 0..job.cg {
-        for (t, &(khi, _)) in taps[0].iter().enumerate() {
-            let wk = job.wp.as_ptr().add((ci * pl.kh + khi) * KW * CB);
-            let rows: [*const f32; R] =
-                std::array::from_fn(|k| job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0));
+        let wc = job.wp.as_ptr().add((ci * pl.kh + k0) * KW * CB);
+        let xc = ci * plane;
+        for t in 0..n_taps {
+            let wk = wc.add(t * w_step);
+            let rows: [*const f32; R] = std::array::from_fn(|k| x0[k].wrapping_add(xc + t * x_step));
             for kwi in 0..KW {
                 let xv: [[__m512; NV]; R] = std::array::from_fn(|k| {
                     std::array::from_fn(|v| {
@@ -296,7 +305,7 @@ const PAIRED_KW: usize = 7;
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn paired<const NV: usize, const R: usize>(
     job: &Job<'_>,
-    taps: [&[(usize, usize)]; 2],
+    taps: [Taps; 2],
     s0: isize,
     kw: usize,
     w: usize,
@@ -328,14 +337,14 @@ unsafe fn paired<const NV: usize, const R: usize>(
         })
     };
     for ci in 0..job.cg {
-        for (t, &(khi, _)) in taps[0].iter().enumerate() {
+        for (t, (khi, _)) in taps[0].iter().enumerate() {
             let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB);
             let mut xe = [[_mm512_setzero_ps(); NV]; R];
             let mut xo = [[_mm512_setzero_ps(); NV]; R];
             let mut ne = [_mm512_setzero_ps(); R];
             let mut no = [_mm512_setzero_ps(); R];
             for k in 0..R {
-                let p = job.x.as_ptr().add(ci * plane + taps[k][t].1 * iw).wrapping_offset(s0);
+                let p = job.x.as_ptr().add(ci * plane + taps[k].row(t) * iw).wrapping_offset(s0);
                 for v in 0..NV {
                     (xe[k][v], xo[k][v]) = split(p.wrapping_add(32 * v), masks[v]);
                 }
@@ -362,7 +371,7 @@ unsafe fn paired<const NV: usize, const R: usize>(
 }
 
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn row_avx2(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+pub(super) unsafe fn row_avx2(job: &Job<'_>, taps: Taps, k: usize, out: &mut RowOut) {
     match job.pl.sw {
         1 => row256::<1>(job, taps, k, out),
         2 => row256::<2>(job, taps, k, out),
@@ -374,7 +383,7 @@ pub(super) unsafe fn row_avx2(job: &Job<'_>, taps: &[(usize, usize)], k: usize, 
 /// at a time (eight accumulators), the block's channels in two halves.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row256<const S: usize>(job: &Job<'_>, taps: &[(usize, usize)], k: usize, out: &mut RowOut) {
+unsafe fn row256<const S: usize>(job: &Job<'_>, taps: Taps, k: usize, out: &mut RowOut) {
     let ow = job.pl.ow;
     let mut row = out.at(k);
     let per = ow.div_ceil(ow.div_ceil(16));
@@ -413,7 +422,7 @@ unsafe fn mask16(a: usize, b: usize) -> [__m256i; 2] {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block256<const NV: usize, const S: usize>(
     job: &Job<'_>,
-    taps: &[(usize, usize)],
+    taps: Taps,
     col: usize,
     w: usize,
     c0: usize,
@@ -473,7 +482,7 @@ unsafe fn block256<const NV: usize, const S: usize>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn unpaired256<const NV: usize, const S: usize>(
     job: &Job<'_>,
-    taps: &[(usize, usize)],
+    taps: Taps,
     (kw, sw): (usize, usize),
     offs: &[isize; MAX_KW],
     masks: &[[[__m256i; 2]; NV]; MAX_KW],
@@ -484,7 +493,7 @@ unsafe fn unpaired256<const NV: usize, const S: usize>(
     let pl = &job.pl;
     let plane = pl.ih * pl.iw;
     for ci in 0..job.cg {
-        for &(khi, i) in taps {
+        for (khi, i) in taps.iter() {
             let row = job.x.as_ptr().add(ci * plane + i * pl.iw);
             let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB + c0);
             for kwi in 0..kw {
@@ -517,7 +526,7 @@ unsafe fn unpaired256<const NV: usize, const S: usize>(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dense256<const NV: usize, const KW: usize, const EDGE: u8>(
     job: &Job<'_>,
-    taps: &[(usize, usize)],
+    taps: Taps,
     s0: isize,
     w: usize,
     c0: usize,
@@ -533,7 +542,7 @@ unsafe fn dense256<const NV: usize, const KW: usize, const EDGE: u8>(
     let first: [__m256i; KW] = std::array::from_fn(|kwi| mask(kwi, 0));
     let last: [__m256i; KW] = std::array::from_fn(|kwi| mask(kwi, NV - 1));
     for ci in 0..job.cg {
-        for &(khi, i) in taps {
+        for (khi, i) in taps.iter() {
             let row = job.x.as_ptr().add(ci * plane + i * pl.iw).wrapping_offset(s0);
             let wk = job.wp.as_ptr().add((ci * pl.kh + khi) * KW * CB + c0);
             for kwi in 0..KW {
@@ -574,7 +583,7 @@ unsafe fn fma4<const NV: usize>(wt: *const f32, xv: &[__m256; NV], acc: &mut [[_
 #[allow(clippy::too_many_arguments)]
 unsafe fn paired256<const NV: usize>(
     job: &Job<'_>,
-    taps: &[(usize, usize)],
+    taps: Taps,
     s0: isize,
     kw: usize,
     w: usize,
@@ -610,7 +619,7 @@ unsafe fn paired256<const NV: usize>(
         (order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)), order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)))
     };
     for ci in 0..job.cg {
-        for &(khi, i) in taps {
+        for (khi, i) in taps.iter() {
             let p = job.x.as_ptr().add(ci * plane + i * pl.iw).wrapping_offset(s0);
             let wk = job.wp.as_ptr().add(((ci * pl.kh + khi) * pl.kw) * CB + c0);
             let mut xe = [_mm256_setzero_ps(); NV];
