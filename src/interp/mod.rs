@@ -175,7 +175,8 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
     // Bytes of the values alive (inputs and constants aside), at VALUE_BYTES per element.
     let mut live: u64 = 0;
     let counted = |op: OpKind| !matches!(op, OpKind::Input | OpKind::Const);
-    for (v, node) in graph.nodes() {
+    let needed = needed_values(graph);
+    for (v, node) in graph.nodes().filter(|(v, _)| needed[v.index()]) {
         for &a in &node.args {
             last_use[a.index()] = v.index();
         }
@@ -185,6 +186,10 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
     }
 
     for (v, node) in graph.nodes() {
+        if !needed[v.index()] {
+            values.push(None);
+            continue;
+        }
         let value_name = || graph.display_value(v);
         let op = node.op.name();
         let dims: Result<Vec<u64>, DimError> = node.ty.shape.dims().iter().map(|d: &Dim| d.eval(&lookup)).collect();
@@ -272,6 +277,30 @@ pub fn run(graph: &Graph, inputs: &[Tensor], options: &Options) -> Result<Outcom
         outputs: graph.outputs().iter().map(|o| get(o.value)).collect(),
         inputs_after: graph.inputs().iter().map(|&v| get(v)).collect(),
     })
+}
+
+/// Which values a run computes: those the outputs depend on, the inputs (read back after the
+/// run), and every in-place op with what it depends on (it writes through its argument).
+/// A value nothing needs is never computed, as no backend computes it (they remove dead code
+/// first), so an error it would raise (a `select` past the end of an axis a model's unused
+/// LSTM state reads at some sizes) is not the run's.
+fn needed_values(graph: &Graph) -> Vec<bool> {
+    let mut needed = vec![false; graph.len()];
+    for &v in graph.inputs().iter().chain(graph.outputs().iter().map(|o| &o.value)) {
+        needed[v.index()] = true;
+    }
+    let nodes: Vec<_> = graph.nodes().collect();
+    for (v, node) in nodes.iter().rev() {
+        if node.op.mutates() {
+            needed[v.index()] = true;
+        }
+        if needed[v.index()] {
+            for &a in &node.args {
+                needed[a.index()] = true;
+            }
+        }
+    }
+    needed
 }
 
 /// Checks inputs against the graph's declared input types and binds every size symbol.

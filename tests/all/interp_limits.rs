@@ -102,6 +102,27 @@ fn live_values_are_bounded_and_dead_ones_are_not_counted() {
 }
 
 #[test]
+fn values_nothing_needs_are_not_computed_and_their_errors_are_not_the_runs() {
+    // `%last` reads past the end of an empty axis (as an exported LSTM's unused final state
+    // does at some sizes), but nothing uses it: the run is `%y` alone, as on every backend,
+    // and the dead `fill_` into the input is still made (the input is read back).
+    let src = "graph g(%x: f32[n, 2]) {\n  %last = select(%x) {axis=0, index=-1}\n  \
+               %y = add(%x, %x)\n  %f = fill_(%x) {value=7}\n  return %y\n}";
+    let g = parse(src);
+    let empty = f32t(&[0, 2], &[]);
+    let out = run(&g, std::slice::from_ref(&empty), &Options::default()).unwrap();
+    assert_eq!(out.outputs[0].shape(), &[0, 2]);
+    let x = f32t(&[2, 2], &[1., 2., 3., 4.]);
+    let out = run(&g, std::slice::from_ref(&x), &Options::default()).unwrap();
+    assert_eq!(out.outputs[0].as_f32().unwrap(), &[2., 4., 6., 8.]);
+    assert_eq!(out.inputs_after[0].as_f32().unwrap(), &[7.; 4], "the in-place fill still runs");
+    // The same graph with `%last` returned fails, naming the value and the op.
+    let live = src.replace("return %y", "return %y, %last");
+    let err = run(&parse(&live), &[empty], &Options::default()).unwrap_err();
+    assert!(err.to_string().contains("%last = select"), "{err}");
+}
+
+#[test]
 fn untrusted_limits_refuse_a_large_matmul_before_computing() {
     // 2048³ multiply-adds: under the default fuel it would run (for about half a minute);
     // under `Limits::untrusted` the matmul is charged its work first and refused at once.
