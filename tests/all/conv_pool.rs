@@ -43,13 +43,15 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 /// followed by `max_pool2d`, and with a bias the bits of adding it after the pooling, for
 /// every band-shaped pooling (windows as tall as their stride, any width and column stride),
 /// stride-1 and stride-2 convolutions, channel counts that leave a partial block, 1 and 2
-/// threads and batches of 1 and 3, on adversarial inputs (on AVX-512, `2×2` and `2×1`
-/// windows after a stride-1 `3×3` convolution pool in registers: `conv_blocked/pooled.rs`).
+/// threads and batches of 1 and 3, on adversarial inputs (`2×2` and `2×1` windows after a
+/// stride-1 `3×3` convolution pool in registers, `conv_blocked/pooled.rs`: on AVX-512, and
+/// under `LADDER_MAX_ISA=avx2` for up to 4 input channels).
 #[test]
 fn a_fused_pooling_gives_the_bits_of_the_convolution_then_the_pooling() {
     // (in channels, out channels, height, width, kernel, stride, padding)
     // Rows of 100 columns take blocks of 48, 48 and 4 in the kernel that pools in registers
     // (AVX-512); a padding of 18 reaches past a whole vector, where every load is masked.
+    // One input channel on 37 columns: AVX2 blocks of 16, 16 and 5, an odd last column.
     let convs = [
         (3, 8, 9, 13, 3, 1, 1),
         (5, 12, 8, 40, 3, 1, 1),
@@ -57,6 +59,7 @@ fn a_fused_pooling_gives_the_bits_of_the_convolution_then_the_pooling() {
         (16, 32, 6, 64, 3, 1, 1),
         (2, 8, 5, 100, 3, 1, 1),
         (3, 8, 6, 14, 3, 1, 18),
+        (1, 16, 8, 37, 3, 1, 1),
     ];
     let pools = [([2, 2], [2, 2]), ([2, 1], [2, 1]), ([3, 3], [3, 3]), ([2, 3], [2, 1]), ([1, 2], [1, 2])];
     let mut rng = Rng::new(17);

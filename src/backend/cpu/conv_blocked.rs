@@ -315,9 +315,9 @@ thread_local! {
 /// [`conv_blocked`], pooled by `pool` before the epilogue when it is given (then `out` holds
 /// the pooled result): each task computes a band of the pooling's window rows for its
 /// channel block into a scratch that stays in L1 and pools it at once, so the convolution's
-/// result is never stored whole; where `pooled.rs` takes the window (AVX-512, a `2×2` or
-/// `2×1` window after a stride-1 3-wide kernel), each pooled row is pooled in registers and
-/// nothing else is stored.
+/// result is never stored whole; where `pooled.rs` takes the window (a `2×2` or `2×1`
+/// window after a stride-1 3-wide kernel, with AVX-512, or with AVX2 and few input
+/// channels), each pooled row is pooled in registers and nothing else is stored.
 fn blocked(
     g: &ConvGeom,
     x: &[f32],
@@ -338,7 +338,7 @@ fn blocked(
         None => (pl.oh, 1, pl.ow),
     };
     // A pooling done in registers by the AVX-512 rows, where they take it.
-    let fused = pool.and_then(|pool| fused_window(&pl, pool));
+    let fused = pool.and_then(|pool| fused_window(&pl, cg, pool));
     let (rows_per, chunks) = row_chunks(threads, units, out_rows);
     let op = SendPtr(out.as_mut_ptr());
     let out_len = out.len();
@@ -424,19 +424,20 @@ fn blocked(
 
 /// The pooling window the x86 rows fuse (`conv_blocked/pooled.rs`); none elsewhere.
 #[cfg(target_arch = "x86_64")]
-type Fused = pooled::Window;
+type Fused = pooled::Fuse;
 #[cfg(not(target_arch = "x86_64"))]
 type Fused = std::convert::Infallible;
 
-/// The window of `pool` to fuse into convolution rows `pl`, where a kernel does.
-fn fused_window(pl: &Plane, pool: &RowPool) -> Option<Fused> {
+/// The window of `pool` to fuse into convolution rows `pl` of `cg` input channels, where a
+/// kernel does.
+fn fused_window(pl: &Plane, cg: usize, pool: &RowPool) -> Option<Fused> {
     #[cfg(target_arch = "x86_64")]
     {
-        pooled::applies(pl, pool)
+        pooled::applies(pl, cg, pool)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (pl, pool);
+        let _ = (pl, cg, pool);
         None
     }
 }
@@ -444,9 +445,8 @@ fn fused_window(pl: &Plane, pool: &RowPool) -> Option<Fused> {
 /// Pooled row `q` of a channel block by the fused kernel into row 0 of `out`.
 fn fused_row(job: &Job<'_>, q: usize, window: Fused, out: &mut RowOut) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `pooled::applies` chose the window: the CPU has AVX-512.
-    unsafe {
-        pooled::row(job, q, window, out)
+    {
+        pooled::fused(job, q, window, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

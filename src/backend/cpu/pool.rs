@@ -370,7 +370,7 @@ fn columns(g: &Geom, src: &[f32], out: &mut [f32], skip: (usize, usize)) {
 /// read).
 /// The op's `max` on 16 lanes (AVX-512), for kernels that pool in registers.
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::max16 as max16_avx512;
+pub(super) use x86::{max16 as max16_avx512, max8 as max8_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -512,7 +512,7 @@ mod x86 {
     /// [`max16`] on 8 lanes.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn max8(a: __m256, b: __m256) -> __m256 {
+    pub(in super::super) fn max8(a: __m256, b: __m256) -> __m256 {
         let m = _mm256_and_ps(_mm256_max_ps(a, b), _mm256_max_ps(b, a));
         _mm256_blendv_ps(m, _mm256_set1_ps(f32::NAN), _mm256_cmp_ps::<_CMP_UNORD_Q>(a, b))
     }

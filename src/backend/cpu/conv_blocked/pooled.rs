@@ -1,5 +1,5 @@
-//! The AVX-512 convolution rows with a following max pooling over two rows done in
-//! registers: a CRNN's and a VGG-style network's `conv 3×3 → max_pool 2×2` (or `2×1`).
+//! The x86 convolution rows with a following max pooling over two rows done in registers:
+//! a CRNN's and a VGG-style network's `conv 3×3 → max_pool 2×2` (or `2×1`).
 //!
 //! The band path (`blocked` in `conv_blocked.rs`) stores each convolution row into an L1
 //! scratch, pools the scratch and copies the pooled rows out; here the two convolution rows
@@ -10,6 +10,12 @@
 //! upper row with kernel row `j`, the lower with `j - 1`). Column borders are masked as in
 //! the dense block (`x86.rs`); rows outside the input are skipped.
 //!
+//! With AVX2 ([`row256`]) the same in 8-lane vectors: [`QUARTER`] channels by two rows by
+//! up to two vectors (8 accumulators, a block of 16 columns), the channel block in four
+//! passes, for layers of few input channels ([`AVX2_MAX_CG`]; measured on a 2-core Zen 4
+//! under `LADDER_MAX_ISA=avx2`, 1 thread: a CRNN's first layer, `1 → 16` channels on
+//! `32×256` at batch 2 with its `2×2` pooling, 200 µs banded, 144 µs here).
+//!
 //! Each convolution output is summed in the blocked kernel's order (input channels, kernel
 //! rows, kernel columns, one fused multiply-add each from 0), and the pooling is the op's
 //! `max` (NaN-propagating, `+0` over `-0`), so the bits are the band path's. The epilogue
@@ -18,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::super::low_bits as mask32;
-use super::super::pool::{max16_avx512 as max16, RowPool};
+use super::super::pool::{max16_avx512 as max16, max8_avx2 as max8, RowPool};
 use super::x86::{block_plan, dense_edges, inside};
 use super::{Job, Plane, RowOut, CB};
 
@@ -39,10 +45,20 @@ pub(super) enum Window {
     Square,
 }
 
-/// The window to fuse for convolution rows `pl` pooled by `pool`, where this kernel takes
-/// them: a `3`-wide kernel at stride 1 without dilation, a pooling of two rows and one or
-/// two columns as [`Window`] says, on a CPU with AVX-512 (under the ISA cap).
-pub(super) fn applies(pl: &Plane, pool: &RowPool) -> Option<Window> {
+/// A pooling this kernel fuses: its window, and which rows compute it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Fuse {
+    /// The pooling window.
+    pub window: Window,
+    /// AVX-512 rows ([`row`]'s own); else AVX2 ([`row256`]).
+    avx512: bool,
+}
+
+/// The window to fuse for convolution rows `pl` of `cg` input channels (per group) pooled
+/// by `pool`, where this kernel takes them: a `3`-wide kernel at stride 1 without dilation,
+/// a pooling of two rows and one or two columns as [`Window`] says, on a CPU with AVX-512
+/// (under the ISA cap), or with AVX2 for at most [`AVX2_MAX_CG`] input channels.
+pub(super) fn applies(pl: &Plane, cg: usize, pool: &RowPool) -> Option<Fuse> {
     let conv = (pl.kw, pl.sw, pl.dw, pl.sh, pl.dh) == (KW, 1, 1, 1, 1) && pl.kh > 0;
     if !conv || pool.band() != 2 || 2 * pool.out_rows() > pl.oh || pool.in_cols() != pl.ow {
         return None;
@@ -52,7 +68,21 @@ pub(super) fn applies(pl: &Plane, pool: &RowPool) -> Option<Window> {
         (2, 2, 0, 1) if pool.out_cols() == pl.ow / 2 => Window::Square,
         _ => return None,
     };
-    super::super::has_avx512().then_some(window)
+    let avx512 = super::super::has_avx512();
+    (avx512 || (cg <= AVX2_MAX_CG && super::super::has_avx2())).then_some(Fuse { window, avx512 })
+}
+
+/// Pooled row `q` (convolution rows `2q` and `2q + 1`) of every channel of the block into
+/// row 0 of `out` (whose `ow` is the pooled width), by the rows [`applies`] chose.
+pub(super) fn fused(job: &Job<'_>, q: usize, fuse: Fuse, out: &mut RowOut) {
+    // SAFETY: `applies` chose the rows for what the CPU has (under the ISA cap).
+    unsafe {
+        if fuse.avx512 {
+            row(job, q, fuse.window, out)
+        } else {
+            row256(job, q, fuse.window, out)
+        }
+    }
 }
 
 /// Pooled row `q` (convolution rows `2q` and `2q + 1`) of every channel of the block into
@@ -61,7 +91,7 @@ pub(super) fn applies(pl: &Plane, pool: &RowPool) -> Option<Window> {
 /// # Safety
 /// The CPU has AVX-512 (F, DQ, VL) and FMA.
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-pub(super) unsafe fn row(job: &Job<'_>, q: usize, window: Window, out: &mut RowOut) {
+unsafe fn row(job: &Job<'_>, q: usize, window: Window, out: &mut RowOut) {
     let pl = &job.pl;
     // The two rows read input rows `top + j`, `j` in `0..=kh`, inside for `j` in `j0..j1`.
     let top = (2 * q) as isize - pl.pt as isize;
@@ -197,6 +227,155 @@ unsafe fn fma_half<const NV: usize>(wt: *const f32, xv: &[__m512; NV], acc: &mut
         let wb = _mm512_set1_ps(*wt.add(c));
         for v in 0..NV {
             a[k][v] = _mm512_fmadd_ps(wb, xv[v], a[k][v]);
+        }
+    }
+}
+
+/// Output channels per AVX2 pass: two rows of two vectors each make 8 accumulators.
+const QUARTER: usize = CB / 4;
+
+/// Most input channels the AVX2 rows fuse: there the band path's stores and separate
+/// pooling cost more than the arithmetic (a `1 → 16` layer: 200 µs banded, 144 µs fused);
+/// with 16 and more the band path's four channels per pass win (by about 5%).
+const AVX2_MAX_CG: usize = 4;
+
+/// [`row`] with AVX2: blocks of 16 columns (two 8-lane vectors; a last short block of one
+/// or two), [`QUARTER`] channels at a time.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row256(job: &Job<'_>, q: usize, window: Window, out: &mut RowOut) {
+    let pl = &job.pl;
+    let top = (2 * q) as isize - pl.pt as isize;
+    let j0 = (-top).max(0) as usize;
+    let j1 = ((pl.ih as isize - top).max(0) as usize).min(pl.kh + 1);
+    let rows = Rows { top, j0, j1 };
+    let mut col = 0;
+    while col < pl.ow {
+        // `col` stays a multiple of 16: even, as the `2×2` window needs.
+        let w = 16.min(pl.ow - col);
+        for pass in 0..out.n_ch.div_ceil(QUARTER) {
+            if w > 8 {
+                block256::<2>(job, rows, col, w - 8, pass * QUARTER, window, out);
+            } else {
+                block256::<1>(job, rows, col, w, pass * QUARTER, window, out);
+            }
+        }
+        col += w;
+    }
+}
+
+/// Lanes whose bit is set in `bits` (bit `l`: lane `l`), as a `_mm256_maskload_ps` mask.
+#[inline(always)]
+unsafe fn lane_mask(bits: u32) -> __m256i {
+    let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits as i32), lanes), lanes)
+}
+
+/// [`block`] with AVX2: columns `col..col + 8 * (NV - 1) + w` of channels
+/// `c0..c0 + QUARTER`, pooled and stored.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block256<const NV: usize>(
+    job: &Job<'_>,
+    rows: Rows,
+    col: usize,
+    w: usize,
+    c0: usize,
+    window: Window,
+    out: &mut RowOut,
+) {
+    let s0 = col as isize - job.pl.pl as isize;
+    let acc = match dense_edges(s0, 8, NV, w, KW, job.pl.iw) {
+        Some(0) => sums256::<NV, 0>(job, rows, s0, w, c0),
+        Some(1) => sums256::<NV, 1>(job, rows, s0, w, c0),
+        Some(2) => sums256::<NV, 2>(job, rows, s0, w, c0),
+        Some(_) => sums256::<NV, 3>(job, rows, s0, w, c0),
+        None => sums256::<NV, 4>(job, rows, s0, w, c0),
+    };
+    let width = 8 * (NV - 1) + w;
+    for (c, a) in acc.iter().enumerate().take(out.n_ch - c0) {
+        let m: [__m256; NV] = std::array::from_fn(|v| max8(a[0][v], a[1][v]));
+        match window {
+            Window::Rows => {
+                let dst = out.row_ptr(c0 + c, 0, col, width);
+                for (v, &mv) in m.iter().enumerate() {
+                    let n = if v + 1 == NV { w } else { 8 };
+                    _mm256_maskstore_ps(dst.add(8 * v), lane_mask(mask32(n)), mv);
+                }
+            }
+            Window::Square => {
+                let n_out = width / 2;
+                let dst = out.row_ptr(c0 + c, 0, col / 2, n_out);
+                let hi = if NV > 1 { m[NV - 1] } else { _mm256_setzero_ps() };
+                // [l0 l2 h0 h2 | l4 l6 h4 h6] -> [l0 l2 l4 l6 h0 h2 h4 h6], and the odds.
+                let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
+                let evens = order(_mm256_shuffle_ps::<0b10_00_10_00>(m[0], hi));
+                let odds = order(_mm256_shuffle_ps::<0b11_01_11_01>(m[0], hi));
+                _mm256_maskstore_ps(dst, lane_mask(mask32(n_out.min(8))), max8(evens, odds));
+            }
+        }
+    }
+}
+
+/// [`sums`] with AVX2, for channels `c0..c0 + QUARTER`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sums256<const NV: usize, const EDGE: u8>(
+    job: &Job<'_>,
+    rows: Rows,
+    s0: isize,
+    w: usize,
+    c0: usize,
+) -> [[[__m256; NV]; 2]; QUARTER] {
+    let pl = &job.pl;
+    let (plane, iw, kh) = (pl.ih * pl.iw, pl.iw, pl.kh);
+    let cols = |v: usize| if v + 1 == NV { w } else { 8 };
+    let masks: [[__m256i; NV]; KW] =
+        std::array::from_fn(|kwi| std::array::from_fn(|v| lane_mask(inside(s0 + (kwi + 8 * v) as isize, cols(v), iw))));
+    let masked = |v: usize| EDGE & 4 != 0 || (v == 0 && EDGE & 1 != 0) || (v + 1 == NV && EDGE & 2 != 0);
+    let mut acc = [[[_mm256_setzero_ps(); NV]; 2]; QUARTER];
+    for ci in 0..job.cg {
+        let wc = job.wp.as_ptr().add(ci * kh * KW * CB + c0);
+        let xc = job.x.as_ptr().add(ci * plane);
+        for j in rows.j0..rows.j1 {
+            let p = xc.add((rows.top + j as isize) as usize * iw).wrapping_offset(s0);
+            for (kwi, mk) in masks.iter().enumerate() {
+                let xv: [__m256; NV] = std::array::from_fn(|v| {
+                    let pv = p.wrapping_add(kwi + 8 * v);
+                    if masked(v) {
+                        // Only the masked-in elements are read: inside the row.
+                        _mm256_maskload_ps(pv, mk[v])
+                    } else {
+                        // Inside the row (`dense_edges` checked this vector).
+                        _mm256_loadu_ps(pv)
+                    }
+                });
+                if j < kh {
+                    fma_quarter(wc.add((j * KW + kwi) * CB), &xv, &mut acc, 0);
+                }
+                if j >= 1 {
+                    fma_quarter(wc.add(((j - 1) * KW + kwi) * CB), &xv, &mut acc, 1);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// `acc[c][k] += wt[c] * xv` for the pass's [`QUARTER`] channels.
+#[inline(always)]
+unsafe fn fma_quarter<const NV: usize>(
+    wt: *const f32,
+    xv: &[__m256; NV],
+    acc: &mut [[[__m256; NV]; 2]; QUARTER],
+    k: usize,
+) {
+    for (c, a) in acc.iter_mut().enumerate() {
+        let wb = _mm256_set1_ps(*wt.add(c));
+        for v in 0..NV {
+            a[k][v] = _mm256_fmadd_ps(wb, xv[v], a[k][v]);
         }
     }
 }
