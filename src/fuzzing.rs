@@ -6,7 +6,8 @@
 //! run error is the correct answer to it.
 //!
 //! [`check_native`] (in `differential`) is the `interp_cpu` target's check: the CPU backend
-//! against the interpreter, one compiled plan per case structure and many data sets per plan.
+//! against the interpreter, one compiled plan per case structure and many data sets per plan;
+//! [`check_vulkan`] is the `interp_vulkan` target's, the same on the Vulkan device.
 //! [`check_dims`] (in `dims`) is the `shape_algebra` target's: size expressions built from a
 //! byte program against integer arithmetic.
 
@@ -14,8 +15,8 @@ mod differential;
 mod dims;
 
 pub use differential::{
-    check_native, check_native_with, CacheStats, Compiled, DiffOutcome, PlanCache, DATA_SET_BYTES,
-    GLOBAL_CACHE_ENTRIES, MAX_DATA_SETS, STRUCTURE_BYTES,
+    check_native, check_native_with, check_vulkan, CacheStats, Compiled, DiffOutcome, PlanCache, Target,
+    DATA_SET_BYTES, GLOBAL_CACHE_ENTRIES, MAX_DATA_SETS, STRUCTURE_BYTES,
 };
 pub use dims::{check_dims, decode_dims, encode_dims, DimOp, DimProgram, DimStats, MAX_DIMS_INPUT};
 

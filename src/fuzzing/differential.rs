@@ -1,5 +1,6 @@
-//! The fast differential check of the CPU backend: one compiled plan per case structure, many
-//! data sets per plan, each checked against the interpreter under the tolerance table.
+//! The fast differential check of a backend (the CPU's native plans, or the Vulkan device's):
+//! one compiled plan per case structure, many data sets per plan, each checked against the
+//! interpreter under the tolerance table.
 //!
 //! Compiling a plan (lowering, scheduling, Cranelift) costs far more than running a
 //! single-op graph, so [`check_native`] splits the fuzz bytes into a case's *structure* and
@@ -20,9 +21,14 @@
 //!   compiled plan.
 //!
 //! Plans live in a [`PlanCache`] keyed by the graph's text, bounded by entry count and
-//! evicted least recently used; [`PlanCache::global`] is the process-wide one the fuzz target
-//! uses. A cached plan is exactly what compiling the same text again would give, so the cache
-//! changes speed only, never an outcome.
+//! evicted least recently used, each cache for one [`Target`]; [`PlanCache::global`] is the
+//! process-wide one the `interp_cpu` fuzz target uses, [`PlanCache::global_vulkan`] the
+//! `interp_vulkan` target's. A cached plan is exactly what compiling the same text again would
+//! give, so the cache changes speed only, never an outcome.
+//!
+//! On [`Target::Vulkan`] a program the device has no step for (a library call it lacks) is
+//! refused when it compiles, with a typed error; such an input counts as
+//! [`DiffOutcome::refused`], never as a finding. Every other compile or run error is one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,7 +39,7 @@ use crate::numerics::{
     check_case, generate_case, high_level_ops, lower_to_prims, random_data, CaseResult, Failure, LowerError, Lowering,
     MAX_DIM,
 };
-use crate::runtime::{compile, CompileOptions, Plan};
+use crate::runtime::{compile, CompileError, CompileOptions, Plan};
 use crate::tensor::{checked_numel, Tensor};
 
 /// Bytes after the op byte that fix a case's structure (its graph and first data set).
@@ -50,25 +56,52 @@ const MAX_SYMBOL_VALUE: usize = MAX_DIM as usize;
 /// Most elements of all inputs of one further data set; a larger one is skipped.
 const MAX_DATA_ELEMENTS: usize = 1 << 16;
 
+/// The backend a [`PlanCache`] compiles for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// `CompileOptions::native_cpu(1)`: Cranelift kernels, GEMM, the reference executor for
+    /// graph breaks.
+    #[default]
+    Cpu,
+    /// `CompileOptions::vulkan()`: compute shaders on the process's Vulkan device.
+    Vulkan,
+}
+
 /// A graph lowered and compiled once: what every data set of its structure runs.
 pub struct Compiled {
     /// `lower_to_prims` of the graph (the numerics harness's lowering).
     pub lowering: Result<Lowering, LowerError>,
-    /// The lowered graph compiled by `CompileOptions::native_cpu(1)`, or why not.
+    /// The lowered graph compiled for the target, or why not.
     pub plan: Result<Plan, String>,
+    /// The target declined the program (`CompileError::Unsupported`: a step the Vulkan device
+    /// lacks, or no device); `plan` holds the reason.
+    pub refused: bool,
 }
 
 impl Compiled {
     /// Lowers `g` and compiles the result natively, as [`crate::numerics::run_on_cpu`] does.
     pub fn new(g: &Graph) -> Compiled {
+        Compiled::for_target(g, Target::Cpu)
+    }
+
+    /// Lowers `g` and compiles the result for `target`.
+    pub fn for_target(g: &Graph, target: Target) -> Compiled {
         let lowering = lower_to_prims(g);
+        let options = match target {
+            Target::Cpu => CompileOptions::native_cpu(1).map_err(|e| format!("cpu backend: {e}")),
+            Target::Vulkan => Ok(CompileOptions::vulkan()),
+        };
+        let mut refused = false;
         let plan = match &lowering {
-            Ok(l) => CompileOptions::native_cpu(1)
-                .map_err(|e| format!("cpu backend: {e}"))
-                .and_then(|options| compile(&l.graph, &options).map_err(|e| format!("compile: {e}"))),
+            Ok(l) => options.and_then(|options| {
+                compile(&l.graph, &options).map_err(|e| {
+                    refused = matches!(e, CompileError::Unsupported { .. });
+                    format!("compile: {e}")
+                })
+            }),
             Err(_) => Err("not lowered".to_string()),
         };
-        Compiled { lowering, plan }
+        Compiled { lowering, plan, refused }
     }
 }
 
@@ -85,11 +118,13 @@ pub struct CacheStats {
     pub entries: usize,
 }
 
-/// Compiled plans by graph text, at most `capacity` of them: inserting into a full cache
-/// drops the least recently used. Several threads may share one; two that miss on the same
-/// text at once both compile it (compiling holds no lock) and the later insert wins.
+/// Compiled plans by graph text for one [`Target`], at most `capacity` of them: inserting into
+/// a full cache drops the least recently used. Several threads may share one; two that miss
+/// on the same text at once both compile it (compiling holds no lock) and the later insert
+/// wins.
 pub struct PlanCache {
     capacity: usize,
+    target: Target,
     state: Mutex<CacheState>,
 }
 
@@ -102,15 +137,32 @@ struct CacheState {
 }
 
 impl PlanCache {
-    /// An empty cache holding at most `capacity` plans (at least 1).
+    /// An empty cache of CPU plans holding at most `capacity` (at least 1).
     pub fn new(capacity: usize) -> PlanCache {
-        PlanCache { capacity: capacity.max(1), state: Mutex::new(CacheState::default()) }
+        PlanCache::for_target(capacity, Target::Cpu)
     }
 
-    /// The process-wide cache of [`GLOBAL_CACHE_ENTRIES`] plans that [`check_native`] uses.
+    /// An empty cache of plans for `target` holding at most `capacity` (at least 1).
+    pub fn for_target(capacity: usize, target: Target) -> PlanCache {
+        PlanCache { capacity: capacity.max(1), target, state: Mutex::new(CacheState::default()) }
+    }
+
+    /// The process-wide cache of [`GLOBAL_CACHE_ENTRIES`] CPU plans that [`check_native`] uses.
     pub fn global() -> &'static PlanCache {
         static GLOBAL: OnceLock<PlanCache> = OnceLock::new();
         GLOBAL.get_or_init(|| PlanCache::new(GLOBAL_CACHE_ENTRIES))
+    }
+
+    /// The process-wide cache of [`GLOBAL_CACHE_ENTRIES`] Vulkan plans that [`check_vulkan`]
+    /// uses.
+    pub fn global_vulkan() -> &'static PlanCache {
+        static GLOBAL: OnceLock<PlanCache> = OnceLock::new();
+        GLOBAL.get_or_init(|| PlanCache::for_target(GLOBAL_CACHE_ENTRIES, Target::Vulkan))
+    }
+
+    /// The backend its plans are compiled for.
+    pub fn target(&self) -> Target {
+        self.target
     }
 
     pub fn capacity(&self) -> usize {
@@ -141,7 +193,7 @@ impl PlanCache {
                 return (compiled, false);
             }
         }
-        let compiled = Arc::new(Compiled::new(g));
+        let compiled = Arc::new(Compiled::for_target(g, self.target));
         let mut state = self.lock();
         state.stats.compiles += 1;
         if !state.entries.contains_key(key) && state.entries.len() >= self.capacity {
@@ -169,6 +221,8 @@ pub struct DiffOutcome {
     pub skipped: usize,
     /// Whether this input compiled its plan (else the cache had it).
     pub compiled: bool,
+    /// The target declined the program ([`Compiled::refused`]): no data set was run.
+    pub refused: bool,
 }
 
 /// The fuzz target's check: [`check_native_with`] on the process-wide cache, panicking with
@@ -179,12 +233,36 @@ pub fn check_native(data: &[u8]) {
     }
 }
 
+/// The `interp_vulkan` target's check: [`check_native_with`] on the process-wide Vulkan cache.
+/// Without a Vulkan device (or a ladder built without the `vulkan` feature) every input would
+/// be refused and the campaign would test nothing, so that panics at once, saying why.
+pub fn check_vulkan(data: &[u8]) {
+    static DEVICE: OnceLock<Result<(), String>> = OnceLock::new();
+    let device = DEVICE.get_or_init(|| {
+        #[cfg(feature = "vulkan")]
+        {
+            crate::backend::vulkan::context().map(|_| ()).map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "vulkan"))]
+        {
+            Err("ladder was built without the `vulkan` feature".to_string())
+        }
+    });
+    if let Err(e) = device {
+        panic!("the interp_vulkan target needs a Vulkan device: {e}");
+    }
+    if let Err(f) = check_native_with(data, PlanCache::global_vulkan()) {
+        panic!("{f}");
+    }
+}
+
 /// Builds the case of `data` (see the module docs for the layout), takes its plan from `cache`
-/// (compiling it on a miss), and checks every data set: the native plan's outputs against the
-/// op in precise mode under the tolerance table, as [`crate::numerics::check_op_on`] with
-/// [`crate::numerics::run_on_cpu`] does for one. The first failure is returned: its
-/// `file_test` reproduces it on its own (the graph and the failing data set), and its
-/// `case_bytes` are the whole of `data`.
+/// (compiling it for the cache's [`Target`] on a miss), and checks every data set: the plan's
+/// outputs against the op in precise mode under the tolerance table, as
+/// [`crate::numerics::check_op_on`] with [`crate::numerics::run_on_cpu`] does for one. A
+/// program the target declines is [`DiffOutcome::refused`] and checks nothing. The first
+/// failure is returned: its `file_test` reproduces it on its own (the graph and the failing
+/// data set), and its `case_bytes` are the whole of `data`.
 pub fn check_native_with(data: &[u8], cache: &PlanCache) -> Result<DiffOutcome, Box<Failure>> {
     let mut outcome = DiffOutcome::default();
     let Some((&first, rest)) = data.split_first() else { return Ok(outcome) };
@@ -198,6 +276,10 @@ pub fn check_native_with(data: &[u8], cache: &PlanCache) -> Result<DiffOutcome, 
     let key = crate::text::print(&case.graph);
     let (compiled, fresh) = cache.get_or_compile(&key, &case.graph);
     outcome.compiled = fresh;
+    if compiled.refused {
+        outcome.refused = true;
+        return Ok(outcome);
+    }
     let lower = |_: &Graph| compiled.lowering.clone();
     let exec = |_: &Graph, inputs: &[Tensor]| match &compiled.plan {
         Ok(plan) => plan.run(inputs).map(|o| o.outputs).map_err(|e| e.to_string()),

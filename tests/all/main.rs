@@ -45,6 +45,7 @@ mod functionalize;
 mod fuzz_dims;
 mod fuzz_native;
 mod fuzz_seeds;
+mod fuzz_vulkan;
 mod gemm_epilogue;
 mod hostile_inputs;
 mod interp_limits;

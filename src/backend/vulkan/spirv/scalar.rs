@@ -114,7 +114,20 @@ impl Cx<'_> {
                 self.b.select(ty, None, x, one, zero).map_err(failed)?
             }
             (DType::I32 | DType::I64, DType::F32) => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
-            (DType::I32, DType::I64) | (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
+            (DType::I32, DType::I64) => {
+                // Not `OpSConvert`: Mesa 22's NIR (lavapipe) narrows `i2i64(x) < c`, for a
+                // constant `c` in i32's range, to a form that takes i32's minimum as +2^31, so
+                // the comparison is false for every `x` and `c < i2i64(x)` true (`==` is
+                // right). The zero-extended word shifted up and back down is a sign extension
+                // NIR does not narrow.
+                let word = self.b.bitcast(self.t_u32, None, x).map_err(failed)?;
+                let wide = self.b.u_convert(self.t_u64, None, word).map_err(failed)?;
+                let wide = self.b.bitcast(ty, None, wide).map_err(failed)?;
+                let k = self.constant(DType::I64, 32);
+                let high = self.b.shift_left_logical(ty, None, wide, k).map_err(failed)?;
+                self.b.shift_right_arithmetic(ty, None, high, k).map_err(failed)?
+            }
+            (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
             (DType::F32, DType::I32 | DType::I64) => {
                 // Saturating, NaN to 0: Rust's `as`.
                 let (lo, hi, min, max) = if to == DType::I32 {
