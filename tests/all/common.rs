@@ -149,3 +149,14 @@ pub fn generated_inputs(g: &Graph, data: &mut ladder::gen::Source) -> Vec<Tensor
         })
         .collect()
 }
+
+/// The files of the seed corpus `fuzz/corpus/<target>`, sorted.
+pub fn seed_corpus(target: &str) -> Vec<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    paths
+}

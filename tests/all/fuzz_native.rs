@@ -2,8 +2,6 @@
 //! corpus, generated inputs whose data sets vary under one structure (the compiled plan must be
 //! reused), and the cache's bound.
 
-use std::path::PathBuf;
-
 use ladder::fuzzing::{check_native_with, PlanCache, DATA_SET_BYTES, STRUCTURE_BYTES};
 use ladder::gen::seeded_bytes;
 use ladder::numerics::{check_op_on, high_level_ops, run_on_cpu, CaseResult};
@@ -43,12 +41,7 @@ fn generated_cases_pass_and_reuse_their_plans() {
 
 #[test]
 fn the_seed_corpus_passes() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/interp_cpu");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
+    let paths = crate::common::seed_corpus("interp_cpu");
     assert!(paths.len() >= 65, "the seed corpus has {} files", paths.len());
     let cache = PlanCache::new(64);
     for path in &paths {

@@ -6,8 +6,6 @@
 
 #![cfg(feature = "vulkan")]
 
-use std::path::PathBuf;
-
 use ladder::backend::vulkan;
 use ladder::fuzzing::{check_native_with, DiffOutcome, PlanCache, Target, DATA_SET_BYTES, STRUCTURE_BYTES};
 use ladder::gen::seeded_bytes;
@@ -85,12 +83,7 @@ fn the_interp_cpu_seed_corpus_agrees_on_the_device() {
     if !device("the_interp_cpu_seed_corpus_agrees_on_the_device") {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/interp_cpu");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
+    let paths = crate::common::seed_corpus("interp_cpu");
     let cache = PlanCache::for_target(64, Target::Vulkan);
     let mut tally = Tally::default();
     for path in &paths {

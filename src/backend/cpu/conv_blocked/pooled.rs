@@ -93,11 +93,7 @@ pub(super) fn fused(job: &Job<'_>, q: usize, fuse: Fuse, out: &mut RowOut) {
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
 unsafe fn row(job: &Job<'_>, q: usize, window: Window, out: &mut RowOut) {
     let pl = &job.pl;
-    // The two rows read input rows `top + j`, `j` in `0..=kh`, inside for `j` in `j0..j1`.
-    let top = (2 * q) as isize - pl.pt as isize;
-    let j0 = (-top).max(0) as usize;
-    let j1 = ((pl.ih as isize - top).max(0) as usize).min(pl.kh + 1);
-    let rows = Rows { top, j0, j1 };
+    let rows = Rows::of(pl, q);
     let mut col = 0;
     for nv in block_plan(pl.ow) {
         let w = (16 * nv).min(pl.ow - col);
@@ -118,6 +114,17 @@ struct Rows {
     top: isize,
     j0: usize,
     j1: usize,
+}
+
+impl Rows {
+    /// Those of pooled row `q`: its two convolution rows read input rows `top + j`, `j` in
+    /// `0..=kh`, inside the input for `j` in `j0..j1`.
+    fn of(pl: &Plane, q: usize) -> Rows {
+        let top = (2 * q) as isize - pl.pt as isize;
+        let j0 = (-top).max(0) as usize;
+        let j1 = ((pl.ih as isize - top).max(0) as usize).min(pl.kh + 1);
+        Rows { top, j0, j1 }
+    }
 }
 
 /// Columns `col..col + 16 * (NV - 1) + w` of channels `c0..c0 + HALF` (those the block
@@ -247,10 +254,7 @@ const AVX2_MAX_CG: usize = 4;
 #[target_feature(enable = "avx2,fma")]
 unsafe fn row256(job: &Job<'_>, q: usize, window: Window, out: &mut RowOut) {
     let pl = &job.pl;
-    let top = (2 * q) as isize - pl.pt as isize;
-    let j0 = (-top).max(0) as usize;
-    let j1 = ((pl.ih as isize - top).max(0) as usize).min(pl.kh + 1);
-    let rows = Rows { top, j0, j1 };
+    let rows = Rows::of(pl, q);
     let mut col = 0;
     while col < pl.ow {
         // `col` stays a multiple of 16: even, as the `2×2` window needs.
