@@ -160,6 +160,35 @@ fn integer_kernels_and_run_time_errors() {
     assert!(err.contains("division by zero"), "{err}");
 }
 
+/// An i32 widened to i64 and compared with constants (how a gather tests a negative i32
+/// index): Mesa 22's lavapipe folds such comparisons of an `OpSConvert`ed value wrongly, so
+/// the lowering sign-extends with shifts instead.
+#[test]
+fn widened_integers_compare_with_constants() {
+    if !device("widened_integers_compare_with_constants") {
+        return;
+    }
+    let g = parse(
+        "graph g(%j: i32[8]) {
+  %c = convert_element_type(%j) {dtype=i64}
+  %z = full() {shape=[8], value=0, dtype=i64}
+  %t = full() {shape=[8], value=3, dtype=i64}
+  %m = full() {shape=[8], value=-1, dtype=i64}
+  %a = lt(%c, %z)
+  %b = lt(%c, %t)
+  %d = le(%c, %m)
+  %e = gt(%z, %c)
+  return %a, %b, %d, %e, %c
+}",
+    );
+    let j = Tensor::from_ints(ladder::DType::I32, &[8], vec![0, 1, -1, 3, -2, i32::MIN.into(), i32::MAX.into(), 2])
+        .unwrap();
+    let (want, got) = run_both(&g, &[j]);
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g.bit_eq(w), "output {k}: got {g}, want {w}");
+    }
+}
+
 /// `pow` by a constant small integer (GPT-2's `x³`), and `gather` with negative and
 /// out-of-range indices.
 #[test]

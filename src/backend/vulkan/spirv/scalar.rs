@@ -114,7 +114,18 @@ impl Cx<'_> {
                 self.b.select(ty, None, x, one, zero).map_err(failed)?
             }
             (DType::I32 | DType::I64, DType::F32) => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
-            (DType::I32, DType::I64) | (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
+            (DType::I32, DType::I64) => {
+                // Sign extension as shifts of the zero-extended word: Mesa 22's lavapipe
+                // compares an `OpSConvert`ed value with a constant wrongly (`i2i64(x) < 0` is
+                // false for negative `x`).
+                let word = self.b.bitcast(self.t_u32, None, x).map_err(failed)?;
+                let wide = self.b.u_convert(self.t_u64, None, word).map_err(failed)?;
+                let wide = self.b.bitcast(ty, None, wide).map_err(failed)?;
+                let k = self.i64c(32);
+                let high = self.b.shift_left_logical(ty, None, wide, k).map_err(failed)?;
+                self.b.shift_right_arithmetic(ty, None, high, k).map_err(failed)?
+            }
+            (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
             (DType::F32, DType::I32 | DType::I64) => {
                 // Saturating, NaN to 0: Rust's `as`.
                 let (lo, hi, min, max) = if to == DType::I32 {
