@@ -22,8 +22,9 @@
 //! the tensors a run returns.
 //!
 //! [`vulkan`] (feature `vulkan`, on by default) is the second: generated kernels as SPIR-V
-//! compute shaders on a Vulkan device; so far it runs programs made only of generated kernels
-//! and refuses others when the plan is built ([`BackendError::Unsupported`]).
+//! compute shaders on a Vulkan device, with the library steps it has (matmul, convolution,
+//! the data-movement prims) written as generated kernels too; it refuses a program with any
+//! other step when the plan is built ([`BackendError::Unsupported`]).
 //!
 //! ## The device backend against this interface (Vulkan: the plan; see `vulkan` for what is built)
 //!

@@ -19,10 +19,11 @@
 //!   graph breaks that the plan runs on the reference executor (`ladder::sched::compiles`).
 //! - `vulkan`: the Vulkan backend runs it: a prim or opaque op it has
 //!   (`ladder::backend::vulkan::runs_op`: the kernel prims on f32, i32, i64 and bool values,
-//!   `pow` by integer exponents of -4 to 4, `cat`, `gather` from tensors of static shape,
-//!   f32 `matmul`), or a high-level op that lowers to such ops only. `conv` and the
-//!   data-movement prims pad, rev and scatter_add are not on the device yet, and a program
-//!   using them is refused there. False in a build without the `vulkan` feature.
+//!   `pow` by integer exponents of -4 to 4, `cat`, `pad`, `rev` (static dims from its first
+//!   reversed axis on), `gather` and `scatter_add` from tensors of static shape, f32
+//!   `matmul` and `conv` (a padded one over an input of static size after the batch)), or a
+//!   high-level op that lowers to such ops only. A program outside these limits is refused
+//!   there. False in a build without the `vulkan` feature.
 
 use ladder::ops::{all_specs, OpKind, Rung};
 

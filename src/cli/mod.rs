@@ -125,9 +125,10 @@ pub enum BackendArg {
     /// The reference interpreter: every op exactly as specified, on one thread. The oracle
     /// the other backends are checked against; slow.
     Interp,
-    /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included).
-    /// So far programs made only of generated kernels (no matmul, convolution or library
-    /// steps); others are refused with the step that stops them.
+    /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included),
+    /// with matmul, convolution, cat, pad, rev, gather and scatter_add written as such
+    /// kernels; a program with a step the device lacks is refused with the step that stops
+    /// it.
     Vulkan,
 }
 

@@ -88,3 +88,4 @@ mod text_roundtrip;
 mod tiered;
 mod train;
 mod vulkan;
+mod vulkan_library;

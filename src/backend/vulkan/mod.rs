@@ -4,13 +4,17 @@
 //!
 //! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
 //! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
-//! accumulators, sum-exp included), an f32 `matmul` (written as a generated kernel,
-//! `library.rs`, then its epilogue kernel), a `cat` (a copy kernel per operand), a `gather`
-//! from a tensor of static shape (a kernel with a computed load) or a `dim_values` step (sizes as data, which the
-//! host writes). A program with another library step (a convolution, a data-movement prim)
-//! or a kernel the lowering declines is refused when the plan is built, with the step and the
-//! reason ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this backend are lowered without op recovery, so
-//! softmax and the norms arrive as kernels.
+//! accumulators, sum-exp included), a library step the device has as generated kernels
+//! (`library.rs`: f32 `matmul` and its epilogue kernel, f32 `conv` of any groups, strides,
+//! dilations and zero padding, with its bias-and-ReLU post-op (`library_nn.rs`), `cat`,
+//! `pad`, `rev`, and `gather` and `scatter_add` from tensors of static shape, any library
+//! step's bias-and-ReLU post-op), or a `dim_values` step (sizes as data, which the host
+//! writes). A program with another step (a custom op, a gather from a tensor of symbolic
+//! shape, a padded convolution of an input of symbolic size, ...), or a kernel the lowering
+//! declines (a dtype or op it lacks, more buffers than a shader may bind), is refused when
+//! the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
+//! never run partly on the host. Plans for this backend are lowered without op recovery, so
+//! softmax, the norms, pooling and LSTMs arrive as kernels and prims.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, a buffer for every input,
@@ -23,6 +27,7 @@
 mod arith;
 mod device;
 mod library;
+mod library_nn;
 pub mod spirv;
 
 use std::any::Any;
@@ -57,35 +62,16 @@ impl Backend for VulkanBackend {
         let mut kernels = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
-            let refuse = |what: String| BackendError::Unsupported(format!("step {i}, {what}"));
-            // Library steps the device has are written as generated kernels (`library.rs`).
-            let written: Vec<crate::kernel::Kernel> = match step {
-                Step::Kernel(k) => {
-                    kernels.push(KernelStep::new(&ctx, program, i, k)?);
-                    continue;
-                }
-                Step::Matmul(m) if m.activation.is_none() => {
-                    let k = library::matmul_kernel(m, program, format!("matmul{i}")).map_err(refuse)?;
-                    std::iter::once(k).chain(m.epilogue.as_deref().cloned()).collect()
-                }
-                Step::Library(l) if l.op == OpKind::Gather && l.post.is_none() => {
-                    vec![library::gather_kernel(l, program, format!("gather{i}")).map_err(refuse)?]
-                }
-                Step::Library(l) if l.op == OpKind::Cat && l.post.is_none() => {
-                    library::cat_kernels(l, program, &format!("cat{i}")).map_err(refuse)?
-                }
-                // Values computed from the run's sizes alone: written by the host.
-                Step::Library(l) if l.op == OpKind::DimValues && l.post.is_none() => {
+            // Values computed from the run's sizes alone: written by the host.
+            if let Step::Library(l) = step {
+                if l.op == OpKind::DimValues && l.post.is_none() {
                     sizes_only.push((i, l.clone()));
                     continue;
                 }
-                other => {
-                    return Err(BackendError::Unsupported(format!(
-                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul, cat and gather only so far",
-                        step_kind(other)
-                    )))
-                }
-            };
+            }
+            // Library steps are written as generated kernels (`library.rs`).
+            let written = library::step_kernels(step, program, i)
+                .map_err(|why| BackendError::Unsupported(format!("step {i} is a {} call: {why}", step_kind(step))))?;
             for k in &written {
                 kernels.push(KernelStep::new(&ctx, program, i, k)?);
             }
@@ -130,6 +116,15 @@ fn step_kind(s: &Step) -> &'static str {
         Step::Library(l) => l.op.name(),
         Step::Interp(_) => "graph break (interpreter)",
     }
+}
+
+/// The kernels step `step` of `program` runs as on the device, in order (a kernel step is
+/// itself; a library step is the kernels `library.rs` writes for it; a `dim_values` step,
+/// which the host writes, has none), or why the device does not run it: what the backend
+/// lowers to shaders, for tests that validate every one.
+pub fn step_kernels(program: &Program, step: usize) -> Result<Vec<crate::kernel::Kernel>, String> {
+    let s = program.steps.get(step).ok_or_else(|| format!("the program has no step {step}"))?;
+    library::step_kernels(s, program, step)
 }
 
 /// A compiled shader's pipeline objects.
@@ -223,6 +218,17 @@ impl KernelStep {
     ) -> Result<KernelStep, BackendError> {
         let shader = spirv::lower(k, program)
             .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))?;
+        // Its buffers, the size table and the status word, each a storage buffer binding.
+        let l = &ctx.limits;
+        let most = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
+        let most = most.min(l.max_per_stage_resources) as usize;
+        if shader.buffers.len() + 2 > most {
+            return Err(BackendError::Unsupported(format!(
+                "step {step}, kernel {}: it reads and writes {} buffers, and a shader on this device binds at most {most} (its size table and status word included)",
+                k.name,
+                shader.buffers.len()
+            )));
+        }
         let pipe = Pipe::new(ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
         Ok(KernelStep { step, shader, pipe })
     }
@@ -593,8 +599,9 @@ fn lens_bytes(len: usize, dtype: crate::ir::DType) -> usize {
 }
 
 /// Whether this backend runs the prim or opaque op `kind` (on f32, i32, i64 and bool values,
-/// `matmul` on f32; other dtypes are refused): what `ladder ops` reports in its `vulkan`
-/// column, and what `tests/all/vulkan.rs` checks against the programs it runs.
+/// `matmul` and `conv` on f32; `gather` and `scatter_add` from tensors of static shape; other
+/// dtypes and shapes are refused): what `ladder ops` reports in its `vulkan` column, and what
+/// `tests/all/vulkan.rs` checks against the programs it runs.
 pub fn runs_op(kind: OpKind) -> bool {
     use OpKind::*;
     matches!(
@@ -644,8 +651,12 @@ pub fn runs_op(kind: OpKind) -> bool {
             | Full
             | DimValues
             | Cat
+            | Pad
+            | Rev
             | Gather
+            | ScatterAdd
             | Matmul
+            | Conv
             | ReduceSum
             | ReduceProd
             | ReduceMax
