@@ -41,8 +41,9 @@
 //!   step order, a barrier only where a step reads what an earlier one wrote, dispatches split
 //!   past 65,535 workgroups), replays it on later runs with the same sizes, uploads the inputs
 //!   through a staging buffer (or maps them where memory is unified), submits with a fence and
-//!   waits for it before reading back. An embedder that owns the `VkDevice` and queue passes
-//!   them to the backend's constructor instead of letting it create them.
+//!   waits for it before reading back. An embedder that owns the `VkDevice` and queue hands
+//!   them over as a `vulkan::VulkanDevice`, which the backend carries instead of making its own
+//!   (built).
 
 pub mod cpu;
 #[cfg(feature = "vulkan")]

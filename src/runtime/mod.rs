@@ -49,6 +49,12 @@ use crate::pipeline::{Mode, PipelineError, Rung};
 use crate::sched::ScheduleError;
 use crate::tensor::{Tensor, TensorView};
 
+/// The ash crate (0.38) the Vulkan types below come from, for an embedder to name the same ones.
+#[cfg(feature = "vulkan")]
+pub use crate::backend::vulkan::ash;
+/// An embedder's own Vulkan device for plans ([`CompileOptions::vulkan_on`]).
+#[cfg(feature = "vulkan")]
+pub use crate::backend::vulkan::{ExternalDevice, VulkanDevice, VulkanError};
 pub use crate::backend::{Declined, Fallback, RunError};
 
 /// Where a plan runs.
@@ -119,6 +125,10 @@ pub struct CompileOptions {
     /// [`BackendKind::Interp`] plans evaluate float ops in f64, without rounding to the op's
     /// dtype (the interpreter's precise mode; float outputs come back f64).
     pub precise: bool,
+    /// [`BackendKind::Vulkan`] plans run on this device; `None` (the default): on ladder's own,
+    /// made on first use. [`CompileOptions::vulkan_on`] sets it to an embedder's.
+    #[cfg(feature = "vulkan")]
+    pub vulkan_device: Option<VulkanDevice>,
 }
 
 impl Default for CompileOptions {
@@ -144,6 +154,8 @@ impl CompileOptions {
             recover: false,
             pack_weights: true,
             precise: false,
+            #[cfg(feature = "vulkan")]
+            vulkan_device: None,
         }
     }
 
@@ -153,6 +165,23 @@ impl CompileOptions {
     /// device, or the program has a step the backend does not run yet.
     pub fn vulkan() -> CompileOptions {
         CompileOptions { backend: BackendKind::Vulkan, pack_weights: false, ..CompileOptions::reference() }
+    }
+
+    /// [`CompileOptions::vulkan`] on `device`: an embedder's own Vulkan device
+    /// ([`VulkanDevice::from_external`], whose docs say who owns what and how the queue is
+    /// shared) or ladder's ([`VulkanDevice::process`]).
+    ///
+    /// ```no_run
+    /// # fn demo(ext: ladder::runtime::ExternalDevice, g: &ladder::Graph) -> Result<(), Box<dyn std::error::Error>> {
+    /// // SAFETY: `ext` holds the program's live, matching Vulkan objects, which outlive the plan.
+    /// let device = unsafe { ladder::runtime::VulkanDevice::from_external(ext) }?;
+    /// let plan = ladder::compile(g, &ladder::CompileOptions::vulkan_on(device))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "vulkan")]
+    pub fn vulkan_on(device: VulkanDevice) -> CompileOptions {
+        CompileOptions { vulkan_device: Some(device), ..CompileOptions::vulkan() }
     }
 
     /// The CPU backend in native mode: kernels compiled by Cranelift (each kernel the code
@@ -180,7 +209,9 @@ impl CompileOptions {
             })),
             BackendKind::Interp => None,
             #[cfg(feature = "vulkan")]
-            BackendKind::Vulkan => Some(Box::new(crate::backend::vulkan::VulkanBackend)),
+            BackendKind::Vulkan => {
+                Some(Box::new(crate::backend::vulkan::VulkanBackend { device: self.vulkan_device.clone() }))
+            }
             #[cfg(not(feature = "vulkan"))]
             BackendKind::Vulkan => Some(Box::new(NoVulkan)),
         }
@@ -189,14 +220,16 @@ impl CompileOptions {
 
 impl std::fmt::Debug for CompileOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompileOptions")
-            .field("backend", &self.backend)
+        let mut d = f.debug_struct("CompileOptions");
+        d.field("backend", &self.backend)
             .field("threads", &self.threads)
             .field("kernel_compiler", &self.kernel_compiler.is_some())
             .field("limits", &self.limits)
             .field("precise", &self.precise)
-            .field("recover", &self.recover)
-            .finish()
+            .field("recover", &self.recover);
+        #[cfg(feature = "vulkan")]
+        d.field("vulkan_device", &self.vulkan_device);
+        d.finish()
     }
 }
 

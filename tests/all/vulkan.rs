@@ -488,3 +488,212 @@ fn widened_i32_compares_and_i32_gathers() {
         assert!(err.contains("outside its buffer"), "{err}");
     }
 }
+
+/// An embedder's own instance, device and queue, made with ash as a program that owns its
+/// device would: Vulkan 1.2, the first device with a compute queue and `shaderInt64`
+/// (enabled), and with `LADDER_VULKAN_VALIDATION=1` the validation layer with the embedder's
+/// own messenger, whose messages land in `EMBEDDER_MESSAGES`.
+struct Embedder {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    debug: Option<(ash::ext::debug_utils::Instance, ash::vk::DebugUtilsMessengerEXT)>,
+    physical: ash::vk::PhysicalDevice,
+    device: ash::Device,
+    family: u32,
+    queue: ash::vk::Queue,
+}
+
+static EMBEDDER_MESSAGES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "system" fn embedder_message(
+    _severity: ash::vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: ash::vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const ash::vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    _user: *mut std::ffi::c_void,
+) -> ash::vk::Bool32 {
+    // SAFETY: the layer passes valid callback data whose message is a C string.
+    let text = unsafe { data.as_ref() }
+        .filter(|d| !d.p_message.is_null())
+        .map(|d| unsafe { std::ffi::CStr::from_ptr(d.p_message) }.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    EMBEDDER_MESSAGES.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+    ash::vk::FALSE
+}
+
+impl Embedder {
+    /// `Err` says why there is no device.
+    fn new(validation: bool) -> Result<Embedder, String> {
+        use ash::vk;
+        // SAFETY: loading the system's Vulkan loader.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| format!("no Vulkan loader: {e}"))?;
+        let app = vk::ApplicationInfo::default().application_name(c"embedder").api_version(vk::API_VERSION_1_2);
+        let layers = [c"VK_LAYER_KHRONOS_validation".as_ptr()];
+        let extensions = [ash::ext::debug_utils::NAME.as_ptr()];
+        let mut info = vk::InstanceCreateInfo::default().application_info(&app);
+        if validation {
+            info = info.enabled_layer_names(&layers).enabled_extension_names(&extensions);
+        }
+        // SAFETY: the create info outlives the call; `Drop` destroys what is made.
+        let instance = unsafe { entry.create_instance(&info, None) }
+            .map_err(|e| format!("no Vulkan 1.2 driver answered (vkCreateInstance: {e:?})"))?;
+        let debug = validation.then(|| {
+            let d = ash::ext::debug_utils::Instance::new(&entry, &instance);
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+                )
+                .message_type(
+                    vk::DebugUtilsMessageTypeFlagsEXT::GENERAL | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION,
+                )
+                .pfn_user_callback(Some(embedder_message));
+            let m = unsafe { d.create_debug_utils_messenger(&info, None) }.unwrap();
+            (d, m)
+        });
+        let found = unsafe { instance.enumerate_physical_devices() }.unwrap_or_default().into_iter().find_map(|p| {
+            let props = unsafe { instance.get_physical_device_properties(p) };
+            let features = unsafe { instance.get_physical_device_features(p) };
+            let families = unsafe { instance.get_physical_device_queue_family_properties(p) };
+            let family = families.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))?;
+            (props.api_version >= vk::API_VERSION_1_2 && features.shader_int64 == vk::TRUE)
+                .then_some((p, family as u32))
+        });
+        let destroy = |why: String| {
+            unsafe {
+                if let Some((d, m)) = &debug {
+                    d.destroy_debug_utils_messenger(*m, None);
+                }
+                instance.destroy_instance(None);
+            }
+            why
+        };
+        let (physical, family) =
+            found.ok_or_else(|| destroy("no Vulkan 1.2 device with a compute queue and shaderInt64".into()))?;
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
+        let features = Self::features();
+        let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_features(&features);
+        let device = unsafe { instance.create_device(physical, &info, None) }
+            .map_err(|e| destroy(format!("vkCreateDevice: {e:?}")))?;
+        let queue = unsafe { device.get_device_queue(family, 0) };
+        Ok(Embedder { entry, instance, debug, physical, device, family, queue })
+    }
+
+    fn features() -> ash::vk::PhysicalDeviceFeatures {
+        ash::vk::PhysicalDeviceFeatures::default().shader_int64(true)
+    }
+
+    fn external(&self) -> vulkan::ExternalDevice {
+        vulkan::ExternalDevice {
+            entry: self.entry.clone(),
+            instance: self.instance.clone(),
+            physical_device: self.physical,
+            device: self.device.clone(),
+            enabled_features: Self::features(),
+            queue_family_index: self.family,
+            queue: self.queue,
+        }
+    }
+}
+
+impl Drop for Embedder {
+    fn drop(&mut self) {
+        // SAFETY: every plan on the device was dropped before the embedder.
+        unsafe {
+            self.device.destroy_device(None);
+            if let Some((d, m)) = self.debug.take() {
+                d.destroy_debug_utils_messenger(m, None);
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// The embedder's device, or `None` (skipped, said why) where there is no Vulkan driver.
+fn embedder(test: &str, validation: bool) -> Option<Embedder> {
+    match Embedder::new(validation) {
+        Ok(e) => Some(e),
+        Err(why) if !required() => {
+            eprintln!("{test}: skipped: {why}");
+            None
+        }
+        Err(why) => panic!("{test}: LADDER_REQUIRE_VULKAN=1 but {why}"),
+    }
+}
+
+/// A program that owns its Vulkan device hands it to ladder: plans compiled with
+/// `CompileOptions::vulkan_on` run there (at two batch sizes) and match the reference; ladder
+/// destroys what it made when the plan goes and leaves the device to the embedder, which
+/// still uses it and destroys it, with the validation layer (the embedder's own messenger)
+/// reporting nothing, leaked objects at `vkDestroyDevice` included.
+#[test]
+fn an_embedders_device_runs_plans_and_stays_the_embedders() {
+    let validation = std::env::var("LADDER_VULKAN_VALIDATION").is_ok_and(|v| v == "1");
+    let Some(own) = embedder("an_embedders_device_runs_plans_and_stays_the_embedders", validation) else {
+        return;
+    };
+    EMBEDDER_MESSAGES.lock().unwrap().clear();
+    // SAFETY: the embedder's live objects, dropped after every plan below.
+    let device = unsafe { vulkan::VulkanDevice::from_external(own.external()) }.unwrap();
+    assert!(device.is_external());
+    assert!(!vulkan::VulkanDevice::process().is_ok_and(|d| d.is_external()));
+    let g = parse(
+        "graph g(%x: f32[n, 8], %w: f32[8, 5]) {
+  %m = matmul(%x, %w)
+  %s = softmax(%m) {axis=-1}
+  return %s
+}",
+    );
+    let plan = compile(&g, &CompileOptions::vulkan_on(device.clone())).unwrap();
+    assert!(plan.explanation().contains(device.name()), "{}", plan.explanation());
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    let mut rng = ladder::models::Rng::new(3);
+    for n in [3, 17, 3] {
+        let x = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[n, 8]).unwrap();
+        let w = ladder::models::random_tensor(&mut rng, ladder::DType::F32, &[8, 5]).unwrap();
+        same_as_reference(&plan, &reference, &[x, w], &format!("the embedder's device, n = {n}"));
+    }
+    // The queue's lock is the one runs take: held here, free again once dropped.
+    drop(device.lock_queue());
+    drop(plan);
+    drop(device);
+    // The device is still the embedder's and works.
+    unsafe {
+        let fence = own.device.create_fence(&ash::vk::FenceCreateInfo::default(), None).unwrap();
+        own.device.destroy_fence(fence, None);
+        own.device.device_wait_idle().unwrap();
+    }
+    drop(own);
+    let messages = std::mem::take(&mut *EMBEDDER_MESSAGES.lock().unwrap());
+    assert!(messages.is_empty(), "the embedder's validation layer reported:\n{}", messages.join("\n"));
+}
+
+/// A device that lacks what ladder's shaders need is refused with every missing thing named:
+/// `shaderInt64` not enabled when it was created, a queue family that does not exist, a null
+/// queue.
+#[test]
+fn an_embedders_device_without_what_ladder_needs_is_refused_naming_it() {
+    let Some(own) = embedder("an_embedders_device_without_what_ladder_needs_is_refused_naming_it", false) else {
+        return;
+    };
+    let ext = vulkan::ExternalDevice {
+        enabled_features: ash::vk::PhysicalDeviceFeatures::default(),
+        queue_family_index: 99,
+        queue: ash::vk::Queue::null(),
+        ..own.external()
+    };
+    // SAFETY: the embedder's live objects; nothing is made on them.
+    match unsafe { vulkan::VulkanDevice::from_external(ext) } {
+        Err(vulkan::VulkanError::Unsuitable { device, missing }) => {
+            let text = missing.join("; ");
+            assert!(!device.is_empty());
+            assert_eq!(missing.len(), 3, "{text}");
+            assert!(text.contains("shaderInt64") && text.contains("not enabled"), "{text}");
+            assert!(text.contains("family 99 does not exist"), "{text}");
+            assert!(text.contains("null"), "{text}");
+        }
+        other => panic!("an unsuitable device was taken: {other:?}"),
+    }
+    // With what it needs, the same device is taken.
+    let ok = unsafe { vulkan::VulkanDevice::from_external(own.external()) };
+    assert!(ok.is_ok(), "{ok:?}");
+}

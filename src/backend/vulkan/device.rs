@@ -9,6 +9,10 @@
 //! message it reports at warning level or above fails the plan being built or the run
 //! being made (or, outside the backend, is there for [`take_validation_messages`]).
 //!
+//! An embedder that owns its Vulkan device hands it over instead (`embed.rs`,
+//! [`super::VulkanDevice::from_external`]): the same [`Context`], which then destroys nothing
+//! it did not create and installs no validation messenger of its own.
+//!
 //! Buffers are host-visible and coherent, mapped for their whole life: on lavapipe and on
 //! integrated GPUs that is the device's own memory, so inputs and outputs move by one copy.
 
@@ -28,17 +32,33 @@ pub enum VulkanError {
     NoDevice(String),
     /// A Vulkan call failed.
     #[error("{call}: {result}")]
-    Call { call: &'static str, result: String },
+    Call {
+        /// The Vulkan function.
+        call: &'static str,
+        /// What it returned.
+        result: String,
+    },
+    /// An embedder's device lacks what ladder's shaders need.
+    #[error("the Vulkan device {device} lacks what ladder needs: {}", missing.join("; "))]
+    Unsuitable {
+        /// The device's name.
+        device: String,
+        /// Each requirement it fails, with what it has instead.
+        missing: Vec<String>,
+    },
 }
 
 pub(super) fn call(call: &'static str) -> impl Fn(vk::Result) -> VulkanError {
     move |r| VulkanError::Call { call, result: format!("{r:?}") }
 }
 
-/// The process's Vulkan device.
+/// A Vulkan device ladder runs on: the process's own, or an embedder's.
 pub struct Context {
     _entry: ash::Entry,
     instance: ash::Instance,
+    /// Whether ladder created the instance and device (and destroys them when dropped); an
+    /// embedder's are never destroyed here.
+    owned: bool,
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
     pub(super) device: ash::Device,
     /// The compute queue; submissions take the lock.
@@ -58,6 +78,11 @@ unsafe impl Sync for Context {}
 
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.owned {
+            // The embedder's instance and device: theirs to destroy. Every object ladder made
+            // on them holds an `Arc<Context>` and was destroyed before this.
+            return;
+        }
         // SAFETY: every object made from the device holds an `Arc<Context>`, so none is left.
         unsafe {
             let _ = self.device.device_wait_idle();
@@ -78,9 +103,14 @@ pub fn take_validation_messages() -> Vec<String> {
     std::mem::take(&mut *MESSAGES.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// `Err` with the validation layer's messages since the last call, if it reported any: the
-/// backend turns them into errors of the plan or run that was being made.
-pub(super) fn validation_result() -> Result<(), String> {
+/// `Err` with the validation layer's messages since the last call, if it reported any, where
+/// `ctx` has ladder's own messenger: the backend turns them into errors of the plan or run that
+/// was being made. An embedder's device has none (validation is the embedder's choice, and its
+/// messages go to the embedder's messenger).
+pub(super) fn validation_result(ctx: &Context) -> Result<(), String> {
+    if ctx.debug.is_none() {
+        return Ok(());
+    }
     let messages = take_validation_messages();
     if messages.is_empty() {
         Ok(())
@@ -171,19 +201,8 @@ impl Context {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, &p)| {
-                    let families = unsafe { instance.get_physical_device_queue_family_properties(p) };
-                    let family = families.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))?;
-                    let features = unsafe { instance.get_physical_device_features(p) };
-                    let props = unsafe { instance.get_physical_device_properties(p) };
-                    let mut float = vk::PhysicalDeviceFloatControlsProperties::default();
-                    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float);
-                    if props.api_version >= vk::make_api_version(0, 1, 2, 0) {
-                        unsafe { instance.get_physical_device_properties2(p, &mut props2) };
-                    }
-                    // Vulkan 1.2 (float controls in the core), 64-bit integers, and NaN,
-                    // infinities and signed zeros kept through f32 arithmetic.
-                    (features.shader_int64 == vk::TRUE && float.shader_signed_zero_inf_nan_preserve_float32 == vk::TRUE)
-                        .then_some((i, p, family as u32))
+                    let family = compute_family(&instance, p)?;
+                    missing(&instance, p, None, None).is_empty().then_some((i, p, family))
                 })
                 .collect();
             let rank = |p: vk::PhysicalDevice| match unsafe { instance.get_physical_device_properties(p) }.device_type {
@@ -231,7 +250,27 @@ impl Context {
                 return Err(e);
             }
         };
-        // SAFETY: plain queries.
+        // SAFETY: `physical` is a device of `instance`; `device` was made on it with `family`.
+        Ok(unsafe { Context::from_parts(entry, instance, debug, physical, device, family, queue, true) })
+    }
+
+    /// A context over objects made elsewhere (`owned`: by ladder, which destroys them on drop).
+    ///
+    /// # Safety
+    /// `physical` is a device of `instance`, `device` was created on it with a queue of `family`,
+    /// and `queue` is that queue.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn from_parts(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+        physical: vk::PhysicalDevice,
+        device: ash::Device,
+        family: u32,
+        queue: vk::Queue,
+        owned: bool,
+    ) -> Context {
+        // SAFETY: plain queries on a live physical device (the caller's promise).
         let (props, memory) = unsafe {
             (
                 instance.get_physical_device_properties(physical),
@@ -239,9 +278,10 @@ impl Context {
             )
         };
         let name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(Context {
+        Context {
             _entry: entry,
             instance,
+            owned,
             debug,
             device,
             queue: Mutex::new(queue),
@@ -249,7 +289,12 @@ impl Context {
             memory,
             limits: props.limits,
             name,
-        })
+        }
+    }
+
+    /// Whether ladder created the instance and device (not an embedder).
+    pub(super) fn owned(&self) -> bool {
+        self.owned
     }
 
     fn host_memory_type(&self, bits: u32) -> Option<u32> {
@@ -257,6 +302,69 @@ impl Context {
         (0..self.memory.memory_type_count)
             .find(|&i| bits & (1 << i) != 0 && self.memory.memory_types[i as usize].property_flags.contains(want))
     }
+}
+
+/// The first queue family of `p` with compute.
+pub(super) fn compute_family(instance: &ash::Instance, p: vk::PhysicalDevice) -> Option<u32> {
+    // SAFETY: a plain query on a device of `instance`.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(p) };
+    families.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE)).map(|f| f as u32)
+}
+
+/// What `p` lacks of ladder's needs, each with what it has instead (empty: nothing): Vulkan
+/// 1.2 (float controls in the core), 64-bit integers in shaders (supported, and with
+/// `enabled`, the features a device was created with, enabled), NaN, infinities and signed
+/// zeros kept through f32 arithmetic, and with `family`, compute on that queue family.
+pub(super) fn missing(
+    instance: &ash::Instance,
+    p: vk::PhysicalDevice,
+    enabled: Option<&vk::PhysicalDeviceFeatures>,
+    family: Option<u32>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    // SAFETY: plain queries on a device of `instance`.
+    let (props, features, families) = unsafe {
+        (
+            instance.get_physical_device_properties(p),
+            instance.get_physical_device_features(p),
+            instance.get_physical_device_queue_family_properties(p),
+        )
+    };
+    let v = props.api_version;
+    let v12 = v >= vk::make_api_version(0, 1, 2, 0);
+    if !v12 {
+        out.push(format!(
+            "Vulkan 1.2 (it reports {}.{}.{})",
+            vk::api_version_major(v),
+            vk::api_version_minor(v),
+            vk::api_version_patch(v)
+        ));
+    }
+    if features.shader_int64 != vk::TRUE {
+        out.push("the shaderInt64 feature (not supported)".into());
+    } else if enabled.is_some_and(|f| f.shader_int64 != vk::TRUE) {
+        out.push("the shaderInt64 feature (supported, but not enabled when the device was created)".into());
+    }
+    let mut float = vk::PhysicalDeviceFloatControlsProperties::default();
+    if v12 {
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float);
+        // SAFETY: a Vulkan 1.2 device answers the 1.1 query.
+        unsafe { instance.get_physical_device_properties2(p, &mut props2) };
+    }
+    if float.shader_signed_zero_inf_nan_preserve_float32 != vk::TRUE {
+        out.push("shaderSignedZeroInfNanPreserveFloat32 (NaN, infinities and signed zeros kept in f32)".into());
+    }
+    if let Some(f) = family {
+        match families.get(f as usize) {
+            None => out.push(format!("a compute queue family (family {f} does not exist: it has {})", families.len())),
+            Some(q) if !q.queue_flags.contains(vk::QueueFlags::COMPUTE) => out.push(format!(
+                "a compute queue family (family {f} has no compute: flags {:#x})",
+                q.queue_flags.as_raw()
+            )),
+            Some(_) => {}
+        }
+    }
+    out
 }
 
 /// A storage buffer in host-visible, coherent memory, mapped while it lives.
@@ -281,7 +389,11 @@ impl Buffer {
         let d = &ctx.device;
         let info = vk::BufferCreateInfo::default()
             .size(size)
-            .usage(vk::BufferUsageFlags::STORAGE_BUFFER)
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST,
+            )
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: valid create info; the buffer is destroyed in `Drop` or below on failure.
         let buffer = unsafe { d.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;

@@ -1,6 +1,6 @@
 //! The Vulkan compute backend: each generated kernel of a scheduled program becomes a SPIR-V
 //! compute shader (`spirv/`), dispatched through ash on the process's Vulkan device
-//! (`device.rs`).
+//! (`device.rs`) or on an embedder's own ([`VulkanDevice::from_external`], `embed.rs`).
 //!
 //! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
 //! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
@@ -26,6 +26,7 @@
 
 mod arith;
 mod device;
+mod embed;
 mod library;
 mod library_nn;
 pub mod spirv;
@@ -37,8 +38,11 @@ use std::sync::Arc;
 use ash::vk;
 use cranelift_entity::EntityRef;
 
+/// The ash crate (0.38) whose types [`ExternalDevice`] holds.
+pub use ash;
 use device::{call, Buffer};
 pub use device::{context, take_validation_messages, Context, VulkanError};
+pub use embed::{ExternalDevice, VulkanDevice};
 use spirv::{Shader, Status, LOCAL_SIZE};
 
 use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
@@ -49,8 +53,11 @@ use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorView};
 
 /// The Vulkan backend (see the module docs).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct VulkanBackend;
+#[derive(Clone, Debug, Default)]
+pub struct VulkanBackend {
+    /// The device its plans run on; `None`: the process's own ([`context`]).
+    pub device: Option<VulkanDevice>,
+}
 
 impl Backend for VulkanBackend {
     fn name(&self) -> &'static str {
@@ -58,7 +65,10 @@ impl Backend for VulkanBackend {
     }
 
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
-        let ctx = context().map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        let ctx = match &self.device {
+            Some(d) => Arc::clone(&d.ctx),
+            None => context().map_err(|e| BackendError::Unsupported(e.to_string()))?,
+        };
         let mut kernels = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
@@ -88,7 +98,7 @@ impl Backend for VulkanBackend {
             resident += buf.size as usize;
             const_bufs[b] = Some(buf);
         }
-        device::validation_result().map_err(BackendError::Malformed)?;
+        device::validation_result(&ctx).map_err(BackendError::Malformed)?;
         let explanation = format!(
             "vulkan: {} kernels as compute shaders on {} ({} bytes of constants on the device)\n",
             kernels.len(),
@@ -497,7 +507,7 @@ impl Executable for VulkanExecutable {
         let result = self.submit(p, inputs, run, &dr);
         run.device = Some(dr as Box<dyn Any + Send>);
         result?;
-        device::validation_result().map_err(invalid)
+        device::validation_result(&self.ctx).map_err(invalid)
     }
 
     fn native_kernels(&self) -> usize {
