@@ -22,8 +22,10 @@
 //! the tensors a run returns.
 //!
 //! [`vulkan`] (feature `vulkan`, on by default) is the second: generated kernels as SPIR-V
-//! compute shaders on a Vulkan device; so far it runs programs made only of generated kernels
-//! and refuses others when the plan is built ([`BackendError::Unsupported`]).
+//! compute shaders on a Vulkan device, with f32 `matmul`, `cat` and `gather` written as
+//! generated kernels too and `dim_values` written by the host; a program with another library
+//! step (a convolution, `pad`, `rev`, `scatter_add`, pooling) is refused when the plan is
+//! built, naming the step ([`BackendError::Unsupported`]).
 //!
 //! ## The device backend against this interface (Vulkan: the plan; see `vulkan` for what is built)
 //!

@@ -125,9 +125,10 @@ pub enum BackendArg {
     /// The reference interpreter: every op exactly as specified, on one thread. The oracle
     /// the other backends are checked against; slow.
     Interp,
-    /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included).
-    /// So far programs made only of generated kernels (no matmul, convolution or library
-    /// steps); others are refused with the step that stops them.
+    /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included);
+    /// f32 matmul, cat, gather (from a tensor of static shape) and dim_values run there too,
+    /// and pow by an integer exponent of -4 to 4. A program with another library step
+    /// (convolution, pad, rev, scatter_add, pooling, ...) is refused, naming the step.
     Vulkan,
 }
 
@@ -202,7 +203,8 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => {
-            // Drop buffered stdout quietly: a second error while flushing would only repeat this one.
+            // Drop buffered stdout quietly: a second error while flushing would only repeat
+            // this one.
             let _ = out.flush();
             let _ = writeln!(io::stderr(), "error: {e}");
             ExitCode::FAILURE

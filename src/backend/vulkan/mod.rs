@@ -6,11 +6,13 @@
 //! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
 //! accumulators, sum-exp included), an f32 `matmul` (written as a generated kernel,
 //! `library.rs`, then its epilogue kernel), a `cat` (a copy kernel per operand), a `gather`
-//! from a tensor of static shape (a kernel with a computed load) or a `dim_values` step (sizes as data, which the
-//! host writes). A program with another library step (a convolution, a data-movement prim)
-//! or a kernel the lowering declines is refused when the plan is built, with the step and the
-//! reason ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this backend are lowered without op recovery, so
-//! softmax and the norms arrive as kernels.
+//! from a tensor of static shape (a kernel with a computed load) or a `dim_values` step
+//! (sizes as data, which the host writes); `pow` by an integer exponent of -4 to 4 is
+//! repeated products. A program with another library step (a convolution, a data-movement
+//! prim) or a kernel the lowering declines is refused when the plan is built, with the step
+//! and the reason ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans
+//! for this backend are lowered without op recovery, so softmax and the norms arrive as
+//! kernels.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, a buffer for every input,
@@ -19,10 +21,14 @@
 //! and a barrier between steps; a run with the same sizes copies the inputs in, replays the
 //! command buffer, waits for its fence, checks the status words and copies the outputs out.
 //! A new size recompiles nothing: sizes are in the tables.
+//!
+//! `floors.rs` measures the device's copy bandwidth and f32 FMA rate, the floors `ladder
+//! bench --backend vulkan` reports each workload against.
 
 mod arith;
 mod device;
 mod embed;
+pub mod floors;
 mod library;
 pub mod spirv;
 
@@ -91,7 +97,8 @@ impl Backend for VulkanBackend {
                 }
                 other => {
                     return Err(BackendError::Unsupported(format!(
-                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul, cat and gather only so far",
+                        "step {i} is a {} call; the Vulkan backend runs generated kernels, matmul, cat, gather and \
+                         dim_values only so far",
                         step_kind(other)
                     )))
                 }
@@ -158,8 +165,13 @@ unsafe impl Sync for Pipe {}
 
 impl Pipe {
     fn new(ctx: &Arc<Context>, shader: &Shader) -> Result<Pipe, VulkanError> {
+        Pipe::from_words(ctx, &shader.words, shader.buffers.len() as u32 + 2)
+    }
+
+    /// The pipeline of a compute shader (`words`, entry point `main`) whose storage buffers
+    /// are bindings `0..bindings` of set 0.
+    fn from_words(ctx: &Arc<Context>, words: &[u32], bindings: u32) -> Result<Pipe, VulkanError> {
         let d = &ctx.device;
-        let bindings = shader.buffers.len() as u32 + 2;
         let slots: Vec<vk::DescriptorSetLayoutBinding> = (0..bindings)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -187,7 +199,7 @@ impl Pipe {
                 .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts), None)
                 .map_err(call("vkCreatePipelineLayout"))?;
             pipe.module = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&shader.words), None)
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
                 .map_err(call("vkCreateShaderModule"))?;
             let stage = vk::PipelineShaderStageCreateInfo::default()
                 .stage(vk::ShaderStageFlags::COMPUTE)
@@ -316,12 +328,22 @@ impl VulkanExecutable {
             if self.consts[b].is_some() {
                 continue;
             }
-            if bytes_of(b) as u64 > max_range {
-                return Err(invalid(format!(
-                    "{} takes {} bytes, more than the device binds at once ({max_range})",
-                    BufferId::new(b),
-                    bytes_of(b)
-                )));
+            // A buffer a kernel binds must fit one binding: a limit of the device (lavapipe's
+            // is 128 MiB), not a wrong program, so the run is refused as unsupported there.
+            let bound = self.kernels.iter().find(|k| k.shader.buffers.contains(&BufferId::new(b)));
+            if let Some(k) = bound.filter(|_| bytes_of(b) as u64 > max_range) {
+                return Err(RunError::Step {
+                    step: k.step,
+                    error: ExecError::Unsupported {
+                        backend: "Vulkan",
+                        kernel: k.shader.prepared.name.clone(),
+                        what: format!(
+                            "binding {} of {} bytes (more than the device binds at once, {max_range})",
+                            BufferId::new(b),
+                            bytes_of(b)
+                        ),
+                    },
+                });
             }
             *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
         }
