@@ -10,17 +10,22 @@
 //! Each measurement reports the median latency and `floor_ratio = floor / median`, where the
 //! floor is measured in the same run: for memory-bound workloads a plain copy moving the same
 //! bytes (every input and constant read once, the output written once; with `threads = 2`
-//! the faster of one and two copying threads), for matmul-heavy ones (W0, W4, W5, W6) the
-//! FLOPs at the `gemm` crate's own throughput on a 1024³ sgemm at that thread count. A model
-//! given by file gets the larger of the two floors (FLOPs counted over its statically shaped
-//! matmul, linear, conv and attention nodes, causal attention at half).
+//! the faster of one and two copying threads), for matmul-heavy ones (W0, W4, W5, W6, and the
+//! W7 convolutions) the FLOPs at the `gemm` crate's own throughput on a 1024³ sgemm at that
+//! thread count. A model given by file gets the larger of the two floors (FLOPs counted over
+//! its statically shaped matmul, linear, conv and attention nodes, causal attention at half).
+//! On the Vulkan backend the floors are the device's own, measured once in the same run
+//! (`floors.rs`, [`DeviceFloors`]): the io bytes at its `vkCmdCopyBuffer` rate in the memory
+//! plans use, or the FLOPs at its f32 FMA rate.
 //!
 //! Backends: [`prepare`] turns a graph into something runnable and is what `compile_ms`
-//! times: the interpreter (single-threaded), or a plan compiled for the CPU backend in native
+//! times: the interpreter (single-threaded), a plan compiled for the CPU backend in native
 //! mode (`CompileOptions::native_cpu`: Cranelift kernels, GEMM for f32 matmuls, `threads`
-//! threads). Timed calls hand back the previous call's outputs (`Plan::run_into`), so a
-//! warm CPU run writes into them and allocates nothing, as an embedder calling a plan in a
-//! loop would; the copy floor likewise writes into a buffer it allocated once.
+//! threads), or one for the Vulkan backend (a workload with a step it lacks, or a buffer
+//! larger than the device binds, is [`BenchError::Unsupported`]). Timed calls hand back the
+//! previous call's outputs (`Plan::run_into`), so a warm CPU run writes into them and
+//! allocates nothing, as an embedder calling a plan in a loop would; the copy floor likewise
+//! writes into a buffer it allocated once.
 //!
 //! `peak_bytes`: the working memory of one warm run beyond its inputs and outputs: the
 //! plan's arena (allocated by the first run and kept), the attention kernel's scratch (kept
@@ -43,6 +48,7 @@ use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorData};
 
 mod compile;
+mod floors;
 mod memory;
 mod train;
 
@@ -50,6 +56,7 @@ pub use compile::{
     compile_workload, compile_workload_names, scaling_bases, select_compile, time_compile, CompileMeasurement,
     CompileWorkload, Family, COMPILE_WORKLOADS,
 };
+pub use floors::{copy_floor_us, fma_peak_gflops, gemm_peak_gflops, DeviceFloors, Floors, DEVICE_COPY_BYTES};
 pub use memory::CountingAlloc;
 pub use train::{profile_train, select_train, time_train, TrainMeasurement, TRAIN_WORKLOADS};
 
@@ -78,9 +85,11 @@ pub const EPS: f64 = 1e-5;
 /// Which floor a workload is measured against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FloorKind {
-    /// A copy of the bytes the workload must move.
+    /// A copy of the bytes the workload must move (on the Vulkan backend: the bytes at the
+    /// device's copy rate).
     Copy,
-    /// Its FLOPs at the GEMM crate's measured throughput.
+    /// Its FLOPs at the GEMM crate's measured throughput (on the Vulkan backend: at the
+    /// device's f32 FMA rate).
     Gemm,
     /// The larger of the two (models given by file).
     Max,
@@ -114,6 +123,10 @@ pub enum BenchError {
     NoCompileMatch(String),
     #[error("{0}")]
     Backend(String),
+    /// The backend does not run this workload: a step it lacks when the plan is built, or a
+    /// value or size it lacks at run time (`ExecError::Unsupported`).
+    #[error("the backend cannot run it: {0}")]
+    Unsupported(String),
     #[error("the run failed: {0}")]
     Run(String),
 }
@@ -123,15 +136,17 @@ pub use crate::runtime::BackendKind;
 
 /// A graph made runnable by a backend.
 pub trait Runnable: Send + Sync {
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, BenchError> {
         let mut out = Vec::new();
         self.run_into(inputs, &mut out)?;
         Ok(out)
     }
 
     /// Runs with `out` holding the previous call's outputs, which a backend may reuse (the
-    /// CPU plan writes into them: what an embedder calling it in a loop gets).
-    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String>;
+    /// CPU plan writes into them: what an embedder calling it in a loop gets). A value or size
+    /// the backend has no implementation for (`ExecError::Unsupported`: a Vulkan `pow`
+    /// exponent, a buffer larger than the device binds) is [`BenchError::Unsupported`].
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), BenchError>;
 
     /// Bytes of scratch memory kept between runs (the CPU plan's arena), 0 when none.
     fn arena_bytes(&self, _inputs: &[Tensor]) -> usize {
@@ -142,16 +157,24 @@ pub trait Runnable: Send + Sync {
 struct InterpRunnable(Arc<Graph>);
 
 impl Runnable for InterpRunnable {
-    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String> {
-        *out = interp::run(&self.0, inputs, &Options::default()).map(|o| o.outputs).map_err(|e| e.to_string())?;
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), BenchError> {
+        *out = interp::run(&self.0, inputs, &Options::default())
+            .map(|o| o.outputs)
+            .map_err(|e| BenchError::Run(e.to_string()))?;
         Ok(())
     }
 }
 
 impl Runnable for crate::runtime::Plan {
-    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), String> {
+    fn run_into(&self, inputs: &[Tensor], out: &mut Vec<Tensor>) -> Result<(), BenchError> {
+        use crate::kernel::eval::ExecError;
         let mut o = crate::runtime::Outputs { outputs: std::mem::take(out), mutated_inputs: Vec::new() };
-        let r = crate::runtime::Plan::run_into(self, inputs, &mut o).map_err(|e| e.to_string());
+        let r = crate::runtime::Plan::run_into(self, inputs, &mut o).map_err(|e| match e {
+            crate::RunError::Step { error: ExecError::Unsupported { .. }, .. } => {
+                BenchError::Unsupported(e.to_string())
+            }
+            e => BenchError::Run(e.to_string()),
+        });
         *out = o.outputs;
         r
     }
@@ -179,7 +202,8 @@ pub fn attention_scores_bytes(graph: &Graph) -> usize {
 }
 
 /// Makes `graph` runnable on `backend` with `threads` threads (what `compile_ms` times): the
-/// interpreter, or a plan compiled for the CPU backend in native mode.
+/// interpreter, a plan compiled for the CPU backend in native mode, or one for the Vulkan
+/// backend (a step it lacks: [`BenchError::Unsupported`]).
 pub fn prepare(
     graph: &Graph,
     backend: BackendKind,
@@ -190,8 +214,10 @@ pub fn prepare(
         BackendKind::Interp => Ok(Box::new(InterpRunnable(Arc::new(graph.clone())))),
         BackendKind::Cpu => Ok(Box::new(native.compile(graph, threads)?)),
         BackendKind::Vulkan => Ok(Box::new(
-            crate::runtime::compile(graph, &crate::runtime::CompileOptions::vulkan())
-                .map_err(|e| BenchError::Backend(format!("cannot compile for the vulkan backend: {e}")))?,
+            crate::runtime::compile(graph, &crate::runtime::CompileOptions::vulkan()).map_err(|e| match e {
+                crate::runtime::CompileError::Unsupported { reason, .. } => BenchError::Unsupported(reason),
+                e => BenchError::Backend(format!("cannot compile for the vulkan backend: {e}")),
+            })?,
         )),
     }
 }
@@ -545,7 +571,7 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static str>, BenchError> {
 /// graph's constants and the outputs; FLOPs are counted over statically shaped matmul-family,
 /// conv and attention nodes.
 pub fn model_workload(name: &str, graph: Graph, inputs: Vec<Tensor>) -> Result<Workload, BenchError> {
-    let outputs = prepare(&graph, BackendKind::Interp, 1, Native::default())?.run(&inputs).map_err(BenchError::Run)?;
+    let outputs = prepare(&graph, BackendKind::Interp, 1, Native::default())?.run(&inputs)?;
     let bytes = |t: &Tensor| t.numel() * t.dtype().size_bytes();
     // The outputs' sizes as this run has them (symbolic dims included).
     let out_bytes: usize = outputs.iter().map(bytes).sum();
@@ -630,8 +656,8 @@ pub struct Timing {
 /// Times `f`: `runs` calls after one warm-up when given; otherwise as the peers' scripts do
 /// (warm-up of at least 3 calls and 0.15 s, then calls until 0.5 s and at least 10 have
 /// passed, at most 20000; a workload slower than 0.1 s a call gets 1 warm-up and 5 calls,
-/// slower than 1 s gets 3).
-pub fn time(runs: Option<usize>, mut f: impl FnMut() -> Result<(), String>) -> Result<Timing, String> {
+/// slower than 1 s gets 3). The first error `f` returns ends it.
+pub fn time<E>(runs: Option<usize>, mut f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     let t0 = Instant::now();
     f()?;
     let first = t0.elapsed().as_secs_f64();
@@ -658,184 +684,6 @@ pub fn time(runs: Option<usize>, mut f: impl FnMut() -> Result<(), String>) -> R
     }
     times.sort_by(f64::total_cmp);
     Ok(Timing { median_us: times[times.len() / 2], min_us: times[0], runs: times.len() })
-}
-
-/// Reads `src` once and writes `dst` once (the copy floor's kernel).
-fn copy_bytes(src: &[u8], dst: &mut [u8]) {
-    let n = src.len().min(dst.len());
-    dst[..n].copy_from_slice(&src[..n]);
-    if src.len() > n {
-        // The rest of the input is read once (summed in 8 independent lanes, which
-        // vectorizes: a byte-wise loop here made the floor slower than the work it bounds).
-        let mut acc = [0u64; 8];
-        let words = src[n..].chunks_exact(64);
-        let rest = words.remainder();
-        for c in words {
-            for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {
-                *a = a.wrapping_add(u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
-            }
-        }
-        let tail: u64 = rest.iter().map(|&b| b as u64).sum();
-        black_box(acc.iter().fold(tail, |s, &a| s.wrapping_add(a)));
-    } else {
-        dst[n..].fill(0);
-    }
-    black_box(dst);
-}
-
-/// Microseconds to read `bytes_in` and write `bytes_out` with 1 thread, and with up to
-/// `threads` (the faster), on the current rayon pool.
-pub fn copy_floor_us(bytes_in: usize, bytes_out: usize, threads: usize) -> f64 {
-    let src = vec![1u8; bytes_in];
-    let mut dst = vec![0u8; bytes_out];
-    let one = time(None, || {
-        copy_bytes(&src, &mut dst);
-        Ok(())
-    })
-    .map(|t| t.median_us)
-    .unwrap_or(f64::NAN);
-    if threads < 2 || bytes_in.max(bytes_out) < 64 * 1024 {
-        return one;
-    }
-    let t = threads.min(rayon::current_num_threads().max(1));
-    let (ci, co) = (bytes_in.div_ceil(t), bytes_out.div_ceil(t));
-    let par = time(None, || {
-        use rayon::prelude::*;
-        let pieces: Vec<(&[u8], &mut [u8])> = src.chunks(ci.max(1)).zip(dst.chunks_mut(co.max(1))).collect();
-        pieces.into_par_iter().for_each(|(s, d)| copy_bytes(s, d));
-        Ok(())
-    })
-    .map(|t| t.median_us)
-    .unwrap_or(f64::NAN);
-    one.min(par)
-}
-
-/// The `gemm` crate's sgemm throughput at 1024³ on `threads` threads (GFLOP/s), called
-/// directly, on the current rayon pool.
-pub fn gemm_peak_gflops(threads: usize) -> f64 {
-    let n = 1024;
-    let a = vec![0.5f32; n * n];
-    let b = vec![0.25f32; n * n];
-    let mut c = vec![0.0f32; n * n];
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    let t = time(None, || {
-        // SAFETY: row-major [n, n] operands of exactly that length.
-        unsafe {
-            gemm::gemm(
-                n,
-                n,
-                n,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                n as isize,
-                b.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            )
-        };
-        Ok(())
-    });
-    t.map(|t| 2.0 * (n * n * n) as f64 / (t.median_us * 1e3)).unwrap_or(f64::NAN)
-}
-
-/// The machine's f32 multiply-add peak on `threads` threads (GFLOP/s): independent chains of
-/// the widest vector FMA the CPU has (AVX-512, else AVX2 with FMA; NEON's 128-bit one on
-/// aarch64; else scalar `mul_add`), one
-/// loop per thread on the current rayon pool. No GEMM can beat it; `ladder bench` prints it
-/// next to the GEMM crate's rate so that matmul-bound targets can be read against it.
-pub fn fma_peak_gflops(threads: usize) -> f64 {
-    const ITERS: usize = 1 << 18;
-    let t = threads.clamp(1, rayon::current_num_threads().max(1));
-    let flops_per_thread = fma_chains(0).1 as f64 * ITERS as f64;
-    let timing = time(None, || {
-        use rayon::prelude::*;
-        let sum: f32 = (0..t).into_par_iter().map(|_| fma_chains(ITERS).0).sum();
-        black_box(sum);
-        Ok(())
-    });
-    timing.map(|m| t as f64 * flops_per_thread / (m.median_us * 1e3)).unwrap_or(f64::NAN)
-}
-
-/// `iters` rounds of 12 independent FMA chains at the CPU's widest vector; returns a value
-/// that depends on every lane and the FLOPs one round counts.
-fn fma_chains(iters: usize) -> (f32, usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::*;
-        #[target_feature(enable = "avx512f")]
-        unsafe fn avx512(iters: usize) -> f32 {
-            let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
-            let mut acc = [_mm512_set1_ps(1.0); 12];
-            for _ in 0..iters {
-                for c in acc.iter_mut() {
-                    *c = _mm512_fmadd_ps(*c, a, b);
-                }
-            }
-            acc.iter().map(|&c| _mm512_reduce_add_ps(c)).sum()
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(iters: usize) -> f32 {
-            let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
-            let mut acc = [_mm256_set1_ps(1.0); 12];
-            for _ in 0..iters {
-                for c in acc.iter_mut() {
-                    *c = _mm256_fmadd_ps(*c, a, b);
-                }
-            }
-            let mut lanes = [0f32; 8];
-            let mut sum = 0.0;
-            for c in acc {
-                _mm256_storeu_ps(lanes.as_mut_ptr(), c);
-                sum += lanes.iter().sum::<f32>();
-            }
-            sum
-        }
-        // The peak of the path ladder's kernels run (the ISA cap lowers it).
-        if crate::backend::cpu::has_avx512() {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return (unsafe { avx512(iters) }, 12 * 16 * 2);
-        }
-        if crate::backend::cpu::has_avx2() {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return (unsafe { avx2(iters) }, 12 * 8 * 2);
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        use std::arch::aarch64::*;
-        #[target_feature(enable = "neon")]
-        unsafe fn neon(iters: usize) -> f32 {
-            let (a, b) = (vdupq_n_f32(0.999_999), vdupq_n_f32(1e-7));
-            let mut acc = [vdupq_n_f32(1.0); 12];
-            for _ in 0..iters {
-                for c in acc.iter_mut() {
-                    *c = vfmaq_f32(b, *c, a);
-                }
-            }
-            acc.iter().map(|&c| vaddvq_f32(c)).sum()
-        }
-        if crate::backend::cpu::isa::active() > crate::backend::cpu::isa::Isa::Portable {
-            // SAFETY: NEON is part of the aarch64 baseline (every aarch64 CPU has it).
-            return (unsafe { neon(iters) }, 12 * 4 * 2);
-        }
-    }
-    let mut acc = [1f32; 12];
-    for _ in 0..iters {
-        for c in acc.iter_mut() {
-            *c = c.mul_add(0.999_999, 1e-7);
-        }
-    }
-    (acc.iter().sum(), 12 * 2)
 }
 
 /// One benchmark result.
@@ -896,48 +744,6 @@ impl Measurement {
     }
 }
 
-/// Floors measured once per thread count and reused across workloads.
-#[derive(Default)]
-pub struct Floors {
-    gemm: Vec<(usize, f64)>,
-    fma: Vec<(usize, f64)>,
-}
-
-impl Floors {
-    /// The floor of `w` at `threads`, in microseconds. Call on the pool the workload runs on.
-    pub fn floor_us(&mut self, w: &Workload, threads: usize) -> f64 {
-        let copy = || copy_floor_us(w.io_bytes.saturating_sub(w.out_bytes), w.out_bytes, threads);
-        let gemm = |s: &mut Floors| w.flops / (s.gemm_gflops(threads) * 1e3);
-        match w.floor {
-            FloorKind::Copy => copy(),
-            FloorKind::Gemm => gemm(self),
-            FloorKind::Max => copy().max(if w.flops > 0.0 { gemm(self) } else { 0.0 }),
-        }
-    }
-
-    /// The GEMM throughputs measured so far: (threads, GFLOP/s).
-    pub fn gemm_measured(&self) -> &[(usize, f64)] {
-        &self.gemm
-    }
-
-    /// The GEMM crate's 1024³ throughput at `threads` (measured on first use, with the
-    /// machine's FMA peak at the same thread count beside it).
-    pub fn gemm_gflops(&mut self, threads: usize) -> f64 {
-        if let Some(&(_, g)) = self.gemm.iter().find(|(t, _)| *t == threads) {
-            return g;
-        }
-        let g = gemm_peak_gflops(threads);
-        self.gemm.push((threads, g));
-        self.fma.push((threads, fma_peak_gflops(threads)));
-        g
-    }
-
-    /// The FMA peaks measured so far (with each GEMM rate): (threads, GFLOP/s).
-    pub fn fma_measured(&self) -> &[(usize, f64)] {
-        &self.fma
-    }
-}
-
 /// Prepares and times `w` on `backend` with `threads` threads (in a rayon pool of that
 /// size), and measures its floor in the same pool.
 pub fn run(
@@ -955,18 +761,21 @@ pub fn run(
         let runnable = prepare_workload(w, backend, threads, native)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut out = Vec::new();
-        let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out))).map_err(BenchError::Run)?;
+        let timing = time(runs, || runnable.run_into(&w.inputs, black_box(&mut out)))?;
         // One more warm run, for the heap's high-water mark above what is live before it.
         let peak_bytes = if CountingAlloc::installed() {
             let arena = runnable.arena_bytes(&w.inputs);
             let base = CountingAlloc::reset_peak();
-            runnable.run_into(&w.inputs, black_box(&mut out)).map_err(BenchError::Run)?;
+            runnable.run_into(&w.inputs, black_box(&mut out))?;
             let scratch = crate::backend::cpu::attention::scratch_bytes();
             Some(arena + scratch + CountingAlloc::peak().saturating_sub(base))
         } else {
             None
         };
-        let floor_us = floors.floor_us(w, threads);
+        let floor_us = match backend {
+            BackendKind::Vulkan => floors.device_floor_us(w)?,
+            _ => floors.floor_us(w, threads),
+        };
         Ok(Measurement {
             workload: w.name.clone(),
             backend,

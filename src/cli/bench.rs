@@ -13,7 +13,8 @@ use super::{model, note, BackendArg, Error};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Model: the text form (.lad) or ONNX (.onnx); without one, the built-in workloads W0–W7 and W9.
+    /// Model: the text form (.lad) or ONNX (.onnx); without one, the built-in workloads W0–W7
+    /// and W9.
     pub model: Option<PathBuf>,
     /// Read input NAME from a .npy file (repeatable); other inputs are generated from --seed.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
@@ -61,7 +62,10 @@ pub struct BenchArgs {
     /// --compile, e.g. C1,C3_encoder_1k).
     #[arg(long = "workload", value_name = "PREFIX", value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Where to run.
+    /// Where to run. With `vulkan`, the floors are the device's own, measured in the same run:
+    /// the io bytes at its copy rate (vkCmdCopyBuffer), or the FLOPs at its f32 FMA rate; a
+    /// workload the device cannot run (a step it lacks, or a buffer larger than it binds at
+    /// once) is noted and skipped.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
     /// Seed for generated model inputs.
@@ -71,7 +75,8 @@ pub struct BenchArgs {
     #[arg(long = "dim", value_name = "SYMBOL=N", value_parser = parse_dim)]
     pub dims: Vec<(String, u64)>,
     /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu, silu, sigmoid
-    /// and attention as generated kernels instead of recovering them into library kernels (to compare the two).
+    /// and attention as generated kernels instead of recovering them into library kernels (to
+    /// compare the two).
     #[arg(long)]
     pub no_recover: bool,
     /// With `--backend cpu`: multiply by constant weights through the `gemm` crate instead of
@@ -130,8 +135,8 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
             }
         }
     }
-    if backend == BackendKind::Interp && args.profile {
-        return Err(Error::Arguments("--profile times the steps of a compiled plan: use --backend cpu".into()));
+    if backend != BackendKind::Cpu && args.profile {
+        return Err(Error::Arguments("--profile times the steps of a CPU plan: use --backend cpu".into()));
     }
     if args.profile && args.json {
         return Err(Error::Arguments("--profile prints a table; it does not go with --json".into()));
@@ -140,13 +145,26 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         note("the interpreter is single-threaded: --threads only sizes the pool it runs in");
     }
     let mut floors = Floors::default();
+    if backend == BackendKind::Vulkan {
+        // The device's floors first: a machine without a device stops here, with the reason.
+        super::progress::spin("measuring the Vulkan device's copy and FMA rates", || {
+            floors.device_floors().map(|_| ())
+        })
+        .map_err(usage)?;
+    }
     let mut results: Vec<Measurement> = Vec::new();
     for w in &work {
         for &threads in &threads {
             let m = super::progress::spin(&format!("{} at {threads} thread(s)", w.name), || {
                 bench::run(w, backend, threads, args.runs, &mut floors, native)
-            })
-            .map_err(usage)?;
+            });
+            let m = match m {
+                Err(bench::BenchError::Unsupported(reason)) => {
+                    note(&format!("{}: not run on the {} backend: {reason}", w.name, backend.name()));
+                    break;
+                }
+                m => m.map_err(usage)?,
+            };
             if !args.json {
                 if results.is_empty() {
                     writeln!(
@@ -201,6 +219,41 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         let array: Vec<serde_json::Value> = results.iter().map(Measurement::to_json).collect();
         let text = serde_json::to_string_pretty(&array).map_err(|e| Error::Usage(e.to_string()))?;
         writeln!(out, "{text}").map_err(Error::Stdout)?;
+    } else if let Some(f) = floors.device_measured() {
+        writeln!(
+            out,
+            "floor/t = floor_ratio (floor time / ladder time); floors on the Vulkan device {}, measured in this run: \
+             the io bytes at its copy rate, or the FLOPs at its f32 FMA rate",
+            f.device
+        )
+        .map_err(Error::Stdout)?;
+        writeln!(
+            out,
+            "the device's copy rate: {:.2} GB/s (vkCmdCopyBuffer of {} MiB between host-visible coherent buffers, \
+             the memory plans use; bytes read + written; {}, median of {})",
+            f.copy_bytes_per_s / 1e9,
+            f.copy_bytes >> 20,
+            f.clock,
+            f.runs
+        )
+        .map_err(Error::Stdout)?;
+        writeln!(
+            out,
+            "the device's f32 FMA rate: {:.1} GFLOP/s ({} independent FMA chains in each of {} invocations; {}, \
+             median of {})",
+            f.fma_flops_per_s / 1e9,
+            f.fma_chains,
+            f.fma_invocations,
+            f.clock,
+            f.runs
+        )
+        .map_err(Error::Stdout)?;
+        writeln!(
+            out,
+            "peak_bytes = host memory of one warm run beyond inputs and outputs (heap high-water mark; device \
+             buffers not counted)"
+        )
+        .map_err(Error::Stdout)?;
     } else {
         let rates: Vec<String> =
             floors.gemm_measured().iter().map(|(t, g)| format!("{g:.0} GFLOP/s at {t} thread(s)")).collect();

@@ -127,8 +127,8 @@ pub enum BackendArg {
     Interp,
     /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included),
     /// with matmul, convolution, cat, pad, rev, gather and scatter_add written as such
-    /// kernels; a program with a step the device lacks is refused with the step that stops
-    /// it.
+    /// kernels, and pow by an integer exponent of -4 to 4; a program with a step the device
+    /// lacks is refused with the step that stops it.
     Vulkan,
 }
 
@@ -203,7 +203,8 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => {
-            // Drop buffered stdout quietly: a second error while flushing would only repeat this one.
+            // Drop buffered stdout quietly: a second error while flushing would only repeat
+            // this one.
             let _ = out.flush();
             let _ = writeln!(io::stderr(), "error: {e}");
             ExitCode::FAILURE

@@ -290,6 +290,33 @@ fn kernels_binding_too_many_buffers_are_refused() {
     }
 }
 
+/// A buffer a kernel binds that is larger than the device binds at once
+/// (`maxStorageBufferRange`: lavapipe's is 128 MiB) is refused at run time as unsupported,
+/// naming the kernel and the binding, not failed as a wrong program; a device that binds it
+/// runs it.
+#[test]
+fn a_buffer_larger_than_the_device_binds_is_unsupported() {
+    if !device("a_buffer_larger_than_the_device_binds_is_unsupported") {
+        return;
+    }
+    let g = parse("graph g(%x: f32[n]) {\n  %y = neg(%x)\n  return %y\n}\n");
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
+    let n = (128 << 20) / 4 + 16;
+    let lavapipe = vulkan::VulkanDevice::process().unwrap().name().contains("llvmpipe");
+    match plan.run(&[f32s(&[n], vec![1.0; n])]) {
+        Err(e @ ladder::RunError::Step { error: ladder::kernel::eval::ExecError::Unsupported { .. }, .. }) => {
+            let e = e.to_string();
+            assert!(e.contains("binding b0 of 134217792 bytes") && e.contains("binds at once"), "{e}");
+        }
+        Err(e) => panic!("expected a refusal as unsupported, got: {e}"),
+        Ok(out) => {
+            assert!(!lavapipe, "lavapipe binds at most 128 MiB, yet a run bound more");
+            assert_eq!(out.outputs[0].numel(), n);
+        }
+    }
+    clean("a buffer larger than the device binds");
+}
+
 /// Matmuls with transposes and broadcast batch dims, and the encoder example (matmuls with
 /// epilogue kernels, softmax, layer norms, gelu), against the reference across sizes.
 #[test]
@@ -696,4 +723,101 @@ fn an_embedders_device_without_what_ladder_needs_is_refused_naming_it() {
     // With what it needs, the same device is taken.
     let ok = unsafe { vulkan::VulkanDevice::from_external(own.external()) };
     assert!(ok.is_ok(), "{ok:?}");
+}
+
+/// The device's floors for `ladder bench --backend vulkan`, measured on it: the FMA shader
+/// passes `spirv-val`, the copy and FMA rates come back positive with the work they counted and
+/// no validation message, and the bench's floor of a copy-bound workload is its io bytes at
+/// the copy rate, of a FLOP-bound one its FLOPs at the FMA rate.
+#[test]
+fn the_devices_floors_are_measured_on_it() {
+    use ladder::backend::vulkan::floors;
+    if !device("the_devices_floors_are_measured_on_it") {
+        return;
+    }
+    let words = floors::fma_shader().unwrap();
+    if std::process::Command::new("spirv-val").arg("--version").output().is_ok() {
+        let path = std::env::temp_dir().join(format!("ladder-fma-floor-{}.spv", std::process::id()));
+        std::fs::write(&path, words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let out = std::process::Command::new("spirv-val").args(["--target-env", "vulkan1.2"]).arg(&path).output();
+        let _ = std::fs::remove_file(&path);
+        let out = out.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    } else {
+        assert!(!required(), "LADDER_REQUIRE_VULKAN=1 but spirv-val is not installed (Debian: spirv-tools)");
+    }
+    let d = vulkan::VulkanDevice::process().unwrap();
+    let copy = floors::copy_rate(&d, 1 << 20, 3).unwrap();
+    assert_eq!(copy.work, 2.0 * (1u64 << 20) as f64);
+    assert!(copy.per_second.is_finite() && copy.per_second > 0.0, "{copy:?}");
+    let fma = floors::fma_rate(&d, 3).unwrap();
+    // At least 16 rounds of 12 chains over 4096 groups of 64 invocations.
+    assert!(fma.work >= (4096 * 64 * 12 * 2 * 16) as f64, "{fma:?}");
+    assert!(fma.per_second.is_finite() && fma.per_second > 0.0, "{fma:?}");
+    clean("the floors");
+    let mut f = ladder::bench::Floors::default();
+    let w1 = ladder::bench::workload("W1_gelu_16K").unwrap();
+    let w0 = ladder::bench::workload("W0_sgemm_1024").unwrap();
+    let (t1, t0) = (f.device_floor_us(&w1).unwrap(), f.device_floor_us(&w0).unwrap());
+    let m = f.device_measured().unwrap();
+    assert_eq!(m.device, d.name());
+    assert_eq!(t1, w1.io_bytes as f64 / m.copy_bytes_per_s * 1e6);
+    assert_eq!(t0, w0.flops / m.fma_flops_per_s * 1e6);
+    clean("the bench's floors");
+}
+
+/// `ladder bench --backend vulkan`: the device's floors in the footer and a copy-bound
+/// workload's floor its io bytes at the footer's copy rate, on lavapipe a workload with a
+/// buffer larger than the device binds noted and left out, and JSON rows with the same keys as
+/// the CPU's.
+#[cfg(feature = "cli")]
+#[test]
+fn bench_reports_fractions_of_the_devices_floors() {
+    if !device("bench_reports_fractions_of_the_devices_floors") {
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_ladder");
+    let bench = |args: &[&str]| {
+        let out = std::process::Command::new(exe).arg("bench").args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let common = ["--workload", "W9", "--threads", "1", "--runs", "2"];
+    let (table, _) = bench(&["--backend", "vulkan", "--workload", "W9,W1_gelu_16K", "--threads", "1", "--runs", "2"]);
+    assert!(table.contains("W9_call_overhead_add16") && table.contains("floor/t"), "{table}");
+    assert!(table.contains("the device's copy rate: ") && table.contains("the device's f32 FMA rate: "), "{table}");
+    // W1's floor is its io bytes at the copy rate the footer gives (both as printed).
+    let gb_per_s: f64 =
+        table.split("the device's copy rate: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let row: Vec<f64> = table
+        .lines()
+        .find(|l| l.starts_with("W1_gelu_16K "))
+        .unwrap_or_else(|| panic!("{table}"))
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(f64::NAN))
+        .collect();
+    let (median_us, floor_us, ratio) = (row[1], row[4], row[5]);
+    let want = ladder::bench::workload("W1_gelu_16K").unwrap().io_bytes as f64 / (gb_per_s * 1e3);
+    assert!((floor_us - want).abs() <= 0.05 + want * 1e-3, "floor {floor_us} us, want {want}: {table}");
+    assert!((ratio - floor_us / median_us).abs() <= 2e-3 + ratio * 0.02, "{table}");
+    if vulkan::VulkanDevice::process().unwrap().name().contains("llvmpipe") {
+        let (_, notes) =
+            bench(&["--backend", "vulkan", "--workload", "W5_attn_S4096", "--threads", "1", "--runs", "1"]);
+        assert!(
+            notes.contains("W5_attn_S4096: not run on the vulkan backend") && notes.contains("binds at once"),
+            "{notes}"
+        );
+    }
+    let keys = |text: &str| -> Vec<Vec<String>> {
+        let rows: serde_json::Value = serde_json::from_str(text).unwrap();
+        rows.as_array().unwrap().iter().map(|r| r.as_object().unwrap().keys().cloned().collect()).collect()
+    };
+    let json = bench(&[&["--backend", "vulkan", "--json"][..], &common].concat()).0;
+    let cpu = keys(&bench(&["--backend", "cpu", "--json", "--workload", "W9", "--threads", "1", "--runs", "2"]).0);
+    assert_eq!(keys(&json).len(), 1);
+    assert_eq!(keys(&json), cpu);
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(rows[0]["backend"], "vulkan");
+    assert!(rows[0]["floor_ratio"].as_f64().is_some_and(|r| r > 0.0), "{rows}");
 }

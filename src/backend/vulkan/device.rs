@@ -66,6 +66,8 @@ pub struct Context {
     pub(super) family: u32,
     memory: vk::PhysicalDeviceMemoryProperties,
     pub(super) limits: vk::PhysicalDeviceLimits,
+    /// Valid bits of the queue family's timestamps (0: no timestamp queries on it).
+    pub(super) timestamp_bits: u32,
     /// The device's name and driver, for reports.
     pub name: String,
 }
@@ -271,12 +273,14 @@ impl Context {
         owned: bool,
     ) -> Context {
         // SAFETY: plain queries on a live physical device (the caller's promise).
-        let (props, memory) = unsafe {
+        let (props, memory, families) = unsafe {
             (
                 instance.get_physical_device_properties(physical),
                 instance.get_physical_device_memory_properties(physical),
+                instance.get_physical_device_queue_family_properties(physical),
             )
         };
+        let timestamp_bits = families.get(family as usize).map_or(0, |f| f.timestamp_valid_bits);
         let name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
         Context {
             _entry: entry,
@@ -288,6 +292,7 @@ impl Context {
             family,
             memory,
             limits: props.limits,
+            timestamp_bits,
             name,
         }
     }

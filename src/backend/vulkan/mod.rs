@@ -23,10 +23,14 @@
 //! and a barrier between steps; a run with the same sizes copies the inputs in, replays the
 //! command buffer, waits for its fence, checks the status words and copies the outputs out.
 //! A new size recompiles nothing: sizes are in the tables.
+//!
+//! `floors.rs` measures the device's copy bandwidth and f32 FMA rate, the floors `ladder
+//! bench --backend vulkan` reports each workload against.
 
 mod arith;
 mod device;
 mod embed;
+pub mod floors;
 mod library;
 mod library_nn;
 pub mod spirv;
@@ -153,8 +157,13 @@ unsafe impl Sync for Pipe {}
 
 impl Pipe {
     fn new(ctx: &Arc<Context>, shader: &Shader) -> Result<Pipe, VulkanError> {
+        Pipe::from_words(ctx, &shader.words, shader.buffers.len() as u32 + 2)
+    }
+
+    /// The pipeline of a compute shader (`words`, entry point `main`) whose storage buffers
+    /// are bindings `0..bindings` of set 0.
+    fn from_words(ctx: &Arc<Context>, words: &[u32], bindings: u32) -> Result<Pipe, VulkanError> {
         let d = &ctx.device;
-        let bindings = shader.buffers.len() as u32 + 2;
         let slots: Vec<vk::DescriptorSetLayoutBinding> = (0..bindings)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -182,7 +191,7 @@ impl Pipe {
                 .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts), None)
                 .map_err(call("vkCreatePipelineLayout"))?;
             pipe.module = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&shader.words), None)
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
                 .map_err(call("vkCreateShaderModule"))?;
             let stage = vk::PipelineShaderStageCreateInfo::default()
                 .stage(vk::ShaderStageFlags::COMPUTE)
@@ -322,12 +331,22 @@ impl VulkanExecutable {
             if self.consts[b].is_some() {
                 continue;
             }
-            if bytes_of(b) as u64 > max_range {
-                return Err(invalid(format!(
-                    "{} takes {} bytes, more than the device binds at once ({max_range})",
-                    BufferId::new(b),
-                    bytes_of(b)
-                )));
+            // A buffer a kernel binds must fit one binding: a limit of the device (lavapipe's
+            // is 128 MiB), not a wrong program, so the run is refused as unsupported there.
+            let bound = self.kernels.iter().find(|k| k.shader.buffers.contains(&BufferId::new(b)));
+            if let Some(k) = bound.filter(|_| bytes_of(b) as u64 > max_range) {
+                return Err(RunError::Step {
+                    step: k.step,
+                    error: ExecError::Unsupported {
+                        backend: "Vulkan",
+                        kernel: k.shader.prepared.name.clone(),
+                        what: format!(
+                            "binding {} of {} bytes (more than the device binds at once, {max_range})",
+                            BufferId::new(b),
+                            bytes_of(b)
+                        ),
+                    },
+                });
             }
             *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
         }
