@@ -573,12 +573,6 @@ struct Taps {
 }
 
 impl Taps {
-    /// How many kernel rows.
-    #[inline(always)]
-    fn len(self) -> usize {
-        self.n
-    }
-
     /// The input row kernel row `k0 + t` reads.
     #[inline(always)]
     fn row(self, t: usize) -> usize {

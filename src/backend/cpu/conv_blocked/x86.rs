@@ -242,7 +242,7 @@ unsafe fn dense<const NV: usize, const R: usize, const KW: usize, const EDGE: u8
     let first: [__mmask16; KW] = std::array::from_fn(|kwi| mask(kwi, 0));
     let last: [__mmask16; KW] = std::array::from_fn(|kwi| mask(kwi, NV - 1));
     // A row's kernel rows are consecutive, `dh` input rows apart: the loops step pointers.
-    let (k0, n_taps) = (taps[0].k0, taps[0].len());
+    let (k0, n_taps) = (taps[0].k0, taps[0].n);
     if n_taps == 0 {
         return;
     }
