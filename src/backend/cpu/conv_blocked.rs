@@ -169,7 +169,7 @@ pub struct PackedWeights {
     k_sp: SmallVec<[usize; 2]>,
     data: Vec<f32>,
     /// `data` regrouped for the channel-vector kernel (rows too narrow for the blocked
-    /// kernel, on AVX-512), on its first call.
+    /// kernel, on AVX-512), on its first call. (On AVX2 its 8 lanes are `CB`: `data` as is.)
     lanes: std::sync::OnceLock<Vec<f32>>,
 }
 
@@ -279,6 +279,13 @@ impl PackedWeights {
             }
             return Ok(true);
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(pl) = Plane::of(g).filter(|pl| pool.is_none() && lanes256::applies(g, pl)) {
+            if !out.is_empty() {
+                lanes256::conv(g, &pl, x, &self.data, out, threads, epi);
+            }
+            return Ok(true);
+        }
         if !out.is_empty() {
             blocked(g, x, &self.data, out, threads, epi, pool);
         }
@@ -288,11 +295,13 @@ impl PackedWeights {
 
 /// Whether [`PackedWeights::conv`] runs `g` (without a pooling) by the channel-vector kernel
 /// (`conv_blocked/lanes.rs`: rows of at most 32 columns, a 3×3 kernel, output channels a
-/// multiple of 16, AVX-512) rather than the blocked one; its results have the same bits.
+/// multiple of 16, AVX-512; `conv_blocked/lanes256.rs` on AVX2: a 3×3 kernel of column
+/// stride 2, or of stride 1 on rows of at most 56 columns, see its `applies`) rather than
+/// the blocked one; its results have the same bits.
 pub fn channel_vectors(g: &ConvGeom) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        Plane::of(g).is_some_and(|pl| lanes::applies(g, &pl))
+        Plane::of(g).is_some_and(|pl| lanes::applies(g, &pl) || lanes256::applies(g, &pl))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -703,6 +712,8 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: Taps, col: usize) -> [f32; CB] {
 
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod lanes256;
 #[cfg(target_arch = "x86_64")]
 mod pooled;
 #[cfg(target_arch = "x86_64")]
