@@ -24,6 +24,7 @@ mod canonical_kernels;
 mod cli;
 mod cli_kernels;
 mod conv_pool;
+mod conv_winograd;
 mod cpu_codegen;
 mod cpu_gemm;
 mod cpu_numerics;

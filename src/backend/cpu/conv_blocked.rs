@@ -171,6 +171,8 @@ pub struct PackedWeights {
     /// `data` regrouped for the channel-vector kernel (rows too narrow for the blocked
     /// kernel, on AVX-512), on its first call. (On AVX2 its 8 lanes are `CB`: `data` as is.)
     lanes: std::sync::OnceLock<Vec<f32>>,
+    /// The weights transformed for Winograd (`conv_blocked/winograd.rs`), on its first call.
+    wino: std::sync::OnceLock<winograd::Transformed>,
 }
 
 impl PackedWeights {
@@ -200,12 +202,14 @@ impl PackedWeights {
             k_sp: k_sp.iter().copied().collect(),
             data,
             lanes: std::sync::OnceLock::new(),
+            wino: std::sync::OnceLock::new(),
         })
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         4 * (self.data.len() + self.lanes.get().map_or(0, Vec::len))
+            + self.wino.get().map_or(0, winograd::Transformed::bytes)
     }
 
     /// `out = epi(conv(x, w))` by the blocked kernel with these weights, when `g` is the
@@ -271,6 +275,12 @@ impl PackedWeights {
         if epi.residual.is_some_and(|r| r.len() != out.len()) || epi.hook.is_some() {
             return Ok(false);
         }
+        if let Some(pl) = Plane::of(g).filter(|pl| winograd_enabled() && winograd::applies(g, pl, pool)) {
+            let u = self.wino.get_or_init(|| winograd::Transformed::new(&self.data, g.out_ch, self.cg, CB));
+            if out.is_empty() || winograd::conv(g, &pl, x, u, out, threads, epi, pool) {
+                return Ok(true);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(pl) = Plane::of(g).filter(|pl| pool.is_none() && lanes::applies(g, pl)) {
             let wl = self.lanes.get_or_init(|| lanes::repack(&self.data, g.out_ch, self.cg));
@@ -291,6 +301,13 @@ impl PackedWeights {
         }
         Ok(true)
     }
+}
+
+/// Whether [`PackedWeights::conv`] and [`PackedWeights::conv_pooled`] (with `pool`) run `g`
+/// by Winograd `F(2×2, 3×3)` (`conv_blocked/winograd.rs`) when the input is finite and not
+/// huge (else by the direct kernels, as for any other geometry).
+pub fn winograd(g: &ConvGeom, pool: Option<&RowPool>) -> bool {
+    winograd_enabled() && Plane::of(g).is_some_and(|pl| winograd::applies(g, &pl, pool))
 }
 
 /// Whether [`PackedWeights::conv`] runs `g` (without a pooling) by the channel-vector kernel
@@ -712,6 +729,14 @@ fn column<const FMA: bool>(job: &Job<'_>, taps: Taps, col: usize) -> [f32; CB] {
 
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+mod winograd;
+
+/// Whether 3×3 stride-1 convolutions may use Winograd (`LADDER_WINOGRAD=0` turns it off,
+/// to compare; read once).
+fn winograd_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LADDER_WINOGRAD").map_or(true, |v| v != "0"))
+}
 #[cfg(target_arch = "x86_64")]
 mod lanes256;
 #[cfg(target_arch = "x86_64")]
