@@ -261,12 +261,13 @@ impl Job<'_> {
                 for (i, ty) in tys.clone().enumerate() {
                     self.output_rows::<L>(b, ty, ob * MR + r, &m[r * tl + i * twp..], MR * tl, rows, pbuf);
                 }
+                self.epilogue(b, &tys, ob * MR + r);
             }
         }
     }
 
     /// The output transform of channel `co`'s tiles (`m[k * kstride + t]`) into its output
-    /// rows, pooled if a pooling follows, then the epilogue.
+    /// rows, pooled if a pooling follows.
     ///
     /// # Safety
     /// The CPU has `L`'s features.
@@ -319,9 +320,6 @@ impl Job<'_> {
             // SAFETY: in bounds (just checked); this task alone writes this row of `co`.
             let o = std::slice::from_raw_parts_mut(self.out.get().add(start), len);
             o.copy_from_slice(&rows[..len]);
-            if !self.epi.is_empty() {
-                row_epilogue(o, co, start, self.epi);
-            }
             return;
         }
         let (ow, oh) = (pl.ow, pl.oh);
@@ -347,9 +345,25 @@ impl Job<'_> {
         // SAFETY: in bounds (just checked); this task alone writes these rows of `co`.
         let o = std::slice::from_raw_parts_mut(self.out.get().add(start), dst.len());
         o.copy_from_slice(dst);
-        if !self.epi.is_empty() {
-            row_epilogue(o, co, start, self.epi);
+    }
+
+    /// The epilogue on channel `co`'s output rows of tile rows `tys` of image `b`: one
+    /// contiguous run, still in cache, long enough for whole vectors.
+    fn epilogue(&self, b: usize, tys: &Range<usize>, co: usize) {
+        let (rows, cols, first, end) = match self.pool {
+            None => (self.pl.oh, self.pl.ow, 2 * tys.start, (2 * tys.end).min(self.pl.oh)),
+            Some(p) => (p.out_rows(), p.out_cols(), tys.start, tys.end.min(p.out_rows())),
+        };
+        if self.epi.is_empty() || end <= first {
+            return;
         }
+        let start = ((b * self.g.out_ch + co) * rows + first) * cols;
+        let len = (end - first) * cols;
+        assert!(start + len <= self.out_len);
+        // SAFETY: in bounds (just checked); this task alone writes these rows of `co`, and
+        // has written them.
+        let o = unsafe { std::slice::from_raw_parts_mut(self.out.get().add(start), len) };
+        row_epilogue(o, co, start, self.epi);
     }
 }
 
