@@ -306,7 +306,12 @@ unsafe fn block256<const NV: usize>(
                 let dst = out.row_ptr(c0 + c, 0, col, width);
                 for (v, &mv) in m.iter().enumerate() {
                     let n = if v + 1 == NV { w } else { 8 };
-                    _mm256_maskstore_ps(dst.add(8 * v), lane_mask(mask32(n)), mv);
+                    // Masked only when partial (`vmaskmovps` is microcode on AMD's cores).
+                    if n == 8 {
+                        _mm256_storeu_ps(dst.add(8 * v), mv);
+                    } else {
+                        _mm256_maskstore_ps(dst.add(8 * v), lane_mask(mask32(n)), mv);
+                    }
                 }
             }
             Window::Square => {
@@ -317,7 +322,11 @@ unsafe fn block256<const NV: usize>(
                 let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
                 let evens = order(_mm256_shuffle_ps::<0b10_00_10_00>(m[0], hi));
                 let odds = order(_mm256_shuffle_ps::<0b11_01_11_01>(m[0], hi));
-                _mm256_maskstore_ps(dst, lane_mask(mask32(n_out.min(8))), max8(evens, odds));
+                if n_out >= 8 {
+                    _mm256_storeu_ps(dst, max8(evens, odds));
+                } else {
+                    _mm256_maskstore_ps(dst, lane_mask(mask32(n_out)), max8(evens, odds));
+                }
             }
         }
     }
