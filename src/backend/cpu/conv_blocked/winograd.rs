@@ -144,7 +144,13 @@ pub(super) fn conv(
     }
     let th = pl.oh.div_ceil(2);
     // Tile rows a task takes: about `TASK_TILES` tiles, rows each padded to a vector.
-    let per = (TASK_TILES / pl.ow.div_ceil(2).max(1)).clamp(1, th);
+    let mut groups = th.div_ceil((TASK_TILES / pl.ow.div_ceil(2).max(1)).clamp(1, th));
+    // With threads, as many tasks as they share evenly where the batch alone does not: two
+    // of five rows rather than three of 4, 4 and 2 (YOLO's 20×28 layer on two threads).
+    if threads > 1 && !(g.batch * groups).is_multiple_of(threads) {
+        groups = (groups / threads * threads).max(threads).min(th);
+    }
+    let per = th.div_ceil(groups);
     let groups = th.div_ceil(per);
     let tasks = g.batch * groups;
     let job = Job { g, pl: *pl, x, u, out: SendPtr(out.as_mut_ptr()), out_len: out.len(), epi, pool };
@@ -212,8 +218,9 @@ impl Job<'_> {
     }
 
     /// Output rows `2 ty` and `2 ty + 1` (those that exist) for each `ty` of `tys`, of every
-    /// output channel of image `b`: `MR` channels by two vectors of tiles a product step,
-    /// over the tile rows one after the other (each padded to a vector).
+    /// output channel of image `b`: `MR` channels by two vectors of tiles a product step
+    /// (one for an odd last), over the tile rows one after the other (each padded to a
+    /// vector).
     ///
     /// # Safety
     /// The CPU has `L`'s features.
@@ -222,10 +229,10 @@ impl Job<'_> {
         let (pl, c, op) = (&self.pl, self.u.c, self.u.op);
         let n = L::N;
         let tw = pl.ow.div_ceil(2);
-        // Tiles a row computes (whole vectors); all rows' (whole pairs of vectors); the even
-        // and odd input columns of one more vector, for the tiles' right neighbours.
+        // Tiles a row computes (whole vectors) and all rows; the even and odd input columns
+        // of one more vector, for the tiles' right neighbours.
         let twp = tw.div_ceil(n) * n;
-        let tl = (tys.len() * twp).div_ceil(2 * n) * 2 * n;
+        let tl = tys.len() * twp;
         let eo = twp + n;
         // Scratch: V [16][C][tl], M [16][MR][tl], a padded input row [2 eo], its even and
         // odd columns [4][2][eo], the output rows [2][2 twp], a pooled row and the
@@ -246,15 +253,19 @@ impl Job<'_> {
                 input_tiles::<L>(pl, xc, ty, twp, padded, eo_buf, &mut v[ci * tl + i * twp..], c * tl);
             }
         }
-        // The tiles past the last row's (a vector's worth at most) multiply stale values;
-        // their products are dropped.
         let (vp, mp, up) = (v.as_ptr(), m.as_mut_ptr(), self.u.u.as_ptr());
         for ob in 0..op / MR {
             for k in 0..16 {
                 let uk = up.add((k * (op / GROUP) + ob * MR / GROUP) * c * GROUP);
                 let vk = vp.add(k * c * tl);
-                for t0 in (0..tl).step_by(2 * n) {
-                    product::<L, MR>(uk, vk, c, tl, t0, mp.add(k * MR * tl + t0));
+                // Two vectors of tiles at a time, one for an odd last.
+                let mut t0 = 0;
+                while t0 + 2 * n <= tl {
+                    product::<L, MR, 2>(uk, vk, c, tl, t0, mp.add(k * MR * tl + t0));
+                    t0 += 2 * n;
+                }
+                if t0 < tl {
+                    product::<L, MR, 1>(uk, vk, c, tl, t0, mp.add(k * MR * tl + t0));
                 }
             }
             for r in 0..MR.min(self.g.out_ch.saturating_sub(ob * MR)) {
@@ -463,13 +474,13 @@ unsafe fn input_tiles<L: Lanes>(
 }
 
 /// `M[r][t0 + j] = Σ_c U[r][c] V[c][t0 + j]` for `MR` output channels (`uk`:
-/// `[MR/GROUP][C][GROUP]`) by two vectors of tiles (`vk`: `[C][twp]`), one fused multiply-add
-/// per term in order of `c`, stored at `m + r twp + j`.
+/// `[MR/GROUP][C][GROUP]`) by `NV` vectors of tiles (`vk`: `[C][twp]`), one fused
+/// multiply-add per term in order of `c`, stored at `m + r twp + j`.
 ///
 /// # Safety
 /// The CPU has `L`'s features; the pointers hold what is described.
 #[inline(always)]
-unsafe fn product<L: Lanes, const MR: usize>(
+unsafe fn product<L: Lanes, const MR: usize, const NV: usize>(
     uk: *const f32,
     vk: *const f32,
     c: usize,
@@ -477,19 +488,20 @@ unsafe fn product<L: Lanes, const MR: usize>(
     t0: usize,
     m: *mut f32,
 ) {
-    let mut acc = [[L::zero(); 2]; MR];
+    let mut acc = [[L::zero(); NV]; MR];
     for ci in 0..c {
-        let v0 = L::load(vk.add(ci * twp + t0));
-        let v1 = L::load(vk.add(ci * twp + t0 + L::N));
+        let v: [L::V; NV] = std::array::from_fn(|j| L::load(vk.add(ci * twp + t0 + j * L::N)));
         for (r, a) in acc.iter_mut().enumerate() {
             let w = L::splat(*uk.add(((r / GROUP) * c + ci) * GROUP + r % GROUP));
-            a[0] = L::fma(w, v0, a[0]);
-            a[1] = L::fma(w, v1, a[1]);
+            for j in 0..NV {
+                a[j] = L::fma(w, v[j], a[j]);
+            }
         }
     }
     for (r, a) in acc.iter().enumerate() {
-        L::store(m.add(r * twp), a[0]);
-        L::store(m.add(r * twp + L::N), a[1]);
+        for (j, &aj) in a.iter().enumerate() {
+            L::store(m.add(r * twp + j * L::N), aj);
+        }
     }
 }
 
