@@ -80,47 +80,89 @@ pub(super) fn conv(
     threads: usize,
     epi: &Epilogue<'_, f32>,
 ) {
-    let (oc, cg) = (g.out_ch, g.in_ch);
-    let vectors = oc / LANES;
+    let kernel = Kernel { lanes: LANES, cols: |_| P, inside, border };
+    drive(g, pl, x, wl, out, threads, epi, &kernel);
+}
+
+/// A chunk kernel: [`inside`] or [`border`] here, their AVX2 versions in `lanes256.rs`.
+pub(super) type ChunkFn = unsafe fn(&Plane, usize, usize, &[f32], &[f32], &Chunk, &Dst);
+
+/// What [`drive`] runs: one instruction set's channel-vector kernels.
+pub(super) struct Kernel {
+    /// Output channels per vector.
+    pub lanes: usize,
+    /// Columns per chunk at most, for `nb` (1 or 2) vectors of channels.
+    pub cols: fn(usize) -> usize,
+    /// A chunk whose taps are all inside the input row.
+    ///
+    /// # Safety
+    /// The CPU has the kernel's features.
+    pub inside: ChunkFn,
+    /// One column with bounds checks.
+    ///
+    /// # Safety
+    /// As `inside`.
+    pub border: ChunkFn,
+}
+
+/// The channel-vector convolution's tasks, shared by both instruction sets: each takes a
+/// pair of channel vectors of one image over a range of output rows, runs the border
+/// columns one at a time and the interior in chunks of nearly equal sizes, then the
+/// epilogue on each channel's rows. `w` holds `lanes` channels a vector, `[O/lanes][C][3][3]
+/// [lanes]`; the caller checked the lengths, and the CPU has the kernel's features.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn drive(
+    g: &ConvGeom,
+    pl: &Plane,
+    x: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+    threads: usize,
+    epi: &Epilogue<'_, f32>,
+    k: &Kernel,
+) {
+    let (oc, cg, lanes) = (g.out_ch, g.in_ch, k.lanes);
+    let vectors = oc / lanes;
     let pairs = vectors.div_ceil(2);
     let units = g.batch * pairs;
     let (rows_per, chunks) = super::row_chunks(threads, units, pl.oh);
     let plane = pl.oh * pl.ow;
     let in_len = cg * pl.ih * pl.iw;
-    let w_len = cg * K * K * LANES;
+    let w_len = cg * K * K * lanes;
+    assert!(w.len() >= vectors * w_len);
     let dst = Dst { ptr: SendPtr(out.as_mut_ptr()), len: out.len() };
-    // Columns whose every tap is inside the input row (`lo..hi`) run in `n` chunks of at
-    // most `P`, of nearly equal sizes; the others one at a time, with bounds checks.
+    // Columns whose every tap is inside the input row (`lo..hi`) run in chunks of at most
+    // `cols(nb)`, of nearly equal sizes; the others one at a time, with bounds checks.
     let (lo, hi) = super::interior_columns(pl.iw, pl.pl, K, pl.sw, 1, pl.ow);
-    let n = (hi - lo).div_ceil(P);
     let task = |t: usize| {
         let (unit, chunk) = (t / chunks, t % chunks);
         let (b, pair) = (unit / pairs, unit % pairs);
         let nb = (vectors - 2 * pair).min(2);
+        let n = (hi - lo).div_ceil((k.cols)(nb));
         let rows = chunk * rows_per..((chunk + 1) * rows_per).min(pl.oh);
         let xb = &x[b * in_len..(b + 1) * in_len];
-        let w = &wl[2 * pair * w_len..(2 * pair + nb) * w_len];
-        let co0 = 2 * pair * LANES;
+        let wb = &w[2 * pair * w_len..(2 * pair + nb) * w_len];
+        let co0 = 2 * pair * lanes;
         let base = (b * oc + co0) * plane;
         for r in rows.clone() {
             for col in (0..lo).chain(hi..pl.ow) {
                 let at = Chunk { row: r, col, np: 1, base, plane };
-                // SAFETY: `applies` checked AVX-512; `Chunk::store` checks every write.
-                unsafe { border(pl, cg, nb, xb, w, &at, &dst) };
+                // SAFETY: the caller checked the CPU; `store` checks every write.
+                unsafe { (k.border)(pl, cg, nb, xb, wb, &at, &dst) };
             }
             let mut col = lo;
-            for k in 0..n {
-                let np = (hi - lo) / n + usize::from(k < (hi - lo) % n);
+            for q in 0..n {
+                let np = (hi - lo) / n + usize::from(q < (hi - lo) % n);
                 let at = Chunk { row: r, col, np, base, plane };
                 // SAFETY: as above.
-                unsafe { inside(pl, cg, nb, xb, w, &at, &dst) };
+                unsafe { (k.inside)(pl, cg, nb, xb, wb, &at, &dst) };
                 col += np;
             }
         }
         // The epilogue on each channel's rows of this task: one contiguous run each.
         if !epi.is_empty() {
             let len = rows.len() * pl.ow;
-            for c in 0..nb * LANES {
+            for c in 0..nb * lanes {
                 let start = base + c * plane + rows.start * pl.ow;
                 assert!(start + len <= dst.len);
                 // SAFETY: in bounds (just checked); tasks own disjoint rows of disjoint
@@ -139,19 +181,19 @@ pub(super) fn conv(
 }
 
 /// The output, written through a pointer: tasks write disjoint parts of it.
-struct Dst {
-    ptr: SendPtr<f32>,
-    len: usize,
+pub(super) struct Dst {
+    pub ptr: SendPtr<f32>,
+    pub len: usize,
 }
 
 /// Where a chunk of output columns goes: columns `col..col + np` of output row `row` of the
 /// channels from `base` (channel `c` at `base + c * plane`).
-struct Chunk {
-    row: usize,
-    col: usize,
-    np: usize,
-    base: usize,
-    plane: usize,
+pub(super) struct Chunk {
+    pub row: usize,
+    pub col: usize,
+    pub np: usize,
+    pub base: usize,
+    pub plane: usize,
 }
 
 /// A chunk of `at.np` (1 to [`P`]) columns whose taps are all inside the input row.
@@ -184,7 +226,7 @@ unsafe fn inside(pl: &Plane, cg: usize, nb: usize, x: &[f32], w: &[f32], at: &Ch
 /// The kernel rows inside the input for output row `r`: `k0..k1`, kernel row `k` reading
 /// input row `top + k`.
 #[inline(always)]
-fn kernel_rows(pl: &Plane, r: usize) -> (isize, usize, usize) {
+pub(super) fn kernel_rows(pl: &Plane, r: usize) -> (isize, usize, usize) {
     let top = (r * pl.sh) as isize - pl.pt as isize;
     let k0 = (-top).clamp(0, K as isize) as usize;
     let k1 = (pl.ih as isize - top).clamp(k0 as isize, K as isize) as usize;

@@ -34,11 +34,10 @@
 
 use std::arch::x86_64::*;
 
-use rayon::prelude::*;
-
 use super::super::conv::ConvGeom;
-use super::super::gemm::{Epilogue, SendPtr};
-use super::{row_epilogue, Plane, CB};
+use super::super::gemm::Epilogue;
+use super::lanes::{drive, kernel_rows, Chunk, Dst, Kernel};
+use super::{Plane, CB};
 
 /// Output channels per vector: the blocked packing's channel block.
 pub(super) const LANES: usize = CB;
@@ -88,80 +87,8 @@ pub(super) fn conv(
     threads: usize,
     epi: &Epilogue<'_, f32>,
 ) {
-    let (oc, cg) = (g.out_ch, g.in_ch);
-    let vectors = oc / LANES;
-    let pairs = vectors.div_ceil(2);
-    let units = g.batch * pairs;
-    let (rows_per, chunks) = super::row_chunks(threads, units, pl.oh);
-    let plane = pl.oh * pl.ow;
-    let in_len = cg * pl.ih * pl.iw;
-    let w_len = cg * K * K * LANES;
-    assert!(w.len() >= vectors * w_len);
-    let dst = Dst { ptr: SendPtr(out.as_mut_ptr()), len: out.len() };
-    // Columns whose every tap is inside the input row (`lo..hi`) run in chunks of at most
-    // `P2` or `P1` columns, of nearly equal sizes; the others one at a time.
-    let (lo, hi) = super::interior_columns(pl.iw, pl.pl, K, pl.sw, 1, pl.ow);
-    let task = |t: usize| {
-        let (unit, chunk) = (t / chunks, t % chunks);
-        let (b, pair) = (unit / pairs, unit % pairs);
-        let nb = (vectors - 2 * pair).min(2);
-        let p = if nb == 2 { P2 } else { P1 };
-        let n = (hi - lo).div_ceil(p);
-        let rows = chunk * rows_per..((chunk + 1) * rows_per).min(pl.oh);
-        let xb = &x[b * in_len..(b + 1) * in_len];
-        let wb = &w[2 * pair * w_len..(2 * pair + nb) * w_len];
-        let co0 = 2 * pair * LANES;
-        let base = (b * oc + co0) * plane;
-        for r in rows.clone() {
-            for col in (0..lo).chain(hi..pl.ow) {
-                let at = Chunk { row: r, col, np: 1, base, plane };
-                // SAFETY: `applies` checked AVX2 and FMA; `store` checks every write.
-                unsafe { border(pl, cg, nb, xb, wb, &at, &dst) };
-            }
-            let mut col = lo;
-            for k in 0..n {
-                let np = (hi - lo) / n + usize::from(k < (hi - lo) % n);
-                let at = Chunk { row: r, col, np, base, plane };
-                // SAFETY: as above.
-                unsafe { inside(pl, cg, nb, xb, wb, &at, &dst) };
-                col += np;
-            }
-        }
-        // The epilogue on each channel's rows of this task: one contiguous run each.
-        if !epi.is_empty() {
-            let len = rows.len() * pl.ow;
-            for c in 0..nb * LANES {
-                let start = base + c * plane + rows.start * pl.ow;
-                assert!(start + len <= dst.len);
-                // SAFETY: in bounds (just checked); tasks own disjoint rows of disjoint
-                // channel blocks, and this task's are written.
-                let run = unsafe { std::slice::from_raw_parts_mut(dst.ptr.get().add(start), len) };
-                row_epilogue(run, co0 + c, start, epi);
-            }
-        }
-    };
-    let tasks = units * chunks;
-    if threads <= 1 || tasks == 1 {
-        (0..tasks).for_each(task);
-    } else {
-        (0..tasks).into_par_iter().for_each(task);
-    }
-}
-
-/// The output, written through a pointer: tasks write disjoint parts of it.
-struct Dst {
-    ptr: SendPtr<f32>,
-    len: usize,
-}
-
-/// Where a chunk of output columns goes: columns `col..col + np` of output row `row` of the
-/// channels from `base` (channel `c` at `base + c * plane`).
-struct Chunk {
-    row: usize,
-    col: usize,
-    np: usize,
-    base: usize,
-    plane: usize,
+    let kernel = Kernel { lanes: LANES, cols: |nb| if nb == 2 { P2 } else { P1 }, inside, border };
+    drive(g, pl, x, w, out, threads, epi, &kernel);
 }
 
 /// A chunk of `at.np` (1 to [`P2`] with two vectors of channels, to [`P1`] with one)
@@ -204,16 +131,6 @@ unsafe fn inside(pl: &Plane, cg: usize, nb: usize, x: &[f32], w: &[f32], at: &Ch
         (_, 1) => one!(1),
         _ => one!(2),
     }
-}
-
-/// The kernel rows inside the input for output row `r`: `k0..k1`, kernel row `k` reading
-/// input row `top + k`.
-#[inline(always)]
-fn kernel_rows(pl: &Plane, r: usize) -> (isize, usize, usize) {
-    let top = (r * pl.sh) as isize - pl.pt as isize;
-    let k0 = (-top).clamp(0, K as isize) as usize;
-    let k1 = (pl.ih as isize - top).clamp(k0 as isize, K as isize) as usize;
-    (top, k0, k1)
 }
 
 /// [`inside`] for `NB` vectors of channels, column stride `S` and `NP` columns. (Index
