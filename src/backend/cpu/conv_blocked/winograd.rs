@@ -183,10 +183,6 @@ struct Job<'a> {
     pool: Option<&'a RowPool>,
 }
 
-// SAFETY: `out` is written at disjoint rows by distinct tasks (each task owns the output
-// rows of its tile row); everything else is shared read-only.
-unsafe impl Sync for Job<'_> {}
-
 impl Job<'_> {
     /// Tile rows `ty` of image `b` on the best path the ISA cap allows.
     fn dispatch(&self, b: usize, ty: Range<usize>, s: &mut Vec<f32>) {
@@ -300,12 +296,11 @@ impl Job<'_> {
         assert!(m.len() >= 15 * kstride + twp);
         let (r0, r1) = rows.split_at_mut(2 * twp);
         let (mp, p0, p1) = (m.as_ptr(), r0.as_mut_ptr(), r1.as_mut_ptr());
-        let fused = self.pool.and_then(|p| fused_pool(p, pl.ow));
-        if let (Some(_), Some(pool)) = (fused, self.pool) {
-            if ty >= pool.out_rows() {
-                return;
-            }
+        // A tile row past the pooled rows (an odd last convolution row) is not needed.
+        if self.pool.is_some_and(|p| ty >= p.out_rows()) {
+            return;
         }
+        let fused = self.pool.and_then(|p| fused_pool(p, pl.ow));
         for t0 in (0..twp).step_by(n) {
             let v: [L::V; 16] = std::array::from_fn(|k| L::load(mp.add(k * kstride + t0)));
             // Aᵀ M: rows 0 + 1 + 2 and 1 − 2 − 3; then the same across the columns.
@@ -343,9 +338,6 @@ impl Job<'_> {
                 (&rows[..n_rows * ow], start)
             }
             Some(pool) => {
-                if ty >= pool.out_rows() {
-                    return;
-                }
                 let (pooled, tmp) = pbuf.split_at_mut(pool.out_cols());
                 pool.rows(1, 1, &rows[..2 * ow], pooled, tmp);
                 let start = ((b * self.g.out_ch + co) * pool.out_rows() + ty) * pool.out_cols();
