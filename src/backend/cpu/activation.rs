@@ -165,7 +165,8 @@ fn dispatch(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
         // gelu gathering are emulated with byte shuffles, which made the body 4x slower.
         unsafe { apply_avx512(addend, act, xs) }
     } else if super::has_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        // SAFETY: the CPU has AVX2, FMA and POPCNT (checked just above: the avx2 level has
+        // all three).
         unsafe { apply_avx2(addend, act, xs) }
     } else {
         add_in_place(addend, xs);
@@ -190,7 +191,7 @@ unsafe fn apply_avx512(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,popcnt")]
 unsafe fn apply_avx2(addend: Option<f32>, act: &Activation, xs: &mut [f32]) {
     add_in_place(addend, xs);
     match act {

@@ -97,7 +97,7 @@ fn detect() -> Isa {
     };
     if ["avx512f", "avx512dq", "avx512vl", "avx2", "fma", "popcnt"].iter().all(|f| has(f)) {
         Isa::Avx512
-    } else if has("avx2") && has("fma") {
+    } else if has("avx2") && has("fma") && has("popcnt") {
         Isa::Avx2
     } else if has("sse4.1") {
         Isa::Baseline
