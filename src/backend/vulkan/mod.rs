@@ -627,7 +627,7 @@ fn lens_bytes(len: usize, dtype: crate::ir::DType) -> usize {
     len.saturating_mul(dtype.size_bytes())
 }
 
-/// Whether this backend runs the prim or opaque op `kind` (on f32, i32, i64 and bool values,
+/// Whether this backend runs the prim or opaque op `kind` (on f32, integer and bool values,
 /// `matmul` and `conv` on f32; `gather` and `scatter_add` from tensors of static shape; other
 /// dtypes and shapes are refused): what `ladder ops` reports in its `vulkan` column, and what
 /// `tests/all/vulkan.rs` checks against the programs it runs.

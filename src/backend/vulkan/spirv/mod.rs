@@ -20,12 +20,18 @@
 //! integer conversion saturates (NaN to 0), integer arithmetic wraps, `x / -1` and `x % -1`
 //! do not trap. The transcendentals (`exp`, `exp2`, `log`, `log1p`, `expm1`, `tanh`, `erf`,
 //! `sin`, `cos`) are the CPU backend's approximations, emitted through their `Arith`
-//! (`arith.rs`); `sqrt` and division are the device's. Bool buffers are bytes, four to a
-//! 32-bit word (stores go through atomics). A kernel using a dtype or an op this lowering
-//! does not have (f16, bf16, f64, 8- and 16-bit and unsigned integers, bitwise ops) is
-//! declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
+//! (`arith.rs`); `sqrt` and division are the device's.
+//!
+//! Integers of every width: i8, i16, u8 and u16 registers are i32 holding the value (sign- or
+//! zero-extended, wrapped to the dtype after each operation that can leave its range), u32
+//! registers are i64 holding the value, u64 registers i64 holding the bits (compared, divided,
+//! converted as unsigned). Bool, 8- and 16-bit buffers are packed into 32-bit words, four or
+//! two to a word, with loads extracting their bits and stores going through two atomics, so
+//! invocations writing the other elements of a word keep theirs. `and` and `or` on integers
+//! are bitwise. A kernel using a dtype or an op this lowering does not have (f16, bf16, f64)
+//! is declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
 //! (repeated products; GPT-2's `x³`); another exponent, known only at run time, is a
-//! run-time error.
+//! run-time error. Integer `pow` is exact (wrapping, as the reference's).
 
 use std::collections::HashMap;
 
@@ -123,10 +129,25 @@ fn unsupported(what: impl Into<String>) -> Declined {
 
 /// Element types a shader can hold in a register.
 fn check_dtype(dt: DType) -> Result<(), Declined> {
-    match dt {
-        DType::F32 | DType::I32 | DType::I64 | DType::Bool => Ok(()),
-        _ => Err(unsupported(format!("dtype {dt} on the device"))),
+    if dt == DType::F32 || dt == DType::Bool || dt.is_int() {
+        Ok(())
+    } else {
+        Err(unsupported(format!("dtype {dt} on the device")))
     }
+}
+
+/// The bits of one element of `dt` where its buffer packs several into a 32-bit word.
+fn packed_bits(dt: DType) -> Option<u32> {
+    match dt {
+        DType::Bool | DType::I8 | DType::U8 => Some(8),
+        DType::I16 | DType::U16 => Some(16),
+        _ => None,
+    }
+}
+
+/// Whether `dt`'s registers are 64-bit (`i64`; otherwise `i32`, or f32 and bool).
+fn wide(dt: DType) -> bool {
+    matches!(dt, DType::I64 | DType::U32 | DType::U64)
 }
 
 struct Bound {
@@ -248,12 +269,16 @@ impl<'a> Cx<'a> {
         });
         for (binding, &id) in used.iter().enumerate() {
             let dtype = program.buffers[id].dtype;
-            if !matches!(dtype, DType::F32 | DType::I32 | DType::I64 | DType::Bool) {
+            if check_dtype(dtype).is_err() {
                 return Err(unsupported(format!("a {dtype} buffer on the device ({id})")));
             }
-            // Bools are bytes (0 or 1), four to a 32-bit word (`load_elem`, `store_elem`).
-            let (elem, stride) =
-                if dtype == DType::Bool { (t_u32, 4) } else { (cx.ty(dtype), dtype.size_bytes() as u32) };
+            // Bools (bytes, 0 or 1) and 8- and 16-bit integers are packed into 32-bit words,
+            // u32 is a word of its own (`load_elem`, `store_elem`).
+            let (elem, stride) = if packed_bits(dtype).is_some() || dtype == DType::U32 {
+                (t_u32, 4)
+            } else {
+                (cx.ty(dtype), dtype.size_bytes() as u32)
+            };
             let (var, elem_ptr) = cx.storage_array(elem, stride, binding as u32);
             cx.buffers.push(Bound { id, dtype, var, elem_ptr });
         }
@@ -332,9 +357,9 @@ impl<'a> Cx<'a> {
     fn ty(&self, dt: DType) -> Word {
         match dt {
             DType::F32 => self.t_f32,
-            DType::I32 => self.t_i32,
-            DType::I64 => self.t_i64,
-            _ => self.t_bool,
+            DType::Bool => self.t_bool,
+            dt if wide(dt) => self.t_i64,
+            _ => self.t_i32,
         }
     }
 
@@ -381,18 +406,19 @@ impl<'a> Cx<'a> {
         self.constant(DType::U32, u64::from(x))
     }
 
-    /// A constant of `dt` with the value `x` (ints wrapped, floats rounded to f32).
+    /// A constant of `dt` with the value `x` (ints wrapped to `dt`, floats converted as
+    /// `convert_element_type` does, rounded to f32).
     fn scalar(&mut self, dt: DType, value: Scalar) -> Word {
         let (f, i) = match value {
-            Scalar::Float(f) => (f, f as i64),
-            Scalar::Int(i) => (i as f64, i),
+            Scalar::Float(f) => (f, crate::interp::float_to_int_as(dt, f)),
+            Scalar::Int(i) => (i as f64, crate::interp::wrap_int(dt, i)),
             Scalar::Bool(b) => (f64::from(u8::from(b)), i64::from(b)),
         };
         match dt {
             DType::F32 => self.f32c(f as f32),
-            DType::I32 => self.constant(DType::I32, u64::from(i as i32 as u32)),
-            DType::I64 => self.i64c(i),
-            _ => self.constant(DType::Bool, u64::from(i != 0 || f != 0.0)),
+            DType::Bool => self.constant(DType::Bool, u64::from(i != 0 || f != 0.0)),
+            dt if wide(dt) => self.i64c(i),
+            _ => self.constant(DType::I32, u64::from(i as i32 as u32)),
         }
     }
 
@@ -624,10 +650,8 @@ impl<'a> Cx<'a> {
             (ReduceOp::Max | ReduceOp::Argmax, DType::Bool) => self.constant(DType::Bool, 0),
             (ReduceOp::Min, DType::Bool) => self.constant(DType::Bool, 1),
             (ReduceOp::Prod, _) => self.scalar(dt, Scalar::Int(1)),
-            (ReduceOp::Max | ReduceOp::Argmax, DType::I32) => self.scalar(dt, Scalar::Int(i64::from(i32::MIN))),
-            (ReduceOp::Max | ReduceOp::Argmax, _) => self.scalar(dt, Scalar::Int(i64::MIN)),
-            (ReduceOp::Min, DType::I32) => self.scalar(dt, Scalar::Int(i64::from(i32::MAX))),
-            (ReduceOp::Min, _) => self.scalar(dt, Scalar::Int(i64::MAX)),
+            (ReduceOp::Max | ReduceOp::Argmax, _) => self.scalar(dt, Scalar::Int(crate::interp::int_limits(dt).0)),
+            (ReduceOp::Min, _) => self.scalar(dt, Scalar::Int(crate::interp::int_limits(dt).1)),
             _ => self.scalar(dt, Scalar::Int(0)),
         }
     }
@@ -702,36 +726,59 @@ impl<'a> Cx<'a> {
     /// Element `at` (i64) of `buf`, as a register of the buffer's dtype.
     fn load_elem(&mut self, buf: BufferId, at: Word) -> Result<Word, Declined> {
         let dt = self.bound(buf)?.dtype;
-        if dt != DType::Bool {
+        let Some(bits) = packed_bits(dt) else {
             let (p, _) = self.element_ptr(buf, at)?;
+            if dt == DType::U32 {
+                // A word, zero-extended into the i64 register.
+                let w = self.b.load(self.t_u32, None, p, None, []).map_err(failed)?;
+                let wide = self.b.u_convert(self.t_u64, None, w).map_err(failed)?;
+                return self.b.bitcast(self.t_i64, None, wide).map_err(failed);
+            }
             let ty = self.ty(dt);
             return self.b.load(ty, None, p, None, []).map_err(failed);
-        }
-        let (p, shift) = self.bool_word(buf, at)?;
+        };
+        let (p, shift) = self.sub_word(buf, at, bits)?;
         let w = self.b.load(self.t_u32, None, p, None, []).map_err(failed)?;
-        let byte = self.b.shift_right_logical(self.t_u32, None, w, shift).map_err(failed)?;
-        let mask = self.u32c(0xff);
-        let byte = self.b.bitwise_and(self.t_u32, None, byte, mask).map_err(failed)?;
-        let zero = self.u32c(0);
-        self.b.i_not_equal(self.t_bool, None, byte, zero).map_err(failed)
+        let low = self.b.shift_right_logical(self.t_u32, None, w, shift).map_err(failed)?;
+        let mask = self.u32c((1u32 << bits) - 1);
+        let low = self.b.bitwise_and(self.t_u32, None, low, mask).map_err(failed)?;
+        if dt == DType::Bool {
+            let zero = self.u32c(0);
+            return self.b.i_not_equal(self.t_bool, None, low, zero).map_err(failed);
+        }
+        let v = self.b.bitcast(self.t_i32, None, low).map_err(failed)?;
+        self.wrap(v, dt)
     }
 
-    /// Stores register `v` at element `at` of `buf`. A bool is written into its byte of the
-    /// word with two atomic operations (clear, then set), so invocations writing the other
-    /// bytes of the word at the same time keep theirs.
+    /// Stores register `v` at element `at` of `buf`. An element packed with others into a
+    /// word (bool, 8- and 16-bit integers) is written into its bits of the word with two
+    /// atomic operations (clear, then set), so invocations writing the other elements of the
+    /// word at the same time keep theirs.
     fn store_elem(&mut self, buf: BufferId, at: Word, v: Word) -> Result<(), Declined> {
-        if self.bound(buf)?.dtype != DType::Bool {
+        let dt = self.bound(buf)?.dtype;
+        let Some(bits) = packed_bits(dt) else {
             let (p, _) = self.element_ptr(buf, at)?;
+            let v = if dt == DType::U32 {
+                let bits = self.b.bitcast(self.t_u64, None, v).map_err(failed)?;
+                self.b.u_convert(self.t_u32, None, bits).map_err(failed)?
+            } else {
+                v
+            };
             return self.b.store(p, v, None, []).map_err(failed);
-        }
-        let (p, shift) = self.bool_word(buf, at)?;
+        };
+        let (p, shift) = self.sub_word(buf, at, bits)?;
         let t = self.t_u32;
-        let ff = self.u32c(0xff);
-        let mask = self.b.shift_left_logical(t, None, ff, shift).map_err(failed)?;
+        let ones = self.u32c((1u32 << bits) - 1);
+        let mask = self.b.shift_left_logical(t, None, ones, shift).map_err(failed)?;
         let keep = self.b.not(t, None, mask).map_err(failed)?;
-        let (one, zero) = (self.u32c(1), self.u32c(0));
-        let bit = self.b.select(t, None, v, one, zero).map_err(failed)?;
-        let set = self.b.shift_left_logical(t, None, bit, shift).map_err(failed)?;
+        let low = if dt == DType::Bool {
+            let (one, zero) = (self.u32c(1), self.u32c(0));
+            self.b.select(t, None, v, one, zero).map_err(failed)?
+        } else {
+            let w = self.b.bitcast(t, None, v).map_err(failed)?;
+            self.b.bitwise_and(t, None, w, ones).map_err(failed)?
+        };
+        let set = self.b.shift_left_logical(t, None, low, shift).map_err(failed)?;
         let scope = self.u32c(spirv::Scope::Device as u32);
         let relaxed = self.u32c(0);
         self.b.atomic_and(t, None, p, scope, relaxed, keep).map_err(failed)?;
@@ -739,16 +786,18 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
-    /// The word holding bool element `at` of `buf`, and the element's bit offset in it.
-    fn bool_word(&mut self, buf: BufferId, at: Word) -> Result<(Word, Word), Declined> {
-        let two = self.i64c(2);
-        let word = self.b.shift_right_arithmetic(self.t_i64, None, at, two).map_err(failed)?;
-        let three = self.i64c(3);
-        let byte = self.b.bitwise_and(self.t_i64, None, at, three).map_err(failed)?;
-        let byte = self.b.s_convert(self.t_i32, None, byte).map_err(failed)?;
-        let byte = self.b.bitcast(self.t_u32, None, byte).map_err(failed)?;
-        let eight = self.u32c(8);
-        let shift = self.b.i_mul(self.t_u32, None, byte, eight).map_err(failed)?;
+    /// The word holding element `at` of `buf`, whose elements are `bits` wide (8 or 16), and
+    /// the element's bit offset in it.
+    fn sub_word(&mut self, buf: BufferId, at: Word, bits: u32) -> Result<(Word, Word), Declined> {
+        let per_word = 32 / bits;
+        let log = self.i64c(i64::from(per_word.trailing_zeros()));
+        let word = self.b.shift_right_arithmetic(self.t_i64, None, at, log).map_err(failed)?;
+        let last = self.i64c(i64::from(per_word - 1));
+        let index = self.b.bitwise_and(self.t_i64, None, at, last).map_err(failed)?;
+        let index = self.b.s_convert(self.t_i32, None, index).map_err(failed)?;
+        let index = self.b.bitcast(self.t_u32, None, index).map_err(failed)?;
+        let width = self.u32c(bits);
+        let shift = self.b.i_mul(self.t_u32, None, index, width).map_err(failed)?;
         let (p, _) = self.element_ptr(buf, word)?;
         Ok((p, shift))
     }

@@ -1,10 +1,11 @@
-//! The scalar instructions of the lowering: the prims' meanings on f32, i32, i64 and bool
+//! The scalar instructions of the lowering: the prims' meanings on f32, integer and bool
 //! registers (`max`/`min` with NaN and signed zeros, saturating conversions, non-trapping
-//! integer division), and feeding accumulators.
+//! integer division, integers wrapped to their dtype, u64 ordered as unsigned), and feeding
+//! accumulators.
 
 use rspirv::spirv::{self, Word};
 
-use super::{failed, unsupported, AccVars, Cx, Status};
+use super::{failed, unsupported, wide, AccVars, Cx, Status};
 use crate::backend::cpu::math;
 use crate::backend::Declined;
 use crate::ir::DType;
@@ -12,6 +13,100 @@ use crate::kernel::{ReduceOp, Scalar};
 use crate::ops::OpKind;
 
 impl Cx<'_> {
+    /// Register `v` of an integer dtype `dt` wrapped to `dt`'s range after an operation that
+    /// may have left it (the register's own width wraps by itself): sign-extended from its
+    /// low bits for i8 and i16, masked for u8, u16 and u32.
+    pub(super) fn wrap(&mut self, v: Word, dt: DType) -> Result<Word, Declined> {
+        let (ty, narrow) = match dt {
+            DType::I8 => (self.t_i32, 24),
+            DType::I16 => (self.t_i32, 16),
+            DType::U8 => return self.mask(v, 0xff),
+            DType::U16 => return self.mask(v, 0xffff),
+            DType::U32 => {
+                let m = self.constant(DType::I64, 0xffff_ffff);
+                return self.b.bitwise_and(self.t_i64, None, v, m).map_err(failed);
+            }
+            _ => return Ok(v),
+        };
+        let k = self.constant(DType::I32, narrow);
+        let high = self.b.shift_left_logical(ty, None, v, k).map_err(failed)?;
+        self.b.shift_right_arithmetic(ty, None, high, k).map_err(failed)
+    }
+
+    fn mask(&mut self, v: Word, m: u64) -> Result<Word, Declined> {
+        let m = self.constant(DType::I32, m);
+        self.b.bitwise_and(self.t_i32, None, v, m).map_err(failed)
+    }
+
+    /// `a > b` (or `<`, ...) on integer registers of `dt`: unsigned for u64's bits, signed
+    /// otherwise (every other dtype's register holds its value).
+    fn int_compare(&mut self, op: OpKind, a: Word, b: Word, dt: DType) -> Result<Word, Declined> {
+        use OpKind::*;
+        let t = self.t_bool;
+        let u = dt == DType::U64;
+        match op {
+            Eq => self.b.i_equal(t, None, a, b),
+            Ne => self.b.i_not_equal(t, None, a, b),
+            Lt if u => self.b.u_less_than(t, None, a, b),
+            Le if u => self.b.u_less_than_equal(t, None, a, b),
+            Gt if u => self.b.u_greater_than(t, None, a, b),
+            Ge if u => self.b.u_greater_than_equal(t, None, a, b),
+            Lt => self.b.s_less_than(t, None, a, b),
+            Le => self.b.s_less_than_equal(t, None, a, b),
+            Gt => self.b.s_greater_than(t, None, a, b),
+            _ => self.b.s_greater_than_equal(t, None, a, b),
+        }
+        .map_err(failed)
+    }
+
+    /// `max` or `min` of integer registers of `dt`.
+    fn int_max_min(&mut self, max: bool, a: Word, b: Word, dt: DType) -> Result<Word, Declined> {
+        let op = match (max, dt == DType::U64) {
+            (true, true) => spirv::GLOp::UMax,
+            (true, false) => spirv::GLOp::SMax,
+            (false, true) => spirv::GLOp::UMin,
+            (false, false) => spirv::GLOp::SMin,
+        };
+        let ty = self.ty(dt);
+        self.glsl(ty, op, &[a, b])
+    }
+
+    /// `a ^ b` on integer registers of `dt`, as the reference computes it: squaring and
+    /// multiplying over the exponent's bits (unrolled, wrapping in the register, then wrapped
+    /// to `dt`); for a negative exponent (signed dtypes), 1 for `a = 1`, ±1 for `a = -1`, 0
+    /// for other bases, and for `a = 0` the division-by-zero error.
+    fn int_pow(&mut self, a: Word, b: Word, dt: DType) -> Result<Word, Declined> {
+        let (ty, t) = (self.ty(dt), self.t_bool);
+        let (zero, one) = (self.scalar(dt, Scalar::Int(0)), self.scalar(dt, Scalar::Int(1)));
+        // The register's own 1 (not wrapped to dt: u8's registers are i32 too).
+        let unit = if wide(dt) { self.constant(DType::I64, 1) } else { self.constant(DType::I32, 1) };
+        let (mut result, mut base, mut e) = (one, a, b);
+        for _ in 0..if wide(dt) { 64 } else { 32 } {
+            let bit = self.b.bitwise_and(ty, None, e, unit).map_err(failed)?;
+            let set = self.b.i_not_equal(t, None, bit, zero).map_err(failed)?;
+            let product = self.b.i_mul(ty, None, result, base).map_err(failed)?;
+            result = self.b.select(ty, None, set, product, result).map_err(failed)?;
+            base = self.b.i_mul(ty, None, base, base).map_err(failed)?;
+            e = self.b.shift_right_logical(ty, None, e, unit).map_err(failed)?;
+        }
+        if crate::interp::int_limits(dt).0 < 0 {
+            let negative = self.b.s_less_than(t, None, b, zero).map_err(failed)?;
+            let base_zero = self.b.i_equal(t, None, a, zero).map_err(failed)?;
+            let bad = self.b.logical_and(t, None, negative, base_zero).map_err(failed)?;
+            self.flag(bad, Status::DivisionByZero)?;
+            let m1 = self.scalar(dt, Scalar::Int(-1));
+            let base_one = self.b.i_equal(t, None, a, one).map_err(failed)?;
+            let base_m1 = self.b.i_equal(t, None, a, m1).map_err(failed)?;
+            let low = self.b.bitwise_and(ty, None, b, unit).map_err(failed)?;
+            let odd = self.b.i_not_equal(t, None, low, zero).map_err(failed)?;
+            let signed_one = self.b.select(ty, None, odd, m1, one).map_err(failed)?;
+            let r = self.b.select(ty, None, base_m1, signed_one, zero).map_err(failed)?;
+            let r = self.b.select(ty, None, base_one, one, r).map_err(failed)?;
+            result = self.b.select(ty, None, negative, r, result).map_err(failed)?;
+        }
+        self.wrap(result, dt)
+    }
+
     pub(super) fn feed(
         &mut self,
         op: ReduceOp,
@@ -35,7 +130,7 @@ impl Cx<'_> {
                 let na = self.b.logical_not(self.t_bool, None, a).map_err(failed)?;
                 self.b.logical_and(self.t_bool, None, x, na).map_err(failed)?
             } else {
-                self.b.s_greater_than(self.t_bool, None, x, a).map_err(failed)?
+                self.int_compare(OpKind::Gt, x, a, dt)?
             };
             let first = self.b.logical_not(self.t_bool, None, seen).map_err(failed)?;
             let take = self.b.logical_or(self.t_bool, None, first, better).map_err(failed)?;
@@ -56,10 +151,16 @@ impl Cx<'_> {
             (ReduceOp::Min, DType::F32) => self.max_min(false, a, x)?,
             (ReduceOp::Max, DType::Bool) => self.b.logical_or(ty, None, a, x).map_err(failed)?,
             (ReduceOp::Min, DType::Bool) => self.b.logical_and(ty, None, a, x).map_err(failed)?,
-            (ReduceOp::Sum, DType::I32 | DType::I64) => self.b.i_add(ty, None, a, x).map_err(failed)?,
-            (ReduceOp::Prod, DType::I32 | DType::I64) => self.b.i_mul(ty, None, a, x).map_err(failed)?,
-            (ReduceOp::Max, DType::I32 | DType::I64) => self.glsl(ty, spirv::GLOp::SMax, &[a, x])?,
-            (ReduceOp::Min, DType::I32 | DType::I64) => self.glsl(ty, spirv::GLOp::SMin, &[a, x])?,
+            (ReduceOp::Sum, dt) if dt.is_int() => {
+                let v = self.b.i_add(ty, None, a, x).map_err(failed)?;
+                self.wrap(v, dt)?
+            }
+            (ReduceOp::Prod, dt) if dt.is_int() => {
+                let v = self.b.i_mul(ty, None, a, x).map_err(failed)?;
+                self.wrap(v, dt)?
+            }
+            (ReduceOp::Max, dt) if dt.is_int() => self.int_max_min(true, a, x, dt)?,
+            (ReduceOp::Min, dt) if dt.is_int() => self.int_max_min(false, a, x, dt)?,
             _ => return Err(unsupported(format!("a {} accumulator of {dt}", op.name()))),
         };
         self.b.store(vars.value, v, None, []).map_err(failed)?;
@@ -113,28 +214,40 @@ impl Cx<'_> {
                 let (one, zero) = (self.scalar(to, Scalar::Int(1)), self.scalar(to, Scalar::Int(0)));
                 self.b.select(ty, None, x, one, zero).map_err(failed)?
             }
-            (DType::I32 | DType::I64, DType::F32) => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
-            (DType::I32, DType::I64) => {
-                // Not `OpSConvert`: Mesa 22's NIR (lavapipe) narrows `i2i64(x) < c`, for a
-                // constant `c` in i32's range, to a form that takes i32's minimum as +2^31, so
-                // the comparison is false for every `x` and `c < i2i64(x)` true (`==` is
-                // right). The zero-extended word shifted up and back down is a sign extension
-                // NIR does not narrow.
-                let word = self.b.bitcast(self.t_u32, None, x).map_err(failed)?;
-                let wide = self.b.u_convert(self.t_u64, None, word).map_err(failed)?;
-                let wide = self.b.bitcast(ty, None, wide).map_err(failed)?;
-                let k = self.constant(DType::I64, 32);
-                let high = self.b.shift_left_logical(ty, None, wide, k).map_err(failed)?;
-                self.b.shift_right_arithmetic(ty, None, high, k).map_err(failed)?
+            (DType::U64, DType::F32) => {
+                let bits = self.b.bitcast(self.t_u64, None, x).map_err(failed)?;
+                self.b.convert_u_to_f(ty, None, bits).map_err(failed)?
             }
-            (DType::I64, DType::I32) => self.b.s_convert(ty, None, x).map_err(failed)?,
-            (DType::F32, DType::I32 | DType::I64) => {
-                // Saturating, NaN to 0: Rust's `as`.
-                let (lo, hi, min, max) = if to == DType::I32 {
-                    (-2_147_483_648.0f32, 2_147_483_648.0f32, i64::from(i32::MIN), i64::from(i32::MAX))
-                } else {
-                    (-9.223_372e18f32, 9.223_372e18f32, i64::MIN, i64::MAX)
+            (from, DType::F32) if from.is_int() => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
+            (from, to) if from.is_int() && to.is_int() => {
+                // To the destination's register width (the low bits carry over: wrapping),
+                // then wrapped to its range.
+                let v = match (wide(from), wide(to)) {
+                    (false, true) => {
+                        // Not `OpSConvert`: Mesa 22's NIR (lavapipe) narrows `i2i64(x) < c`,
+                        // for a constant `c` in i32's range, to a form that takes i32's
+                        // minimum as +2^31, so the comparison is false for every `x` and
+                        // `c < i2i64(x)` true (`==` is right). The zero-extended word shifted
+                        // up and back down is a sign extension NIR does not narrow.
+                        let word = self.b.bitcast(self.t_u32, None, x).map_err(failed)?;
+                        let w = self.b.u_convert(self.t_u64, None, word).map_err(failed)?;
+                        let w = self.b.bitcast(ty, None, w).map_err(failed)?;
+                        let k = self.constant(DType::I64, 32);
+                        let high = self.b.shift_left_logical(ty, None, w, k).map_err(failed)?;
+                        self.b.shift_right_arithmetic(ty, None, high, k).map_err(failed)?
+                    }
+                    (true, false) => self.b.s_convert(ty, None, x).map_err(failed)?,
+                    _ => x,
                 };
+                self.wrap(v, to)?
+            }
+            (DType::F32, to) if to.is_int() => {
+                // Saturating at the destination's range, NaN to 0: Rust's `as`. `lo` and `hi`
+                // (the range's ends, the upper one past the last value) are exact in f32.
+                let (min, max) = crate::interp::int_limits(to);
+                let lo = if to == DType::U64 { 0.0 } else { min as f32 };
+                let hi = if to == DType::U64 { 18_446_744_073_709_551_616.0f32 } else { max as f32 + 1.0 };
+                let hi = if to == DType::I64 { 9.223_372e18f32 } else { hi };
                 let (lo_c, hi_c) = (self.f32c(lo), self.f32c(hi));
                 let t = self.t_bool;
                 let below = self.b.f_ord_less_than_equal(t, None, x, lo_c).map_err(failed)?;
@@ -144,7 +257,12 @@ impl Cx<'_> {
                 let safe = self.b.select(self.t_f32, None, below, zero_f, x).map_err(failed)?;
                 let safe = self.b.select(self.t_f32, None, above, zero_f, safe).map_err(failed)?;
                 let safe = self.b.select(self.t_f32, None, nan, zero_f, safe).map_err(failed)?;
-                let r = self.b.convert_f_to_s(ty, None, safe).map_err(failed)?;
+                let r = if to == DType::U64 {
+                    let u = self.b.convert_f_to_u(self.t_u64, None, safe).map_err(failed)?;
+                    self.b.bitcast(ty, None, u).map_err(failed)?
+                } else {
+                    self.b.convert_f_to_s(ty, None, safe).map_err(failed)?
+                };
                 let (min_c, max_c) = (self.scalar(to, Scalar::Int(min)), self.scalar(to, Scalar::Int(max)));
                 let r = self.b.select(ty, None, below, min_c, r).map_err(failed)?;
                 self.b.select(ty, None, above, max_c, r).map_err(failed)?
@@ -172,14 +290,25 @@ impl Cx<'_> {
         if xdt != dt {
             return Err(unsupported(format!("{} from {xdt} to {dt}", op.name())));
         }
-        if matches!(dt, DType::I32 | DType::I64) {
+        if dt.is_int() {
+            let unsigned = dt.int_range().is_some_and(|(lo, _)| lo == 0) || dt == DType::U64;
             return match op {
-                OpKind::Neg => self.b.s_negate(ty, None, x).map_err(failed),
+                OpKind::Neg => {
+                    let n = self.b.s_negate(ty, None, x).map_err(failed)?;
+                    self.wrap(n, dt)
+                }
+                OpKind::Abs if unsigned => Ok(x),
                 OpKind::Abs => {
                     let z = self.scalar(dt, Scalar::Int(0));
                     let neg = self.b.s_less_than(self.t_bool, None, x, z).map_err(failed)?;
                     let n = self.b.s_negate(ty, None, x).map_err(failed)?;
-                    self.b.select(ty, None, neg, n, x).map_err(failed)
+                    let a = self.b.select(ty, None, neg, n, x).map_err(failed)?;
+                    self.wrap(a, dt)
+                }
+                OpKind::Sign if unsigned => {
+                    let z = self.scalar(dt, Scalar::Int(0));
+                    let nz = self.b.i_not_equal(self.t_bool, None, x, z).map_err(failed)?;
+                    self.convert(nz, DType::Bool, dt)
                 }
                 OpKind::Sign => self.glsl(ty, GLOp::SSign, &[x]),
                 OpKind::Floor | OpKind::Ceil | OpKind::Round => Ok(x),
@@ -252,17 +381,10 @@ impl Cx<'_> {
                     Gt => self.b.f_ord_greater_than(t, None, a, b),
                     _ => self.b.f_ord_greater_than_equal(t, None, a, b),
                 }
+                .map_err(failed)?
             } else {
-                match op {
-                    Eq => self.b.i_equal(t, None, a, b),
-                    Ne => self.b.i_not_equal(t, None, a, b),
-                    Lt => self.b.s_less_than(t, None, a, b),
-                    Le => self.b.s_less_than_equal(t, None, a, b),
-                    Gt => self.b.s_greater_than(t, None, a, b),
-                    _ => self.b.s_greater_than_equal(t, None, a, b),
-                }
-            }
-            .map_err(failed)?;
+                self.int_compare(op, a, b, cdt)?
+            };
             return self.convert(r, DType::Bool, dt);
         }
         if cdt != dt {
@@ -291,25 +413,69 @@ impl Cx<'_> {
                 _ => Err(unsupported(format!("{} on the device", op.name()))),
             };
         }
+        if !dt.is_int() {
+            return Err(unsupported(format!("{} on {dt}", op.name())));
+        }
         match op {
-            Add => self.b.i_add(ty, None, a, b).map_err(failed),
-            Sub => self.b.i_sub(ty, None, a, b).map_err(failed),
-            Mul => self.b.i_mul(ty, None, a, b).map_err(failed),
-            Max => self.glsl(ty, spirv::GLOp::SMax, &[a, b]),
-            Min => self.glsl(ty, spirv::GLOp::SMin, &[a, b]),
+            Add => {
+                let v = self.b.i_add(ty, None, a, b).map_err(failed)?;
+                self.wrap(v, dt)
+            }
+            Sub => {
+                let v = self.b.i_sub(ty, None, a, b).map_err(failed)?;
+                self.wrap(v, dt)
+            }
+            Mul => {
+                let v = self.b.i_mul(ty, None, a, b).map_err(failed)?;
+                self.wrap(v, dt)
+            }
+            Max => self.int_max_min(true, a, b, dt),
+            Min => self.int_max_min(false, a, b, dt),
+            Pow => self.int_pow(a, b, dt),
+            // Bitwise: of values wrapped to the dtype, the result is too.
+            And => self.b.bitwise_and(ty, None, a, b).map_err(failed),
+            Or => self.b.bitwise_or(ty, None, a, b).map_err(failed),
+            Div | Rem if dt == DType::U64 => {
+                // Unsigned: only division by zero is special (an error, then 0).
+                let zero = self.scalar(dt, Scalar::Int(0));
+                let by_zero = self.b.i_equal(t, None, b, zero).map_err(failed)?;
+                self.flag(by_zero, Status::DivisionByZero)?;
+                let one = self.scalar(dt, Scalar::Int(1));
+                let safe = self.b.select(ty, None, by_zero, one, b).map_err(failed)?;
+                let (ua, ub) = (
+                    self.b.bitcast(self.t_u64, None, a).map_err(failed)?,
+                    self.b.bitcast(self.t_u64, None, safe).map_err(failed)?,
+                );
+                let r = if op == Div {
+                    self.b.u_div(self.t_u64, None, ua, ub).map_err(failed)?
+                } else {
+                    self.b.u_mod(self.t_u64, None, ua, ub).map_err(failed)?
+                };
+                let r = self.b.bitcast(ty, None, r).map_err(failed)?;
+                self.b.select(ty, None, by_zero, zero, r).map_err(failed)
+            }
             Div | Rem => {
                 // Division by zero is an error; `x / -1` wraps (`MIN / -1` is `MIN`), `x % -1` is 0.
                 let zero = self.scalar(dt, Scalar::Int(0));
-                let m1 = self.scalar(dt, Scalar::Int(-1));
                 let by_zero = self.b.i_equal(t, None, b, zero).map_err(failed)?;
                 self.flag(by_zero, Status::DivisionByZero)?;
-                let by_m1 = self.b.i_equal(t, None, b, m1).map_err(failed)?;
+                // -1 only for the signed dtypes (an unsigned register's -1 wrapped is its
+                // maximum, an ordinary divisor).
+                let by_m1 = if crate::interp::int_limits(dt).0 < 0 {
+                    let m1 = self.scalar(dt, Scalar::Int(-1));
+                    self.b.i_equal(t, None, b, m1).map_err(failed)?
+                } else {
+                    self.constant(DType::Bool, 0)
+                };
                 let one = self.scalar(dt, Scalar::Int(1));
                 let odd = self.b.logical_or(t, None, by_zero, by_m1).map_err(failed)?;
                 let safe = self.b.select(ty, None, odd, one, b).map_err(failed)?;
                 if op == Div {
+                    // Every dtype but u64 holds its value in the register, so signed
+                    // division is right; `MIN / -1` wraps back to `MIN`.
                     let q = self.b.s_div(ty, None, a, safe).map_err(failed)?;
                     let n = self.b.s_negate(ty, None, a).map_err(failed)?;
+                    let n = self.wrap(n, dt)?;
                     let q = self.b.select(ty, None, by_m1, n, q).map_err(failed)?;
                     self.b.select(ty, None, by_zero, zero, q).map_err(failed)
                 } else {
