@@ -89,5 +89,5 @@ mod text_roundtrip;
 mod tiered;
 mod train;
 mod vulkan;
-mod vulkan_ints;
+mod vulkan_dtypes;
 mod vulkan_library;

@@ -28,8 +28,9 @@
 //! converted as unsigned). Bool, 8- and 16-bit buffers are packed into 32-bit words, four or
 //! two to a word, with loads extracting their bits and stores going through two atomics, so
 //! invocations writing the other elements of a word keep theirs. `and` and `or` on integers
-//! are bitwise. A kernel using a dtype or an op this lowering does not have (f16, bf16, f64)
-//! is declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
+//! are bitwise. f16 and bf16 registers are f32 values on the type's grid, each result
+//! rounded back to it (`memory.rs`). A kernel using a dtype or an op this lowering does not
+//! have (f64: `shaderFloat64` is optional) is declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
 //! (repeated products; GPT-2's `x³`); another exponent, known only at run time, is a
 //! run-time error. Integer `pow` is exact (wrapping, as the reference's).
 
@@ -48,6 +49,7 @@ use cranelift_entity::EntityRef;
 use crate::kernel::{BufferId, Index, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Stage, Var};
 use crate::ops::OpKind;
 
+mod memory;
 mod scalar;
 
 /// Invocations per workgroup.
@@ -129,7 +131,7 @@ fn unsupported(what: impl Into<String>) -> Declined {
 
 /// Element types a shader can hold in a register.
 fn check_dtype(dt: DType) -> Result<(), Declined> {
-    if dt == DType::F32 || dt == DType::Bool || dt.is_int() {
+    if dt == DType::F32 || dt == DType::Bool || dt.is_int() || memory::is_half(dt) {
         Ok(())
     } else {
         Err(unsupported(format!("dtype {dt} on the device")))
@@ -140,7 +142,7 @@ fn check_dtype(dt: DType) -> Result<(), Declined> {
 fn packed_bits(dt: DType) -> Option<u32> {
     match dt {
         DType::Bool | DType::I8 | DType::U8 => Some(8),
-        DType::I16 | DType::U16 => Some(16),
+        DType::I16 | DType::U16 | DType::F16 | DType::BF16 => Some(16),
         _ => None,
     }
 }
@@ -356,7 +358,7 @@ impl<'a> Cx<'a> {
 
     fn ty(&self, dt: DType) -> Word {
         match dt {
-            DType::F32 => self.t_f32,
+            DType::F32 | DType::F16 | DType::BF16 => self.t_f32,
             DType::Bool => self.t_bool,
             dt if wide(dt) => self.t_i64,
             _ => self.t_i32,
@@ -416,6 +418,8 @@ impl<'a> Cx<'a> {
         };
         match dt {
             DType::F32 => self.f32c(f as f32),
+            DType::F16 => self.f32c(half::f16::from_f64(f).to_f32()),
+            DType::BF16 => self.f32c(half::bf16::from_f64(f).to_f32()),
             DType::Bool => self.constant(DType::Bool, u64::from(i != 0 || f != 0.0)),
             dt if wide(dt) => self.i64c(i),
             _ => self.constant(DType::I32, u64::from(i as i32 as u32)),
@@ -604,7 +608,7 @@ impl<'a> Cx<'a> {
         for (acc, vars) in stage.accumulators.iter().zip(&accs) {
             let result = match acc.op {
                 ReduceOp::Argmax => self.b.load(self.t_i64, None, vars.aux, None, []).map_err(failed)?,
-                ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite if acc.dtype == DType::F32 => {
+                ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite if acc.dtype.is_float() => {
                     let v = self.b.load(self.t_f32, None, vars.value, None, []).map_err(failed)?;
                     let e = match empty {
                         Some(e) => e,
@@ -641,6 +645,8 @@ impl<'a> Cx<'a> {
 
     /// The value an accumulator starts from.
     fn acc_init(&mut self, op: ReduceOp, dt: DType) -> Word {
+        // f16 and bf16 start from the same f32 values (all on their grids).
+        let dt = if memory::is_half(dt) { DType::F32 } else { dt };
         match (op, dt) {
             // `-0 + x` is `x` for every `x`, so the first element is taken as it is.
             (ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite, DType::F32) => self.f32c(-0.0),
@@ -721,94 +727,6 @@ impl<'a> Cx<'a> {
 
     fn bound(&self, buf: BufferId) -> Result<&Bound, Declined> {
         self.buffers.iter().find(|b| b.id == buf).ok_or_else(|| Declined::Defect(format!("{buf} is not bound")))
-    }
-
-    /// Element `at` (i64) of `buf`, as a register of the buffer's dtype.
-    fn load_elem(&mut self, buf: BufferId, at: Word) -> Result<Word, Declined> {
-        let dt = self.bound(buf)?.dtype;
-        let Some(bits) = packed_bits(dt) else {
-            let (p, _) = self.element_ptr(buf, at)?;
-            if dt == DType::U32 {
-                // A word, zero-extended into the i64 register.
-                let w = self.b.load(self.t_u32, None, p, None, []).map_err(failed)?;
-                let wide = self.b.u_convert(self.t_u64, None, w).map_err(failed)?;
-                return self.b.bitcast(self.t_i64, None, wide).map_err(failed);
-            }
-            let ty = self.ty(dt);
-            return self.b.load(ty, None, p, None, []).map_err(failed);
-        };
-        let (p, shift) = self.sub_word(buf, at, bits)?;
-        let w = self.b.load(self.t_u32, None, p, None, []).map_err(failed)?;
-        let low = self.b.shift_right_logical(self.t_u32, None, w, shift).map_err(failed)?;
-        let mask = self.u32c((1u32 << bits) - 1);
-        let low = self.b.bitwise_and(self.t_u32, None, low, mask).map_err(failed)?;
-        if dt == DType::Bool {
-            let zero = self.u32c(0);
-            return self.b.i_not_equal(self.t_bool, None, low, zero).map_err(failed);
-        }
-        let v = self.b.bitcast(self.t_i32, None, low).map_err(failed)?;
-        self.wrap(v, dt)
-    }
-
-    /// Stores register `v` at element `at` of `buf`. An element packed with others into a
-    /// word (bool, 8- and 16-bit integers) is written into its bits of the word with two
-    /// atomic operations (clear, then set), so invocations writing the other elements of the
-    /// word at the same time keep theirs.
-    fn store_elem(&mut self, buf: BufferId, at: Word, v: Word) -> Result<(), Declined> {
-        let dt = self.bound(buf)?.dtype;
-        let Some(bits) = packed_bits(dt) else {
-            let (p, _) = self.element_ptr(buf, at)?;
-            let v = if dt == DType::U32 {
-                let bits = self.b.bitcast(self.t_u64, None, v).map_err(failed)?;
-                self.b.u_convert(self.t_u32, None, bits).map_err(failed)?
-            } else {
-                v
-            };
-            return self.b.store(p, v, None, []).map_err(failed);
-        };
-        let (p, shift) = self.sub_word(buf, at, bits)?;
-        let t = self.t_u32;
-        let ones = self.u32c((1u32 << bits) - 1);
-        let mask = self.b.shift_left_logical(t, None, ones, shift).map_err(failed)?;
-        let keep = self.b.not(t, None, mask).map_err(failed)?;
-        let low = if dt == DType::Bool {
-            let (one, zero) = (self.u32c(1), self.u32c(0));
-            self.b.select(t, None, v, one, zero).map_err(failed)?
-        } else {
-            let w = self.b.bitcast(t, None, v).map_err(failed)?;
-            self.b.bitwise_and(t, None, w, ones).map_err(failed)?
-        };
-        let set = self.b.shift_left_logical(t, None, low, shift).map_err(failed)?;
-        let scope = self.u32c(spirv::Scope::Device as u32);
-        let relaxed = self.u32c(0);
-        self.b.atomic_and(t, None, p, scope, relaxed, keep).map_err(failed)?;
-        self.b.atomic_or(t, None, p, scope, relaxed, set).map_err(failed)?;
-        Ok(())
-    }
-
-    /// The word holding element `at` of `buf`, whose elements are `bits` wide (8 or 16), and
-    /// the element's bit offset in it.
-    fn sub_word(&mut self, buf: BufferId, at: Word, bits: u32) -> Result<(Word, Word), Declined> {
-        let per_word = 32 / bits;
-        let log = self.i64c(i64::from(per_word.trailing_zeros()));
-        let word = self.b.shift_right_arithmetic(self.t_i64, None, at, log).map_err(failed)?;
-        let last = self.i64c(i64::from(per_word - 1));
-        let index = self.b.bitwise_and(self.t_i64, None, at, last).map_err(failed)?;
-        let index = self.b.s_convert(self.t_i32, None, index).map_err(failed)?;
-        let index = self.b.bitcast(self.t_u32, None, index).map_err(failed)?;
-        let width = self.u32c(bits);
-        let shift = self.b.i_mul(self.t_u32, None, index, width).map_err(failed)?;
-        let (p, _) = self.element_ptr(buf, word)?;
-        Ok((p, shift))
-    }
-
-    fn element_ptr(&mut self, buf: BufferId, at: Word) -> Result<(Word, DType), Declined> {
-        let (var, elem_ptr, dtype) = {
-            let b = self.bound(buf)?;
-            (b.var, b.elem_ptr, b.dtype)
-        };
-        let zero = self.u32c(0);
-        Ok((self.b.access_chain(elem_ptr, None, var, [zero, at]).map_err(failed)?, dtype))
     }
 
     /// Sets the status word to `code` (when `cond` holds).
@@ -910,12 +828,16 @@ impl<'a> Cx<'a> {
                 }
                 Instr::LoopVar { dst, var, dtype } => {
                     let v = self.var(*var)?;
-                    self.regs[dst.index()] = Some(self.convert(v, DType::I64, *dtype)?);
+                    let r = self.convert(v, DType::I64, calc(*dtype))?;
+                    self.regs[dst.index()] = Some(self.round_half(r, *dtype)?);
                 }
+                // f16 and bf16 compute in f32 (their registers are f32 values on their grid;
+                // `calc`), each result rounded back to the grid (`round_half`).
                 Instr::Unary { dst, op, x, dtype } => {
                     let xv = self.reg(*x)?;
-                    let xdt = self.dtype_of(*x);
-                    self.regs[dst.index()] = Some(self.unary(*op, xv, xdt, *dtype)?);
+                    let xdt = calc(self.dtype_of(*x));
+                    let r = self.unary(*op, xv, xdt, calc(*dtype))?;
+                    self.regs[dst.index()] = Some(self.round_half(r, *dtype)?);
                 }
                 Instr::Binary { dst, op: OpKind::Pow, a, b, dtype: DType::F32 } if self.dtype_of(*a) == DType::F32 => {
                     let av = self.reg(*a)?;
@@ -930,8 +852,9 @@ impl<'a> Cx<'a> {
                 }
                 Instr::Binary { dst, op, a, b, dtype } => {
                     let (av, bv) = (self.reg(*a)?, self.reg(*b)?);
-                    let cdt = self.dtype_of(*a);
-                    self.regs[dst.index()] = Some(self.binary(*op, av, bv, cdt, *dtype)?);
+                    let cdt = calc(self.dtype_of(*a));
+                    let r = self.binary(*op, av, bv, cdt, calc(*dtype))?;
+                    self.regs[dst.index()] = Some(self.round_half(r, *dtype)?);
                 }
                 Instr::Select { dst, cond, a, b, dtype } => {
                     let c = self.reg(*cond)?;
@@ -942,7 +865,8 @@ impl<'a> Cx<'a> {
                 }
                 Instr::Convert { dst, x, dtype } => {
                     let xv = self.reg(*x)?;
-                    self.regs[dst.index()] = Some(self.convert(xv, self.dtype_of(*x), *dtype)?);
+                    let r = self.convert(xv, calc(self.dtype_of(*x)), calc(*dtype))?;
+                    self.regs[dst.index()] = Some(self.round_half(r, *dtype)?);
                 }
                 Instr::Accumulate { acc, x, index } => {
                     let k = *acc as usize;
@@ -984,6 +908,15 @@ impl<'a> Cx<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// The dtype a register of `dt` computes in: f32 for f16 and bf16, else `dt`.
+fn calc(dt: DType) -> DType {
+    if memory::is_half(dt) {
+        DType::F32
+    } else {
+        dt
     }
 }
 

@@ -115,6 +115,8 @@ impl Cx<'_> {
         x: Word,
         pos: Option<Word>,
     ) -> Result<(), Declined> {
+        // f16 and bf16 accumulate in f32, each step rounded back to their grid.
+        let (stored, dt) = (dt, super::calc(dt));
         let ty = self.ty(dt);
         let a = self.b.load(ty, None, vars.value, None, []).map_err(failed)?;
         if op == ReduceOp::Argmax {
@@ -163,6 +165,7 @@ impl Cx<'_> {
             (ReduceOp::Min, dt) if dt.is_int() => self.int_max_min(false, a, x, dt)?,
             _ => return Err(unsupported(format!("a {} accumulator of {dt}", op.name()))),
         };
+        let v = self.round_half(v, stored)?;
         self.b.store(vars.value, v, None, []).map_err(failed)?;
         Ok(())
     }
@@ -193,7 +196,7 @@ impl Cx<'_> {
     pub(super) fn truthy(&mut self, x: Word, dt: DType) -> Result<Word, Declined> {
         Ok(match dt {
             DType::Bool => x,
-            DType::F32 => {
+            DType::F32 | DType::F16 | DType::BF16 => {
                 let z = self.f32c(0.0);
                 self.b.f_unord_not_equal(self.t_bool, None, x, z).map_err(failed)?
             }

@@ -1,17 +1,20 @@
-//! Every integer dtype on the Vulkan device against the reference, bit for bit: i8, i16, u8
-//! and u16 (held in 32-bit registers, packed two or four to a word in their buffers, so
-//! neighbouring elements are written by different invocations), u32 and u64 (unsigned order,
-//! division and conversion), next to i32 and i64. Arithmetic that wraps, division by -1 and
-//! by zero, comparisons, `max`/`min`, bitwise `and`/`or`, reductions, conversions from f32
-//! that saturate (NaN, infinities, values past the range) and between integer dtypes that
-//! wrap. Skipped where there is no device, as in `vulkan.rs`.
+//! Every integer dtype and the 16-bit floats on the Vulkan device against the reference.
+//! Integers bit for bit: i8, i16, u8 and u16 (held in 32-bit registers, packed two or four
+//! to a word in their buffers, so neighbouring elements are written by different
+//! invocations), u32 and u64 (unsigned order, division and conversion), next to i32 and i64:
+//! arithmetic that wraps, division by -1 and by zero, comparisons, `max`/`min`, bitwise
+//! `and`/`or`, powers, reductions, conversions from f32 that saturate (NaN, infinities,
+//! values past the range) and between integer dtypes that wrap. f16 and bf16 (f32 registers
+//! rounded to their grid after each operation, 16-bit elements packed two to a word):
+//! rounding to nearest even, overflow to infinity, f16's subnormals, NaN and signed zeros,
+//! conversions each way. Skipped where there is no device, as in `vulkan.rs`.
 
 #![cfg(feature = "vulkan")]
 
 use ladder::models::Rng;
 use ladder::{compile, CompileOptions, DType, Tensor};
 
-use crate::vulkan::{clean, device, parse, run_both, validate_shaders};
+use crate::vulkan::{agree, clean, device, parse, run_both, validate_shaders};
 
 const DTYPES: [DType; 8] =
     [DType::I8, DType::U8, DType::I16, DType::U16, DType::U32, DType::U64, DType::I32, DType::I64];
@@ -191,4 +194,87 @@ fn floats_convert_to_every_integer_dtype_saturating() {
     let (want, got) = run_both(&g, &[Tensor::from_f32(&[n], x).unwrap()]);
     let names: Vec<&str> = outs.iter().map(|s| s.as_str()).collect();
     bit_equal(&got, &want, &names, "f32 to integers");
+}
+
+/// f16 and bf16 values that probe the grid: ties either way, the largest finite values and
+/// just past them, subnormals (f16's and below), specials, and ordinary values.
+fn half_probes() -> Vec<f32> {
+    let mut v = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        1.000_488_3, // f16: 1 + 2^-11, a tie that rounds down to even
+        1.001_464_8, // f16: 1 + 3·2^-11, a tie that rounds up to even
+        65504.0,     // f16's largest
+        65519.0,     // rounds down to it
+        65520.0,     // rounds up to infinity
+        -65520.0,
+        6.0e-8,         // about f16's smallest subnormal (2^-24)
+        2.9e-8,         // below half of it: to zero
+        3.0e-8,         // above half of it: to 2^-24
+        6.1e-5,         // just below f16's smallest normal
+        1.0e-40,        // f32 subnormal
+        3.389_531_4e38, // bf16's largest finite neighbourhood
+        f32::MAX,
+        0.1,
+        -2.5,
+        1234.567,
+        -0.000_123_4,
+    ];
+    let mut state = 0x5eed_u32;
+    while v.len() < 40 {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        v.push(f32::from_bits(state >> 4 | 0x3000_0000) * if state & 1 == 0 { 1.0 } else { -300.0 });
+    }
+    v
+}
+
+#[test]
+fn f16_and_bf16_round_to_their_grids_as_the_reference() {
+    if !device("f16_and_bf16_round_to_their_grids_as_the_reference") {
+        return;
+    }
+    let x = half_probes();
+    let n = x.len();
+    let exact = ["h", "add", "mul", "div", "sqrt", "max", "lt", "back", "other", "i32", "from_i32", "neg_abs"];
+    for (dt, other) in [("f16", "bf16"), ("bf16", "f16")] {
+        let src = format!(
+            "graph g(%x: f32[{n}], %y: f32[{n}], %k: i32[{n}]) {{
+  %h = convert_element_type(%x) {{dtype={dt}}}
+  %hy = convert_element_type(%y) {{dtype={dt}}}
+  %add = add(%h, %hy)
+  %mul = mul(%h, %hy)
+  %div = div(%h, %hy)
+  %sqrt = sqrt(%h)
+  %max = max(%h, %hy)
+  %lt = lt(%h, %hy)
+  %back = convert_element_type(%add) {{dtype=f32}}
+  %other = convert_element_type(%mul) {{dtype={other}}}
+  %i32 = convert_element_type(%h) {{dtype=i32}}
+  %from_i32 = convert_element_type(%k) {{dtype={dt}}}
+  %na = neg(%h)
+  %neg_abs = abs(%na)
+  %exp = exp(%h)
+  %sum = reduce_sum(%hy) {{axes=[0]}}
+  return %h, %add, %mul, %div, %sqrt, %max, %lt, %back, %other, %i32, %from_i32, %neg_abs, %exp, %sum
+}}"
+        );
+        let g = parse(&src);
+        let plan = compile(&g, &CompileOptions::vulkan()).unwrap_or_else(|e| panic!("{dt}: {e}"));
+        assert!(validate_shaders(plan.program().unwrap(), dt) > 0 || !crate::vulkan::required());
+        let y: Vec<f32> = x.iter().rev().map(|v| v * 0.75 + 0.001).collect();
+        let k: Vec<i64> = (0..n as i64).map(|i| (i - 20) * 4099 + i * i * 997).collect();
+        let inputs =
+            [Tensor::from_f32(&[n], x.clone()).unwrap(), Tensor::from_f32(&[n], y).unwrap(), ints(DType::I32, &[n], k)];
+        let (want, got) = run_both(&g, &inputs);
+        // Correctly rounded in f32, then rounded once to the grid: the reference's bits.
+        bit_equal(&got[..exact.len()], &want[..exact.len()], &exact, dt);
+        // exp (the f32 approximation, rounded) and a sum rounded at each step: within the
+        // conformance tolerance.
+        agree(&got[exact.len()..], &want[exact.len()..], dt);
+    }
 }
