@@ -126,9 +126,10 @@ pub enum BackendArg {
     /// the other backends are checked against; slow.
     Interp,
     /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included),
-    /// with matmul, convolution, cat, pad, rev, gather and scatter_add written as such
-    /// kernels, and pow by an integer exponent of -4 to 4; a program with a step the device
-    /// lacks is refused with the step that stops it.
+    /// on f32, f16, bf16, integer and bool values (not f64), with matmul, convolution, cat,
+    /// pad, rev, gather and scatter_add written as such kernels, and f32 pow by an integer
+    /// exponent of -4 to 4; a program with a step the device lacks is refused with the step
+    /// that stops it.
     Vulkan,
 }
 
