@@ -89,7 +89,7 @@ impl Cx<'_> {
             base = self.b.i_mul(ty, None, base, base).map_err(failed)?;
             e = self.b.shift_right_logical(ty, None, e, unit).map_err(failed)?;
         }
-        if crate::interp::int_limits(dt).0 < 0 {
+        if dt.is_signed_int() {
             let negative = self.b.s_less_than(t, None, b, zero).map_err(failed)?;
             let base_zero = self.b.i_equal(t, None, a, zero).map_err(failed)?;
             let bad = self.b.logical_and(t, None, negative, base_zero).map_err(failed)?;
@@ -294,7 +294,7 @@ impl Cx<'_> {
             return Err(unsupported(format!("{} from {xdt} to {dt}", op.name())));
         }
         if dt.is_int() {
-            let unsigned = dt.int_range().is_some_and(|(lo, _)| lo == 0) || dt == DType::U64;
+            let unsigned = dt.is_unsigned();
             return match op {
                 OpKind::Neg => {
                     let n = self.b.s_negate(ty, None, x).map_err(failed)?;
@@ -464,7 +464,7 @@ impl Cx<'_> {
                 self.flag(by_zero, Status::DivisionByZero)?;
                 // -1 only for the signed dtypes (an unsigned register's -1 wrapped is its
                 // maximum, an ordinary divisor).
-                let by_m1 = if crate::interp::int_limits(dt).0 < 0 {
+                let by_m1 = if dt.is_signed_int() {
                     let m1 = self.scalar(dt, Scalar::Int(-1));
                     self.b.i_equal(t, None, b, m1).map_err(failed)?
                 } else {
