@@ -9,10 +9,9 @@
 
 use std::sync::Arc;
 
-use half::{bf16, f16};
-
 use crate::ir::{AttrKind, AttrValue, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use crate::ops::{all_specs, OpKind, Rung};
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use crate::tensor::{Tensor, TensorData};
 
 /// A stream of choices. Past the end of its bytes it yields zeros, so any byte string is a
@@ -204,8 +203,8 @@ pub fn random_tensor(src: &mut Source, dtype: DType, shape: &[usize]) -> Tensor 
     let data = match dtype {
         DType::F32 => TensorData::F32(floats.iter().map(|&x| x as f32).collect()),
         DType::F64 => TensorData::F64(floats),
-        DType::F16 => TensorData::F16(floats.iter().map(|&x| f16::from_f64(x)).collect()),
-        DType::BF16 => TensorData::BF16(floats.iter().map(|&x| bf16::from_f64(x)).collect()),
+        DType::F16 => TensorData::F16(floats.iter().map(|&x| f16_from_f64(x)).collect()),
+        DType::BF16 => TensorData::BF16(floats.iter().map(|&x| bf16_from_f64(x)).collect()),
         DType::Bool => TensorData::Bool((0..n).map(|_| src.bool()).collect()),
         // -3..=3, wrapped: an unsigned type gets its three largest values (above 2^63 for u64).
         d => TensorData::from_ints(d, (0..n).map(|_| src.below(7) as i64 - 3).collect::<Vec<_>>())

@@ -8,6 +8,7 @@
 use crate::builder::{BuildError, GraphBuilder};
 use crate::ir::{AttrValue, DType, Dim, Graph, Shape, Value};
 use crate::ops::OpKind;
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use crate::tensor::{Tensor, TensorData, TensorError};
 
 /// SplitMix64: a tiny, fast, well-mixed 64-bit generator. Deterministic for a given seed on
@@ -54,8 +55,8 @@ pub fn random_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Result<Ten
     let data = match dtype {
         DType::F64 => TensorData::F64((0..n).map(|_| rng.uniform_bits(53)).collect()),
         DType::F32 => TensorData::F32((0..n).map(|_| rng.uniform_bits(24) as f32).collect()),
-        DType::F16 => TensorData::F16((0..n).map(|_| half::f16::from_f64(rng.uniform_bits(11))).collect()),
-        DType::BF16 => TensorData::BF16((0..n).map(|_| half::bf16::from_f64(rng.uniform_bits(8))).collect()),
+        DType::F16 => TensorData::F16((0..n).map(|_| f16_from_f64(rng.uniform_bits(11))).collect()),
+        DType::BF16 => TensorData::BF16((0..n).map(|_| bf16_from_f64(rng.uniform_bits(8))).collect()),
         DType::I32 => TensorData::I32((0..n).map(|_| rng.below(10) as i32).collect()),
         DType::I64 => TensorData::I64((0..n).map(|_| rng.below(10) as i64).collect()),
         DType::Bool => TensorData::Bool((0..n).map(|_| rng.next_u64() >> 63 == 1).collect()),

@@ -6,6 +6,9 @@
 //! its bytes and `f32` slices from there, and only a caller of [`Tensor::data`] (which returns
 //! typed vectors) gets a heap copy, made once and kept.
 
+pub mod narrow;
+
+use narrow::{bf16_from_f64, f16_from_f64};
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -386,8 +389,8 @@ impl Tensor {
         let data = match dtype {
             DType::F64 => TensorData::F64(values.to_vec()),
             DType::F32 => TensorData::F32(values.iter().map(|&x| x as f32).collect()),
-            DType::F16 => TensorData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => TensorData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => TensorData::F16(values.iter().map(|&x| crate::tensor::f16_from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(values.iter().map(|&x| crate::tensor::bf16_from_f64(x)).collect()),
             DType::Bool => TensorData::Bool(values.iter().map(|&x| x != 0.0).collect()),
             int => TensorData::from_ints(int, values.iter().map(|&x| x as i64)).ok_or(TensorError::NotInteger(int))?,
         };

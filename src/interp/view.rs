@@ -11,10 +11,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use half::{bf16, f16};
-
 use super::{EvalCtx, EvalError};
 use crate::ir::DType;
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use crate::tensor::{checked_numel, Tensor, TensorData};
 
 /// Widened element storage.
@@ -39,8 +38,8 @@ pub struct View {
 pub fn round_float(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F32 => x as f32 as f64,
-        DType::F16 => f16::from_f64(x).to_f64(),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F16 => f16_from_f64(x).to_f64(),
+        DType::BF16 => bf16_from_f64(x).to_f64(),
         _ => x,
     }
 }
@@ -192,8 +191,8 @@ impl View {
         let data = match self.dtype {
             DType::F32 => TensorData::F32(self.floats().into_iter().map(|x| x as f32).collect()),
             DType::F64 => TensorData::F64(self.floats()),
-            DType::F16 => TensorData::F16(self.floats().into_iter().map(f16::from_f64).collect()),
-            DType::BF16 => TensorData::BF16(self.floats().into_iter().map(bf16::from_f64).collect()),
+            DType::F16 => TensorData::F16(self.floats().into_iter().map(f16_from_f64).collect()),
+            DType::BF16 => TensorData::BF16(self.floats().into_iter().map(bf16_from_f64).collect()),
             DType::Bool => TensorData::Bool(self.bools()),
             d => TensorData::from_ints(d, self.ints()).unwrap_or_else(|| unreachable!("{d} is an integer type")),
         };

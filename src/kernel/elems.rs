@@ -5,6 +5,7 @@ use half::{bf16, f16};
 
 use super::eval::{ExecError, Val};
 use crate::ir::DType;
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use crate::tensor::{Tensor, TensorData};
 
 /// Element `i` of typed data, widened.
@@ -32,8 +33,8 @@ pub fn set_elem(data: &mut TensorData, i: usize, value: Val) -> Option<()> {
     match (data, value) {
         (TensorData::F32(v), Val::F(x)) => *v.get_mut(i)? = x as f32,
         (TensorData::F64(v), Val::F(x)) => *v.get_mut(i)? = x,
-        (TensorData::F16(v), Val::F(x)) => *v.get_mut(i)? = f16::from_f64(x),
-        (TensorData::BF16(v), Val::F(x)) => *v.get_mut(i)? = bf16::from_f64(x),
+        (TensorData::F16(v), Val::F(x)) => *v.get_mut(i)? = f16_from_f64(x),
+        (TensorData::BF16(v), Val::F(x)) => *v.get_mut(i)? = bf16_from_f64(x),
         (TensorData::I32(v), Val::I(x)) => *v.get_mut(i)? = x as i32,
         (TensorData::I64(v), Val::I(x)) => *v.get_mut(i)? = x,
         (TensorData::Bool(v), Val::B(x)) => *v.get_mut(i)? = x,
@@ -81,8 +82,8 @@ pub fn set_bytes(dtype: DType, bytes: &mut [u8], i: usize, value: Val) -> Option
     match (dtype, value.convert(dtype)) {
         (DType::F32, Val::F(x)) => b.copy_from_slice(&(x as f32).to_ne_bytes()),
         (DType::F64, Val::F(x)) => b.copy_from_slice(&x.to_ne_bytes()),
-        (DType::F16, Val::F(x)) => b.copy_from_slice(&f16::from_f64(x).to_bits().to_ne_bytes()),
-        (DType::BF16, Val::F(x)) => b.copy_from_slice(&bf16::from_f64(x).to_bits().to_ne_bytes()),
+        (DType::F16, Val::F(x)) => b.copy_from_slice(&f16_from_f64(x).to_bits().to_ne_bytes()),
+        (DType::BF16, Val::F(x)) => b.copy_from_slice(&bf16_from_f64(x).to_bits().to_ne_bytes()),
         (DType::I32, Val::I(x)) => b.copy_from_slice(&(x as i32).to_ne_bytes()),
         (DType::I64, Val::I(x)) => b.copy_from_slice(&x.to_ne_bytes()),
         (DType::Bool, Val::B(x)) => b[0] = x as u8,

@@ -3,6 +3,7 @@
 //! (typical values mixed with ±0, ±inf, NaN, huge and tiny magnitudes), from bytes.
 
 use super::*;
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 
 /// One generated single-op case: a graph of inputs, one node and its output, and the inputs.
 #[derive(Clone, Debug)]
@@ -248,8 +249,8 @@ pub fn random_data(src: &mut Source, dtype: DType, shape: &[usize]) -> Tensor {
             .collect();
         match dtype {
             DType::F32 => TensorData::F32(vals.iter().map(|&x| x as f32).collect()),
-            DType::F16 => TensorData::F16(vals.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => TensorData::BF16(vals.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => TensorData::F16(vals.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(vals.iter().map(|&x| bf16_from_f64(x)).collect()),
             _ => TensorData::F64(vals),
         }
     } else if dtype.is_int() {

@@ -38,6 +38,7 @@ use crate::ir::verify::{verify, Stage};
 use crate::ir::{AttrValue, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use crate::ops::util::{normalize_axes, normalize_axis, ravel, unravel};
 use crate::ops::{all_specs, Arity, OpKind, Rung};
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use crate::tensor::{Tensor, TensorData};
 use bounds::{
     attention_bounds, batch_norm_bounds, broadcast_numel, cross_entropy_bounds, dot_length, lstm_bounds, norm_bounds,
@@ -246,16 +247,15 @@ pub fn max_finite(dtype: DType) -> f64 {
     }
 }
 
-/// Position of `x` (rounded to `dtype`) on the dtype's ordered line of values; both zeros
-/// are 0. `None` for NaN.
+/// Position of `x` (rounded to `dtype`) on its ordered line of values (±0 at 0; NaN: None).
 fn ordinal(dtype: DType, x: f64) -> Option<i64> {
     if x.is_nan() {
         return None;
     }
     let (bits, sign): (u64, u64) = match dtype {
         DType::F32 => ((x as f32).to_bits() as u64, 1 << 31),
-        DType::F16 => (f16::from_f64(x).to_bits() as u64, 1 << 15),
-        DType::BF16 => (bf16::from_f64(x).to_bits() as u64, 1 << 15),
+        DType::F16 => (f16_from_f64(x).to_bits() as u64, 1 << 15),
+        DType::BF16 => (bf16_from_f64(x).to_bits() as u64, 1 << 15),
         _ => (x.to_bits(), 1 << 63),
     };
     let mag = (bits & !sign) as i64;
@@ -282,14 +282,14 @@ pub fn ulp_at(dtype: DType, x: f64) -> f64 {
             f32::from_bits(v.to_bits() + 1) as f64 - v as f64
         }
         DType::F16 => {
-            let v = f16::from_f64(a);
+            let v = f16_from_f64(a);
             if v.is_infinite() {
                 return f64::INFINITY;
             }
             f16::from_bits(v.to_bits() + 1).to_f64() - v.to_f64()
         }
         DType::BF16 => {
-            let v = bf16::from_f64(a);
+            let v = bf16_from_f64(a);
             if v.is_infinite() {
                 return f64::INFINITY;
             }
@@ -526,8 +526,8 @@ fn same_bits(dtype: DType, a: f64, b: f64) -> bool {
     }
     match dtype {
         DType::F32 => (a as f32).to_bits() == (b as f32).to_bits(),
-        DType::F16 => f16::from_f64(a).to_bits() == f16::from_f64(b).to_bits(),
-        DType::BF16 => bf16::from_f64(a).to_bits() == bf16::from_f64(b).to_bits(),
+        DType::F16 => f16_from_f64(a).to_bits() == f16_from_f64(b).to_bits(),
+        DType::BF16 => bf16_from_f64(a).to_bits() == bf16_from_f64(b).to_bits(),
         _ => a.to_bits() == b.to_bits(),
     }
 }
@@ -571,8 +571,8 @@ fn map_numbers(t: &Tensor, f: impl Fn(f64) -> f64) -> Tensor {
         TensorData::I64(v) => TensorData::I64(v.iter().map(|&x| f(x as f64) as i64).collect()),
         TensorData::F32(v) => TensorData::F32(v.iter().map(|&x| f(x as f64) as f32).collect()),
         TensorData::F64(v) => TensorData::F64(v.iter().map(|&x| f(x)).collect()),
-        TensorData::F16(v) => TensorData::F16(v.iter().map(|x| f16::from_f64(f(x.to_f64()))).collect()),
-        TensorData::BF16(v) => TensorData::BF16(v.iter().map(|x| bf16::from_f64(f(x.to_f64()))).collect()),
+        TensorData::F16(v) => TensorData::F16(v.iter().map(|x| f16_from_f64(f(x.to_f64()))).collect()),
+        TensorData::BF16(v) => TensorData::BF16(v.iter().map(|x| bf16_from_f64(f(x.to_f64()))).collect()),
         d if d.dtype().is_int() => {
             let dt = d.dtype();
             let vals = d.ints().unwrap_or_default().into_iter();
@@ -1112,8 +1112,8 @@ fn rounded_tensor(t: &Tensor, dtype: DType) -> Tensor {
     let v = t.to_f64_vec();
     let data = match dtype {
         DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
-        DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-        DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+        DType::F16 => TensorData::F16(v.iter().map(|&x| f16_from_f64(x)).collect()),
+        DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16_from_f64(x)).collect()),
         _ => TensorData::F64(v),
     };
     Tensor::new(t.shape().to_vec(), data).unwrap_or_else(|_| t.clone())

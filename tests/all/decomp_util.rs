@@ -3,9 +3,10 @@
 //! deterministic generator for inputs.
 #![allow(dead_code)]
 
-use half::{bf16, f16};
+use half::f16;
 use ladder::interp::{self, InterpError, Options};
 use ladder::ir::verify::{verify, Stage};
+use ladder::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use ladder::{DType, Graph, Tensor, TensorData};
 
 /// The unit roundoff of f32, 2^-24.
@@ -83,8 +84,8 @@ impl Stats {
 pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F32 => x as f32 as f64,
-        DType::F16 => f16::from_f64(x).to_f64(),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F16 => f16_from_f64(x).to_f64(),
+        DType::BF16 => bf16_from_f64(x).to_f64(),
         _ => x,
     }
 }

@@ -4,11 +4,11 @@
 //! size-1 dims, symbolic dims, negative pads and interior padding, at one and two threads; the
 //! same typed errors for out-of-range indices; no graph break left in a RoPE-style model.
 
-use half::f16;
 use ladder::interp::{self, EvalError, InterpError, Options};
 use ladder::kernel::eval::ExecError;
 use ladder::kernel::Step;
 use ladder::runtime::RunError;
+use ladder::tensor::narrow::f16_from_f64;
 use ladder::{compile, CompileOptions, DType, Graph, OpKind, Plan, Tensor, TensorData};
 
 use crate::common::parse;
@@ -76,7 +76,7 @@ fn tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Tensor {
                 })
                 .collect(),
         ),
-        DType::F16 => TensorData::F16((0..n).map(|_| f16::from_f64(rng.below(200) as f64 / 4.0 - 25.0)).collect()),
+        DType::F16 => TensorData::F16((0..n).map(|_| f16_from_f64(rng.below(200) as f64 / 4.0 - 25.0)).collect()),
         DType::I64 => TensorData::I64(
             (0..n)
                 .map(|_| if rng.below(5) == 0 { rng.pick(&[i64::MIN, i64::MAX, -1]) } else { rng.range(-50, 50) })

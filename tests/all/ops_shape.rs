@@ -6,6 +6,7 @@ use ladder::interp::{self, EvalError, InterpError, Options};
 use ladder::ir::verify::{verify, Stage};
 use ladder::ir::{AttrValue, Attrs, DimError};
 use ladder::ops::{infer, OpError};
+use ladder::tensor::narrow::f16_from_f64;
 use ladder::{DType, Dim, OpKind, Shape, Tensor, TensorType};
 
 use crate::common::*;
@@ -675,7 +676,7 @@ fn full_values_and_conversion() {
     assert!(vals[0].is_nan());
     // Rounded to the dtype, except in precise mode.
     let src = one("", "full() {shape=[1], value=0.1, dtype=f16}");
-    assert_eq!(run1(&src, &[]), vec![half::f16::from_f64(0.1).to_f64()]);
+    assert_eq!(run1(&src, &[]), vec![f16_from_f64(0.1).to_f64()]);
     let precise = Options { precise: true, ..Default::default() };
     assert_eq!(interp::run(&parse(&src), &[], &precise).unwrap().outputs[0].to_f64_vec(), vec![0.1]);
     // Empty and scalar shapes.
