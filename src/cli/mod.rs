@@ -126,10 +126,11 @@ pub enum BackendArg {
     /// the other backends are checked against; slow.
     Interp,
     /// Generated kernels as SPIR-V compute shaders on a Vulkan device (lavapipe included),
-    /// on f32, f16, bf16, integer and bool values (not f64), with matmul, convolution, cat,
-    /// pad, rev, gather and scatter_add written as such kernels, and f32 pow by an integer
-    /// exponent of -4 to 4; a program with a step the device lacks is refused with the step
-    /// that stops it.
+    /// on f32, f16, bf16, integer and bool values, and f64 where the device has
+    /// shaderFloat64, with matmul, convolution, cat, pad, rev, gather and scatter_add written
+    /// as such kernels; f32 pow with an exponent other than an integer of -4 to 4 needs f64
+    /// on the device. A program with a step the device lacks is refused with the step that
+    /// stops it.
     Vulkan,
 }
 

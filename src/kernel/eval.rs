@@ -369,7 +369,7 @@ impl PreparedKernel {
                             .get(*acc as usize)
                             .ok_or_else(|| p.err(format!("acc{acc} is not an accumulator of its stage")))?;
                         let (x, xdt) = p.use_reg(*x, &local)?;
-                        if xdt != a.dtype {
+                        if !a.takes(xdt) {
                             return Err(p.err(format!("acc{acc} is {} but is fed {xdt}", a.dtype)));
                         }
                         if a.op.is_sum_exp() && !xdt.is_float() {

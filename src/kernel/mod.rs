@@ -170,6 +170,16 @@ pub struct Accumulator {
     pub result: Reg,
 }
 
+impl Accumulator {
+    /// Whether it may be fed a value of `dt`: its own dtype, or for an f16 or bf16 sum also
+    /// f32 (exact products of the half type's values), each partial sum rounded once to its
+    /// dtype: how the Vulkan device writes matmul and convolution in those dtypes.
+    pub fn takes(&self, dt: DType) -> bool {
+        let half = matches!(self.dtype, DType::F16 | DType::BF16);
+        dt == self.dtype || (self.op == ReduceOp::Sum && half && dt == DType::F32)
+    }
+}
+
 /// One scalar instruction. Every instruction that produces a value writes `dst`, in the
 /// given dtype.
 #[derive(Clone, Debug, PartialEq)]
@@ -227,7 +237,7 @@ pub enum Instr {
         dtype: DType,
     },
     /// Feeds `x` (and, for argmax, its position `index`, an i64 register) to accumulator
-    /// `acc` of the current stage.
+    /// `acc` of the current stage, of a dtype it takes ([`Accumulator::takes`]).
     Accumulate {
         acc: u32,
         x: Reg,

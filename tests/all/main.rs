@@ -90,4 +90,5 @@ mod tiered;
 mod train;
 mod vulkan;
 mod vulkan_dtypes;
+mod vulkan_f64;
 mod vulkan_library;

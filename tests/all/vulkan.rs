@@ -88,9 +88,11 @@ pub(crate) fn validate_shaders(program: &ladder::kernel::Program, what: &str) ->
     let mut shaders = 0;
     for step in 0..program.steps.len() {
         let kernels = vulkan::step_kernels(program, step).unwrap_or_else(|e| panic!("{what}: step {step}: {e}"));
-        for k in kernels {
-            let shader = spirv::lower(&k, program).unwrap_or_else(|e| panic!("{what}: kernel {}: {e:?}", k.name));
-            let path = dir.join(format!("{}.spv", k.name));
+        // Each kernel as lowered normally and with its constants pooled (`bindings.rs`).
+        for (k, pool) in kernels.iter().flat_map(|k| [(k, false), (k, true)]) {
+            let shader =
+                spirv::lower(k, program, true, pool).unwrap_or_else(|e| panic!("{what}: kernel {}: {e:?}", k.name));
+            let path = dir.join(format!("{}{}.spv", k.name, if pool { "_pooled" } else { "" }));
             let bytes: Vec<u8> = shader.words.iter().flat_map(|w| w.to_le_bytes()).collect();
             std::fs::write(&path, bytes).unwrap();
             let out = std::process::Command::new("spirv-val")
@@ -288,6 +290,54 @@ fn kernels_binding_too_many_buffers_are_refused() {
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+/// A kernel reading more constants than a shader may bind (36 of them here, of four dtypes,
+/// packed ones among them, plus its input and output: lavapipe binds 32) runs with the
+/// constants packed into one binding per storage type, each at its offset, and agrees with
+/// the reference.
+#[test]
+fn kernels_reading_many_constants_pool_them() {
+    if !device("kernels_reading_many_constants_pool_them") {
+        return;
+    }
+    let mut text = String::new();
+    let mut body = String::from("  %s0 = neg(%x)\n");
+    let mut last = 0;
+    // `%s{n+1} = expr` with PREV standing for `%s{n}`.
+    fn step(body: &mut String, last: &mut usize, expr: String) {
+        *last += 1;
+        *body += &format!("  %s{} = {}\n", *last, expr.replace("PREV", &format!("%s{}", *last - 1)));
+    }
+    for k in 0..12 {
+        text += &format!("blob @f{k}: f32[5] = [{}, 0.5, -1.0, 2.0, -0.25]\n", k as f32 * 0.125);
+        body += &format!("  %f{k} = const @f{k}\n");
+        step(&mut body, &mut last, format!("add(PREV, %f{k})"));
+    }
+    for k in 0..8 {
+        let v: Vec<&str> = (0..5).map(|i| if (i + k) % 3 == 0 { "true" } else { "false" }).collect();
+        text += &format!("blob @b{k}: bool[5] = [{}]\n", v.join(", "));
+        body += &format!("  %b{k} = const @b{k}\n  %h{k} = mul(%s{last}, %half)\n");
+        step(&mut body, &mut last, format!("where(%b{k}, PREV, %h{k})"));
+    }
+    for k in 0..8 {
+        text += &format!("blob @g{k}: f16[5] = [{}, 1.5, -0.75, 3.0, 0.001]\n", k as f32 - 3.5);
+        body += &format!("  %g{k} = const @g{k}\n  %gf{k} = convert_element_type(%g{k}) {{dtype=f32}}\n");
+        step(&mut body, &mut last, format!("add(PREV, %gf{k})"));
+    }
+    for k in 0..8 {
+        text += &format!("blob @i{k}: i64[5] = [{}, -3, 7, 0, 1099511627776]\n", k * 1000 - 4000);
+        body += &format!("  %i{k} = const @i{k}\n  %if{k} = convert_element_type(%i{k}) {{dtype=f32}}\n");
+        step(&mut body, &mut last, format!("sub(PREV, %if{k})"));
+    }
+    let src = format!("{text}graph g(%x: f32[5], %half: f32[]) {{\n{body}  return %s{last}\n}}\n");
+    let g = parse(&src);
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(validate_shaders(plan.program().unwrap(), "many constants") > 0 || !required());
+    let inputs = [f32s(&[5], vec![1.0, -2.0, f32::INFINITY, 0.0, 3.5]), f32s(&[], vec![0.5])];
+    let want = compile(&g, &CompileOptions::reference()).unwrap().run(&inputs).unwrap().outputs;
+    agree(&plan.run(&inputs).unwrap().outputs, &want, "many constants");
+    clean("many constants");
 }
 
 /// A buffer a kernel binds that is larger than the device binds at once

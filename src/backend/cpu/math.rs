@@ -281,7 +281,7 @@ pub fn poly<A: Arith>(a: &mut A, x: A::F, coeffs: &[f64]) -> A::F {
 }
 
 /// `max(lo, min(x, hi))` that keeps NaN.
-fn clamp<A: Arith>(a: &mut A, x: A::F, lo: f64, hi: f64) -> A::F {
+pub(super) fn clamp<A: Arith>(a: &mut A, x: A::F, lo: f64, hi: f64) -> A::F {
     let (lo, hi) = (a.f(lo), a.f(hi));
     let above = a.cmp(Cmp::Gt, x, hi);
     let x = a.select(above, hi, x);
@@ -290,7 +290,7 @@ fn clamp<A: Arith>(a: &mut A, x: A::F, lo: f64, hi: f64) -> A::F {
 }
 
 /// `y · 2^n` for an integer-valued `n` in `[-150, 129]` (f32), rounding once.
-fn scale_pow2<A: Arith>(a: &mut A, y: A::F, n: A::F) -> A::F {
+pub(super) fn scale_pow2<A: Arith>(a: &mut A, y: A::F, n: A::F) -> A::F {
     let (mant, bias) = if a.bits() == 32 { (23, 127) } else { (52, 1023) };
     let ni = a.float_to_int(n);
     let n1 = a.sra(ni, 1);

@@ -41,6 +41,7 @@ pub mod gemm;
 pub mod isa;
 pub mod jit;
 pub mod math;
+pub mod math64;
 pub mod packed;
 pub mod pool;
 pub mod recur;

@@ -70,6 +70,9 @@ pub struct Context {
     pub(super) timestamp_bits: u32,
     /// The device's name and driver, for reports.
     pub name: String,
+    /// Whether shaders may compute in f64: `shaderFloat64` enabled on the device, with NaN,
+    /// infinities and signed zeros kept through f64 arithmetic.
+    pub(super) float64: bool,
 }
 
 // SAFETY: the handles are plain identifiers; Vulkan requires external synchronization only
@@ -232,7 +235,12 @@ impl Context {
             let priorities = [1.0f32];
             let queues =
                 [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
-            let features = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+            // f64 where the device has it (optional in Vulkan; kernels in f64 are declined
+            // without it).
+            let supported = unsafe { instance.get_physical_device_features(p) };
+            let features = vk::PhysicalDeviceFeatures::default()
+                .shader_int64(true)
+                .shader_float64(supported.shader_float64 == vk::TRUE);
             let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_features(&features);
             // SAFETY: the create info outlives the call; the device is destroyed in `Drop`.
             let device = unsafe { instance.create_device(p, &info, None) }.map_err(call("vkCreateDevice"))?;
@@ -253,14 +261,15 @@ impl Context {
             }
         };
         // SAFETY: `physical` is a device of `instance`; `device` was made on it with `family`.
-        Ok(unsafe { Context::from_parts(entry, instance, debug, physical, device, family, queue, true) })
+        Ok(unsafe { Context::from_parts(entry, instance, debug, physical, device, family, queue, true, None) })
     }
 
     /// A context over objects made elsewhere (`owned`: by ladder, which destroys them on drop).
     ///
     /// # Safety
     /// `physical` is a device of `instance`, `device` was created on it with a queue of `family`,
-    /// and `queue` is that queue.
+    /// and `queue` is that queue. `enabled`: the features the device was created with, where
+    /// someone else created it (ladder's own enables `shaderFloat64` where it is supported).
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn from_parts(
         entry: ash::Entry,
@@ -271,15 +280,26 @@ impl Context {
         family: u32,
         queue: vk::Queue,
         owned: bool,
+        enabled: Option<&vk::PhysicalDeviceFeatures>,
     ) -> Context {
         // SAFETY: plain queries on a live physical device (the caller's promise).
-        let (props, memory, families) = unsafe {
+        let (props, memory, families, supported) = unsafe {
             (
                 instance.get_physical_device_properties(physical),
                 instance.get_physical_device_memory_properties(physical),
                 instance.get_physical_device_queue_family_properties(physical),
+                instance.get_physical_device_features(physical),
             )
         };
+        let mut float = vk::PhysicalDeviceFloatControlsProperties::default();
+        if props.api_version >= vk::make_api_version(0, 1, 2, 0) {
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float);
+            // SAFETY: a Vulkan 1.2 device answers the 1.1 query.
+            unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+        }
+        let float64 = enabled.unwrap_or(&supported).shader_float64 == vk::TRUE
+            && supported.shader_float64 == vk::TRUE
+            && float.shader_signed_zero_inf_nan_preserve_float64 == vk::TRUE;
         let timestamp_bits = families.get(family as usize).map_or(0, |f| f.timestamp_valid_bits);
         let name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
         Context {
@@ -294,6 +314,7 @@ impl Context {
             limits: props.limits,
             timestamp_bits,
             name,
+            float64,
         }
     }
 

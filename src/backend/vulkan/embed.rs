@@ -4,7 +4,9 @@
 //! (`ash::Entry`), instance, physical device, logical device, the features it was created with,
 //! and one queue with its family. It checks what ladder's shaders need (Vulkan 1.2, `shaderInt64`
 //! supported and enabled, `shaderSignedZeroInfNanPreserveFloat32`, compute on that queue's
-//! family) and returns [`VulkanError::Unsuitable`] naming each thing missing. A plan compiled
+//! family) and returns [`VulkanError::Unsuitable`] naming each thing missing. Kernels in f64 run
+//! where `shaderFloat64` was enabled too (and `shaderSignedZeroInfNanPreserveFloat64` holds),
+//! and are declined with the reason otherwise. A plan compiled
 //! with `CompileOptions::vulkan_on(device)` then makes its pipelines, buffers, descriptor and
 //! command pools and fences on that device and submits to that queue.
 //!
@@ -43,7 +45,8 @@ pub struct ExternalDevice {
     /// The logical device.
     pub device: ash::Device,
     /// The features the device was created with (its `VkDeviceCreateInfo::pEnabledFeatures`):
-    /// Vulkan cannot be asked which were enabled, and ladder's shaders need `shaderInt64`.
+    /// Vulkan cannot be asked which were enabled, and ladder's shaders need `shaderInt64`
+    /// (and use `shaderFloat64` where it is enabled).
     pub enabled_features: vk::PhysicalDeviceFeatures,
     /// The family of `queue`, which must support compute.
     pub queue_family_index: u32,
@@ -93,7 +96,17 @@ impl VulkanDevice {
         }
         // SAFETY: the caller's promise; `owned: false`, so nothing of theirs is destroyed.
         let ctx = unsafe {
-            Context::from_parts(ext.entry, ext.instance, None, p, ext.device, ext.queue_family_index, ext.queue, false)
+            Context::from_parts(
+                ext.entry,
+                ext.instance,
+                None,
+                p,
+                ext.device,
+                ext.queue_family_index,
+                ext.queue,
+                false,
+                Some(&ext.enabled_features),
+            )
         };
         Ok(VulkanDevice { ctx: Arc::new(ctx) })
     }
@@ -107,6 +120,13 @@ impl VulkanDevice {
     /// The device's name, as its driver reports it.
     pub fn name(&self) -> &str {
         &self.ctx.name
+    }
+
+    /// Whether shaders on it compute in f64 (`shaderFloat64` enabled, and NaN, infinities and
+    /// signed zeros kept in f64): kernels in f64 run there and are declined elsewhere, and f32
+    /// `pow` with an exponent other than a small integer needs it.
+    pub fn computes_f64(&self) -> bool {
+        self.ctx.float64
     }
 
     /// Whether an embedder made it ([`VulkanDevice::from_external`]).

@@ -2,11 +2,11 @@
 //! is written as kernels of the kernel IR and lowered like any other (`spirv`).
 //! [`step_kernels`] is the one place that says how each step is written:
 //!
-//! - `matmul` (f32, with its transposes and broadcast batch dims): one invocation per output
+//! - `matmul` (with its transposes and broadcast batch dims): one invocation per output
 //!   element, its dot product summed in order over `k` (a sum accumulator), then the step's
 //!   epilogue kernel as its own dispatch. Correct, not fast: a tiled shader with shared
-//!   memory is the next step.
-//! - `conv` (f32): `library_nn.rs`.
+//!   memory is the next step. Every float and integer dtype ([`product_term`]).
+//! - `conv`: `library_nn.rs`.
 //! - `cat`: a copy kernel per operand into its slab of the result.
 //! - `pad`: a kernel filling the result with the pad value (where any of it is padding),
 //!   then a copy kernel storing the input elements that survive the crop at their places
@@ -92,6 +92,12 @@ impl Body {
 
     pub fn f32(&mut self, value: f32) -> Reg {
         self.def(|dst| Instr::Const { dst, value: Scalar::Float(f64::from(value)), dtype: DType::F32 })
+    }
+
+    /// `0` of `dt` (+0 for floats).
+    pub fn zero(&mut self, dtype: DType) -> Reg {
+        let value = if dtype.is_float() { Scalar::Float(0.0) } else { Scalar::Int(0) };
+        self.def(|dst| Instr::Const { dst, value, dtype })
     }
 
     /// Loop variable `var` as an i64.
@@ -202,11 +208,38 @@ fn operand_index(p: &Program, buf: BufferId, out_batch: &[Dim], t: bool, row: Va
     Ok(Index { offset: Dim::from(0u64), terms })
 }
 
+/// The term `x · y` a dot product of `dt` operands adds: f32 and f64 products rounded to
+/// `dt` (the reference adds the exact product: one rounding more per term); f16 and bf16
+/// products in f32, which holds them exactly, fed to a sum of `dt` (each partial sum then
+/// rounds once, as the reference's); integers wrapping, as the reference's products and sums
+/// do modulo the width.
+pub(super) fn product_term(body: &mut Body, x: Reg, y: Reg, dt: DType) -> Result<Reg, String> {
+    match dt {
+        DType::F16 | DType::BF16 => {
+            let x = body.def(|dst| Instr::Convert { dst, x, dtype: DType::F32 });
+            let y = body.def(|dst| Instr::Convert { dst, x: y, dtype: DType::F32 });
+            Ok(body.bin(OpKind::Mul, x, y, DType::F32))
+        }
+        DType::Bool => Err("a product of bools".into()),
+        dt => Ok(body.bin(OpKind::Mul, x, y, dt)),
+    }
+}
+
+/// A dot product's sum as the reference has it: floats plus `+0` (its sum starts at `+0`,
+/// so a sum of `-0` terms is `+0`).
+pub(super) fn finish_sum(body: &mut Body, sum: Reg, dt: DType) -> Reg {
+    if !dt.is_float() {
+        return sum;
+    }
+    let zero = body.zero(dt);
+    body.bin(OpKind::Add, sum, zero, dt)
+}
+
 /// `m` as a kernel: outer loops over the output's dims, one inner loop over `k`.
 pub fn matmul_kernel(m: &MatmulCall, p: &Program, name: String) -> Result<Kernel, String> {
-    let dt = |b: BufferId| p.buffers[b].dtype;
-    if dt(m.a) != DType::F32 || dt(m.b) != DType::F32 || dt(m.out) != DType::F32 {
-        return Err("a matmul that is not all f32".into());
+    let dtype = p.buffers[m.out].dtype;
+    if p.buffers[m.a].dtype != dtype || p.buffers[m.b].dtype != dtype {
+        return Err("a matmul of mixed dtypes".into());
     }
     let out = p.buffers[m.out].shape.dims().to_vec();
     let (ra, rb) = (p.buffers[m.a].shape.rank(), p.buffers[m.b].shape.rank());
@@ -221,13 +254,11 @@ pub fn matmul_kernel(m: &MatmulCall, p: &Program, name: String) -> Result<Kernel
     let b = operand_index(p, m.b, &out[..nb], m.transpose_b, kk, j)?;
     let mut body = Body::default();
     let (x, y) = (body.load(m.a, a), body.load(m.b, b));
-    let product = body.bin(OpKind::Mul, x, y, DType::F32);
+    let product = product_term(&mut body, x, y, dtype)?;
     body.instrs.push(Instr::Accumulate { acc: 0, x: product, index: None });
     let sum = body.reg();
-    let dot = body.stage(vec![k], vec![Accumulator { op: ReduceOp::Sum, dtype: DType::F32, result: sum }]);
-    // The reference's sum starts at +0 (so a sum of -0 products is +0).
-    let zero = body.f32(0.0);
-    let sum = body.bin(OpKind::Add, sum, zero, DType::F32);
+    let dot = body.stage(vec![k], vec![Accumulator { op: ReduceOp::Sum, dtype, result: sum }]);
+    let sum = finish_sum(&mut body, sum, dtype);
     body.store(m.out, outer_index(Dim::from(0u64), &strides(&out)?), sum);
     let write = body.stage(vec![], vec![]);
     Ok(body.kernel(name, out, vec![dot, write]))

@@ -4,10 +4,11 @@
 //! as two outer loops, the group and the channel within it, so the input channels a group
 //! reads are an affine function of the loop variables. One stage sums `x · w` over the
 //! group's input channels and the kernel's taps, in the reference's order (channel, then
-//! taps row-major), each product rounded to f32 before it is added (the reference adds the
-//! exact product: results differ by a rounding, as between any two f32 convolutions); the
-//! sum plus `+0` (the reference's sum starts at `+0`, so a sum of `-0` products is `+0`),
-//! then the step's [`crate::kernel::ChannelPost`], is stored.
+//! taps row-major), each product as `library::product_term` forms it (an f32 product rounded
+//! before it is added, where the reference adds the exact product: results differ by a
+//! rounding, as between any two f32 convolutions; every float and integer dtype); the sum
+//! plus `+0` (the reference's sum starts at `+0`, so a sum of `-0` products is `+0`), then
+//! the step's [`crate::kernel::ChannelPost`] (f32 results only), is stored.
 //!
 //! Without padding every load is affine, so any size may be symbolic. With padding, a tap
 //! outside the input reads `0` (times its weight, so a NaN or infinite weight there gives
@@ -16,7 +17,7 @@
 //! batch to be static. A folded max pooling ([`crate::kernel::ConvPool`]) or a fused
 //! activation op is refused: plans for this backend recover neither.
 
-use super::library::{channel_index, outer_index, post_ops, strides, Body};
+use super::library::{channel_index, finish_sum, outer_index, post_ops, product_term, strides, Body};
 use crate::ir::{DType, Dim};
 use crate::kernel::{Accumulator, ConvCall, Index, Instr, Kernel, Program, ReduceOp, Var};
 use crate::ops::OpKind;
@@ -36,8 +37,12 @@ fn list(name: &str, v: &[i64], n: usize, min: i64, empty: i64) -> Result<Vec<i64
 /// `c` as a kernel (see the module docs).
 pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, String> {
     let dims = |b| p.buffers[b].shape.dims().to_vec();
-    if [c.x, c.w, c.out].iter().any(|&b| p.buffers[b].dtype != DType::F32) {
-        return Err("a convolution that is not all f32".into());
+    let dtype = p.buffers[c.out].dtype;
+    if [c.x, c.w].iter().any(|&b| p.buffers[b].dtype != dtype) {
+        return Err("a convolution of mixed dtypes".into());
+    }
+    if c.post.is_some() && dtype != DType::F32 {
+        return Err("a per-channel post-op on a convolution that is not f32".into());
     }
     if c.pool.is_some() {
         return Err("a convolution with a folded max pooling".into());
@@ -90,17 +95,16 @@ pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, St
             })?;
         if x_dims.iter().product::<u64>() == 0 {
             // Every tap is padding (or there is no input channel).
-            body.f32(0.0)
+            body.zero(dtype)
         } else {
-            padded_input(&mut body, c.x, &x_dims, c.groups as u64, &stride, &dilation, &pads[..n])
+            padded_input(&mut body, c.x, &x_dims, c.groups as u64, &stride, &dilation, &pads[..n], dtype)
         }
     };
-    let product = body.bin(OpKind::Mul, input, weight, DType::F32);
+    let product = product_term(&mut body, input, weight, dtype)?;
     body.instrs.push(Instr::Accumulate { acc: 0, x: product, index: None });
     let sum = body.reg();
-    let dot = body.stage(inner, vec![Accumulator { op: ReduceOp::Sum, dtype: DType::F32, result: sum }]);
-    let zero = body.f32(0.0);
-    let mut value = body.bin(OpKind::Add, sum, zero, DType::F32);
+    let dot = body.stage(inner, vec![Accumulator { op: ReduceOp::Sum, dtype, result: sum }]);
+    let mut value = finish_sum(&mut body, sum, dtype);
     if let Some(post) = &c.post {
         let channel = channel_index(rank, &[per_group.clone(), Dim::from(1u64)]);
         value = post_ops(&mut body, post, p, channel, value)?;
@@ -114,7 +118,8 @@ pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, St
 
 /// The input value a tap reads in a padded convolution: `x` at the computed position where
 /// it lies inside the input (`x_dims`: its static dims after the batch, none empty), `0`
-/// elsewhere.
+/// elsewhere (of `dtype`, the input's).
+#[allow(clippy::too_many_arguments)]
 fn padded_input(
     body: &mut Body,
     x: crate::kernel::BufferId,
@@ -123,6 +128,7 @@ fn padded_input(
     stride: &[i64],
     dilation: &[i64],
     pad_begin: &[i64],
+    dtype: DType,
 ) -> crate::kernel::Reg {
     let mut st: Vec<i64> = vec![x_dims.iter().product::<u64>() as i64];
     st.extend((0..x_dims.len()).map(|d| x_dims[d + 1..].iter().product::<u64>() as i64));
@@ -150,6 +156,6 @@ fn padded_input(
     let flat = body.flat(&coords, &st);
     let at = body.select(inside, flat, zero, DType::I64);
     let value = body.load_at(x, at);
-    let zero = body.f32(0.0);
-    body.select(inside, value, zero, DType::F32)
+    let zero = body.zero(dtype);
+    body.select(inside, value, zero, dtype)
 }

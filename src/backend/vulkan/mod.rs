@@ -87,7 +87,7 @@ impl Backend for VulkanBackend {
             let written = library::step_kernels(step, program, i)
                 .map_err(|why| BackendError::Unsupported(format!("step {i} is a {} call: {why}", step_kind(step))))?;
             for k in &written {
-                kernels.push(KernelStep::new(&ctx, program, i, k)?);
+                kernels.push(KernelStep::new(&ctx, program, i, k, consts)?);
             }
         }
         // Constants, copied once.
@@ -157,7 +157,7 @@ unsafe impl Sync for Pipe {}
 
 impl Pipe {
     fn new(ctx: &Arc<Context>, shader: &Shader) -> Result<Pipe, VulkanError> {
-        Pipe::from_words(ctx, &shader.words, shader.buffers.len() as u32 + 2)
+        Pipe::from_words(ctx, &shader.words, shader.bindings.len() as u32 + 2)
     }
 
     /// The pipeline of a compute shader (`words`, entry point `main`) whose storage buffers
@@ -225,23 +225,33 @@ struct KernelStep {
     step: usize,
     shader: Shader,
     pipe: Pipe,
+    /// The shader's pools of constants (`Shader::pools`), filled when the plan is made.
+    pools: Vec<Buffer>,
 }
 
 impl KernelStep {
-    /// Kernel `k` of step `step`, lowered and made a pipeline.
+    /// Kernel `k` of step `step`, lowered and made a pipeline; where it reads more buffers
+    /// than a shader may bind, with the constants packed into pools (`consts`: the program's).
     fn new(
         ctx: &Arc<Context>,
         program: &Program,
         step: usize,
         k: &crate::kernel::Kernel,
+        consts: &[Option<Arc<Tensor>>],
     ) -> Result<KernelStep, BackendError> {
-        let shader = spirv::lower(k, program)
-            .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))?;
+        let lower = |pool| {
+            spirv::lower(k, program, ctx.float64, pool)
+                .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))
+        };
+        let mut shader = lower(false)?;
         // Its buffers, the size table and the status word, each a storage buffer binding.
         let l = &ctx.limits;
         let most = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
         let most = most.min(l.max_per_stage_resources) as usize;
-        if shader.buffers.len() + 2 > most {
+        if shader.bindings.len() + 2 > most {
+            shader = lower(true)?;
+        }
+        if shader.bindings.len() + 2 > most {
             return Err(BackendError::Unsupported(format!(
                 "step {step}, kernel {}: it reads and writes {} buffers, and a shader on this device binds at most {most} (its size table and status word included)",
                 k.name,
@@ -249,7 +259,20 @@ impl KernelStep {
             )));
         }
         let pipe = Pipe::new(ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
-        Ok(KernelStep { step, shader, pipe })
+        let mut pools = Vec::with_capacity(shader.pools.len());
+        for pool in &shader.pools {
+            let buf = Buffer::new(ctx, pool.bytes as usize).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+            for &(b, offset) in &pool.members {
+                let t = consts.get(b.index()).and_then(|t| t.as_ref());
+                let t = t.ok_or_else(|| BackendError::Unsupported(format!("{b}, a constant, has no value")))?;
+                let bytes = t.bytes();
+                let at = offset as usize;
+                // SAFETY: a new buffer no submission uses yet; `plan` sized it for every member.
+                unsafe { buf.bytes_mut()[at..at + bytes.len()].copy_from_slice(bytes) };
+            }
+            pools.push(buf);
+        }
+        Ok(KernelStep { step, shader, pipe, pools })
     }
 }
 
@@ -429,11 +452,18 @@ impl VulkanExecutable {
                     .map_err(|e| invalid(call("vkAllocateDescriptorSets")(e)))?[0];
                 let mut infos: Vec<vk::DescriptorBufferInfo> = k
                     .shader
-                    .buffers
+                    .bindings
                     .iter()
-                    .map(|b| {
-                        let buf = self.consts[b.index()].as_ref().or(run.bufs[b.index()].as_ref());
-                        let buf = buf.ok_or_else(|| invalid(format!("{b} has no memory")))?;
+                    .map(|binding| {
+                        let buf = match binding {
+                            spirv::Binding::Buffer(b) => {
+                                let buf = self.consts[b.index()].as_ref().or(run.bufs[b.index()].as_ref());
+                                buf.ok_or_else(|| invalid(format!("{b} has no memory")))?
+                            }
+                            spirv::Binding::Pool(i) => {
+                                k.pools.get(*i).ok_or_else(|| invalid(format!("no pool {i}")))?
+                            }
+                        };
                         Ok(vk::DescriptorBufferInfo::default().buffer(buf.buffer).offset(0).range(vk::WHOLE_SIZE))
                     })
                     .collect::<Result<_, RunError>>()?;

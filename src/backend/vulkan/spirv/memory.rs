@@ -97,12 +97,42 @@ impl Cx<'_> {
     }
 
     fn element_ptr(&mut self, buf: BufferId, at: Word) -> Result<(Word, DType), Declined> {
-        let (var, elem_ptr, dtype) = {
+        let (var, elem_ptr, dtype, base) = {
             let b = self.bound(buf)?;
-            (b.var, b.elem_ptr, b.dtype)
+            (b.var, b.elem_ptr, b.dtype, b.base)
+        };
+        // In a pool of constants: past the members before it.
+        let at = if base == 0 {
+            at
+        } else {
+            let base = self.constant(DType::I64, base);
+            self.b.i_add(self.t_i64, None, at, base).map_err(failed)?
         };
         let zero = self.u32c(0);
         Ok((self.b.access_chain(elem_ptr, None, var, [zero, at]).map_err(failed)?, dtype))
+    }
+
+    /// An f64 register converted to f32 rounded to odd (toward zero, the last bit set where
+    /// that was inexact), whichever way the device's conversion rounds: rounding that to f16
+    /// or bf16 (`round_half`) is then the one correct rounding of the f64 value, where going
+    /// through the nearest f32 could round twice. Past f32's range the result is its largest
+    /// value (odd), which both half types round to infinity; NaN stays NaN.
+    pub(super) fn f64_to_f32_odd(&mut self, x: Word) -> Result<Word, Declined> {
+        let (t, u, f) = (self.t_bool, self.t_u32, self.t_f32);
+        let y = self.b.f_convert(f, None, x).map_err(failed)?;
+        let back = self.b.f_convert(self.t_f64, None, y).map_err(failed)?;
+        let inexact = self.b.f_ord_not_equal(t, None, back, x).map_err(failed)?;
+        let ax = self.glsl(self.t_f64, spirv::GLOp::FAbs, &[x])?;
+        let aback = self.glsl(self.t_f64, spirv::GLOp::FAbs, &[back])?;
+        let away = self.b.f_ord_greater_than(t, None, aback, ax).map_err(failed)?;
+        // Toward zero: one step down in magnitude where the conversion went away from zero.
+        let bits = self.b.bitcast(u, None, y).map_err(failed)?;
+        let one = self.u32c(1);
+        let down = self.b.i_sub(u, None, bits, one).map_err(failed)?;
+        let bits = self.b.select(u, None, away, down, bits).map_err(failed)?;
+        let odd = self.b.bitwise_or(u, None, bits, one).map_err(failed)?;
+        let bits = self.b.select(u, None, inexact, odd, bits).map_err(failed)?;
+        self.b.bitcast(f, None, bits).map_err(failed)
     }
 
     /// An f32 register rounded to `dt`'s grid (f16 or bf16; others as they are): to nearest,

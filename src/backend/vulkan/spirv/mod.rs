@@ -18,9 +18,13 @@
 //!
 //! Meanings follow the prims: `max`/`min` propagate NaN and order `-0 < +0`, float to
 //! integer conversion saturates (NaN to 0), integer arithmetic wraps, `x / -1` and `x % -1`
-//! do not trap. The transcendentals (`exp`, `exp2`, `log`, `log1p`, `expm1`, `tanh`, `erf`,
-//! `sin`, `cos`) are the CPU backend's approximations, emitted through their `Arith`
-//! (`arith.rs`); `sqrt` and division are the device's.
+//! do not trap, float `rem` is C's `fmod`, exactly (a loop of exact subtractions: the
+//! device's `OpFRem` is not). The transcendentals (`exp`, `exp2`, `log`, `log1p`, `expm1`,
+//! `tanh`, `erf`, `sin`, `cos`) are the CPU backend's approximations, emitted through their
+//! `Arith` (`arith.rs`); `sqrt`, division and the f64 to f32 conversion are the device's.
+//! Float constants reach the driver only as `bitcast(bits ^ zero)` with a run-time zero
+//! (`finish.rs`): lavapipe folds arithmetic on known zeros without regard to NaN, infinities
+//! and signed zeros.
 //!
 //! Integers of every width: i8, i16, u8 and u16 registers are i32 holding the value (sign- or
 //! zero-extended, wrapped to the dtype after each operation that can leave its range), u32
@@ -29,18 +33,23 @@
 //! two to a word, with loads extracting their bits and stores going through two atomics, so
 //! invocations writing the other elements of a word keep theirs. `and` and `or` on integers
 //! are bitwise. f16 and bf16 registers are f32 values on the type's grid, each result
-//! rounded back to it (`memory.rs`). A kernel using a dtype or an op this lowering does not
-//! have (f64: `shaderFloat64` is optional) is declined with the reason. `pow` (f32) is there for exponents that are integers of -4 to 4
-//! (repeated products; GPT-2's `x³`); another exponent, known only at run time, is a
-//! run-time error. Integer `pow` is exact (wrapping, as the reference's).
+//! rounded back to it (`memory.rs`); from f64 they round once (through f32 rounded to odd).
+//!
+//! f64 where the device has `shaderFloat64` (optional in Vulkan; `Context::float64`): the
+//! exact operations, reductions, conversions, and `exp` and `log` by `math64`'s
+//! approximations (within 1 ULP); the other f64 transcendentals, and f64 anywhere on a device
+//! without it, are declined with the reason, as is any dtype or op this lowering does not
+//! have. f32 `pow` with an integer exponent of -4 to 4 is repeated products (GPT-2's `x³`);
+//! another exponent is `pow64` in f64, as on the CPU, where the device has f64, and without it
+//! a run-time error. Integer `pow` is exact (wrapping, as the reference's).
 
+use crate::tensor::narrow::{bf16_from_f64, f16_from_f64};
 use std::collections::HashMap;
 
 use rspirv::binary::Assemble;
 use rspirv::dr::{Builder, Operand};
 use rspirv::spirv::{self, Word};
 
-use crate::backend::cpu::math;
 use crate::backend::Declined;
 use crate::ir::DType;
 use crate::kernel::eval::PreparedKernel;
@@ -49,8 +58,14 @@ use cranelift_entity::EntityRef;
 use crate::kernel::{BufferId, Index, Instr, Kernel, Program, ReduceOp, Reg, Scalar, Stage, Var};
 use crate::ops::OpKind;
 
+mod bindings;
+mod finish;
+mod flow;
 mod memory;
 mod scalar;
+
+pub use bindings::{Binding, Pool};
+use finish::{declare_f64, define_opaque, hoist_variables, no_contraction, Opaque};
 
 /// Invocations per workgroup.
 pub const LOCAL_SIZE: u32 = 64;
@@ -63,7 +78,7 @@ pub enum Status {
     OutOfBounds = 1,
     /// An integer division or remainder by zero.
     DivisionByZero = 2,
-    /// A `pow` whose exponent is not an integer of -4 to 4 (the only powers on the device yet).
+    /// An f32 `pow` whose exponent is not an integer of -4 to 4, on a device without f64.
     Exponent = 3,
 }
 
@@ -71,10 +86,14 @@ pub enum Status {
 pub struct Shader {
     /// The SPIR-V module (version 1.3), entry point `main`.
     pub words: Vec<u32>,
-    /// The program buffers bound at bindings `0..buffers.len()`, in that order; the size
-    /// table (then each of these buffers' element count) is at `buffers.len()`, the status
-    /// word at `buffers.len() + 1`.
+    /// The program buffers the kernel reads and writes; the size table holds each one's
+    /// element count, in this order, after the kernel's sizes.
     pub buffers: Vec<BufferId>,
+    /// What is bound at bindings `0..bindings.len()`; the size table is at `bindings.len()`,
+    /// the status word at `bindings.len() + 1`.
+    pub bindings: Vec<Binding>,
+    /// The pools of constants that [`Binding::Pool`] names (`bindings.rs`).
+    pub pools: Vec<Pool>,
     /// The kernel checked against the program: its size table and the host-side checks.
     pub prepared: PreparedKernel,
     /// The size table slots of the outer loops' extents.
@@ -90,52 +109,34 @@ impl Shader {
 }
 
 /// Lowers `kernel` of `program`, or says why it cannot.
-pub fn lower(kernel: &Kernel, program: &Program) -> Result<Shader, Declined> {
+/// `float64`: whether the device computes in f64 (kernels in f64 are declined without it; with
+/// it, f32 `pow` with a general exponent is computed in f64 as the CPU's is). `pool`: pack the
+/// constants the kernel reads into one binding per storage type (`bindings.rs`).
+pub fn lower(kernel: &Kernel, program: &Program, float64: bool, pool: bool) -> Result<Shader, Declined> {
     if kernel.activation.is_some() {
         return Err(Declined::Unsupported("a library activation after the kernel".into()));
     }
     let prepared = PreparedKernel::new(kernel, program).map_err(Declined::Defect)?;
-    let mut cx = Cx::new(kernel, program, &prepared)?;
+    let mut cx = Cx::new(kernel, program, &prepared, float64, pool)?;
     cx.emit()?;
     if let Some(e) = cx.err.take() {
         return Err(e);
     }
     let buffers = cx.buffers.iter().map(|b| b.id).collect();
+    let (bindings, pools) = (std::mem::take(&mut cx.bindings), std::mem::take(&mut cx.pools));
     let outer = kernel.outer.iter().map(|d| cx.slot(d)).collect::<Result<_, _>>()?;
+    let (t_f64, main) = (cx.t_f64, cx.main);
+    let opaque = std::mem::take(&mut cx.opaque);
     let mut module = cx.b.module();
+    define_opaque(&mut module, &opaque)?;
+    declare_f64(&mut module, t_f64, main);
     hoist_variables(&mut module);
-    Ok(Shader { words: module.assemble(), buffers, prepared, outer })
-}
-
-/// Moves every function-local `OpVariable` to the start of the function's first block, where
-/// SPIR-V requires them (they are made where first needed).
-fn hoist_variables(module: &mut rspirv::dr::Module) {
-    for f in &mut module.functions {
-        let mut vars = Vec::new();
-        for block in &mut f.blocks {
-            let (v, rest): (Vec<_>, Vec<_>) =
-                block.instructions.drain(..).partition(|i| i.class.opcode == spirv::Op::Variable);
-            vars.extend(v);
-            block.instructions = rest;
-        }
-        if let Some(first) = f.blocks.first_mut() {
-            vars.append(&mut first.instructions);
-            first.instructions = vars;
-        }
-    }
+    no_contraction(&mut module);
+    Ok(Shader { words: module.assemble(), buffers, bindings, pools, prepared, outer })
 }
 
 fn unsupported(what: impl Into<String>) -> Declined {
     Declined::Unsupported(what.into())
-}
-
-/// Element types a shader can hold in a register.
-fn check_dtype(dt: DType) -> Result<(), Declined> {
-    if dt == DType::F32 || dt == DType::Bool || dt.is_int() || memory::is_half(dt) {
-        Ok(())
-    } else {
-        Err(unsupported(format!("dtype {dt} on the device")))
-    }
 }
 
 /// The bits of one element of `dt` where its buffer packs several into a 32-bit word.
@@ -157,6 +158,8 @@ struct Bound {
     dtype: DType,
     var: Word,
     elem_ptr: Word,
+    /// Its first element in the binding (non-zero in a pool of constants).
+    base: u64,
 }
 
 /// State of one accumulator while its stage runs.
@@ -196,10 +199,23 @@ pub(super) struct Cx<'a> {
     pub(super) t_f32: Word,
     pub(super) t_i32: Word,
     t_i64: Word,
+    /// The f64 type's id, declared (with its capability) only where used: `declare_f64`.
+    pub(super) t_f64: Word,
+    /// Whether the device computes in f64.
+    float64: bool,
+    /// The `Arith` methods compute in f64 and i64 (not f32 and i32) while set.
+    pub(super) arith64: bool,
+    main: Word,
+    /// Run-time zeros (u32 and u64) and the float constants made from them.
+    zero32: Word,
+    zero64: Word,
+    opaque: Vec<Opaque>,
     t_u32: Word,
     t_u64: Word,
     consts: HashMap<(u8, u64), Word>,
     buffers: Vec<Bound>,
+    bindings: Vec<Binding>,
+    pools: Vec<Pool>,
     dims_var: Word,
     dims_elem_ptr: Word,
     status_var: Word,
@@ -217,7 +233,13 @@ pub(super) struct Cx<'a> {
 }
 
 impl<'a> Cx<'a> {
-    fn new(kernel: &'a Kernel, program: &'a Program, prepared: &'a PreparedKernel) -> Result<Cx<'a>, Declined> {
+    fn new(
+        kernel: &'a Kernel,
+        program: &'a Program,
+        prepared: &'a PreparedKernel,
+        float64: bool,
+        pool: bool,
+    ) -> Result<Cx<'a>, Declined> {
         let mut b = Builder::new();
         b.set_version(1, 3);
         b.capability(spirv::Capability::Shader);
@@ -235,6 +257,7 @@ impl<'a> Cx<'a> {
         let t_i64 = b.type_int(64, 1);
         let t_u32 = b.type_int(32, 0);
         let t_u64 = b.type_int(64, 0);
+        let t_f64 = b.id();
         let mut cx = Cx {
             kernel,
             program,
@@ -246,10 +269,19 @@ impl<'a> Cx<'a> {
             t_f32,
             t_i32,
             t_i64,
+            t_f64,
+            float64,
+            arith64: false,
+            main: 0,
+            zero32: 0,
+            zero64: 0,
+            opaque: Vec::new(),
             t_u32,
             t_u64,
             consts: HashMap::new(),
             buffers: Vec::new(),
+            bindings: Vec::new(),
+            pools: Vec::new(),
             dims_var: 0,
             dims_elem_ptr: 0,
             status_var: 0,
@@ -269,22 +301,37 @@ impl<'a> Cx<'a> {
                 used.push(b);
             }
         });
-        for (binding, &id) in used.iter().enumerate() {
+        for &id in &used {
             let dtype = program.buffers[id].dtype;
-            if check_dtype(dtype).is_err() {
+            if cx.check_dtype(dtype).is_err() {
                 return Err(unsupported(format!("a {dtype} buffer on the device ({id})")));
             }
-            // Bools (bytes, 0 or 1) and 8- and 16-bit integers are packed into 32-bit words,
-            // u32 is a word of its own (`load_elem`, `store_elem`).
-            let (elem, stride) = if packed_bits(dtype).is_some() || dtype == DType::U32 {
+        }
+        // Bools (bytes, 0 or 1) and 8- and 16-bit integers are packed into 32-bit words, u32 is
+        // a word of its own (`load_elem`, `store_elem`): the storage element and its stride.
+        let storage = |cx: &Cx, dtype: DType| {
+            if packed_bits(dtype).is_some() || dtype == DType::U32 {
                 (t_u32, 4)
             } else {
                 (cx.ty(dtype), dtype.size_bytes() as u32)
+            }
+        };
+        let (bindings, pools, at) = bindings::plan(&used, program, pool, |dt| storage(&cx, dt));
+        let mut vars = Vec::with_capacity(bindings.len());
+        for (binding, b) in bindings.iter().enumerate() {
+            let dtype = match b {
+                Binding::Buffer(id) => program.buffers[*id].dtype,
+                Binding::Pool(k) => program.buffers[pools[*k].members[0].0].dtype,
             };
-            let (var, elem_ptr) = cx.storage_array(elem, stride, binding as u32);
-            cx.buffers.push(Bound { id, dtype, var, elem_ptr });
+            let (elem, stride) = storage(&cx, dtype);
+            vars.push(cx.storage_array(elem, stride, binding as u32));
         }
-        let n = used.len() as u32;
+        for (&id, &(binding, base)) in used.iter().zip(&at) {
+            let (var, elem_ptr) = vars[binding];
+            cx.buffers.push(Bound { id, dtype: program.buffers[id].dtype, var, elem_ptr, base });
+        }
+        let n = bindings.len() as u32;
+        (cx.bindings, cx.pools) = (bindings, pools);
         (cx.dims_var, cx.dims_elem_ptr) = cx.storage_array(t_i64, 8, n);
         (cx.status_var, cx.status_elem_ptr) = cx.storage_array(t_u32, 4, n + 1);
         Ok(cx)
@@ -325,13 +372,25 @@ impl<'a> Cx<'a> {
         (var, elem_ptr)
     }
 
+    /// Element types a shader can hold in a register.
+    fn check_dtype(&self, dt: DType) -> Result<(), Declined> {
+        let held = dt == DType::F32 || dt == DType::Bool || dt.is_int() || memory::is_half(dt);
+        if held || (dt == DType::F64 && self.float64) {
+            Ok(())
+        } else if dt == DType::F64 {
+            Err(unsupported("dtype f64 on the device (it has no shaderFloat64)"))
+        } else {
+            Err(unsupported(format!("dtype {dt} on the device")))
+        }
+    }
+
     /// Every register's dtype, from its definition; declines dtypes the device lacks.
     fn type_registers(&mut self) -> Result<(), Declined> {
         for stage in &self.kernel.stages {
             for acc in &stage.accumulators {
                 let dt = if acc.op == ReduceOp::Argmax { DType::I64 } else { acc.dtype };
-                check_dtype(acc.dtype)?;
-                if acc.op.is_sum_exp() && acc.dtype != DType::F32 {
+                self.check_dtype(acc.dtype)?;
+                if acc.op.is_sum_exp() && acc.dtype != DType::F32 && acc.dtype != DType::F64 {
                     return Err(unsupported(format!("sum-exp in {}", acc.dtype)));
                 }
                 self.reg_dtype[acc.result.index()] = Some(dt);
@@ -349,7 +408,7 @@ impl<'a> Cx<'a> {
                     | Instr::Convert { dst, dtype, .. } => (*dst, *dtype),
                     Instr::Accumulate { .. } | Instr::Store { .. } => continue,
                 };
-                check_dtype(dt)?;
+                self.check_dtype(dt)?;
                 self.reg_dtype[dst.index()] = Some(dt);
             }
         }
@@ -359,6 +418,7 @@ impl<'a> Cx<'a> {
     fn ty(&self, dt: DType) -> Word {
         match dt {
             DType::F32 | DType::F16 | DType::BF16 => self.t_f32,
+            DType::F64 => self.t_f64,
             DType::Bool => self.t_bool,
             dt if wide(dt) => self.t_i64,
             _ => self.t_i32,
@@ -379,13 +439,28 @@ impl<'a> Cx<'a> {
             DType::I32 => 1,
             DType::I64 => 2,
             DType::Bool => 3,
+            DType::F64 => 5,
             _ => 4,
         };
         if let Some(&c) = self.consts.get(&(tag, bits)) {
             return c;
         }
         let c = match dt {
-            DType::F32 => self.b.constant_bit32(self.t_f32, bits as u32),
+            DType::F32 | DType::F64 => {
+                let (ty, int_ty, zero) = if dt == DType::F32 {
+                    (self.t_f32, self.t_u32, self.zero32)
+                } else {
+                    (self.t_f64, self.t_u64, self.zero64)
+                };
+                let bits = if dt == DType::F32 {
+                    self.b.constant_bit32(int_ty, bits as u32)
+                } else {
+                    self.b.constant_bit64(int_ty, bits)
+                };
+                let (id, xor) = (self.b.id(), self.b.id());
+                self.opaque.push(Opaque { id, ty, int_ty, bits, zero, xor });
+                id
+            }
             DType::I32 => self.b.constant_bit32(self.t_i32, bits as u32),
             DType::I64 => self.b.constant_bit64(self.t_i64, bits),
             DType::Bool if bits != 0 => self.b.constant_true(self.t_bool),
@@ -418,8 +493,9 @@ impl<'a> Cx<'a> {
         };
         match dt {
             DType::F32 => self.f32c(f as f32),
-            DType::F16 => self.f32c(half::f16::from_f64(f).to_f32()),
-            DType::BF16 => self.f32c(half::bf16::from_f64(f).to_f32()),
+            DType::F64 => self.constant(DType::F64, f.to_bits()),
+            DType::F16 => self.f32c(f16_from_f64(f).to_f32()),
+            DType::BF16 => self.f32c(bf16_from_f64(f).to_f32()),
             DType::Bool => self.constant(DType::Bool, u64::from(i != 0 || f != 0.0)),
             dt if wide(dt) => self.i64c(i),
             _ => self.constant(DType::I32, u64::from(i as i32 as u32)),
@@ -450,9 +526,27 @@ impl<'a> Cx<'a> {
         })
     }
 
-    /// A `GLSL.std.450` f32 instruction, for the `Arith` methods.
+    /// The `Arith` methods' float and integer types (f32 and i32, or with `arith64` f64 and
+    /// i64).
+    pub(super) fn af(&self) -> Word {
+        if self.arith64 {
+            self.t_f64
+        } else {
+            self.t_f32
+        }
+    }
+
+    pub(super) fn ai(&self) -> Word {
+        if self.arith64 {
+            self.t_i64
+        } else {
+            self.t_i32
+        }
+    }
+
+    /// A `GLSL.std.450` float instruction, for the `Arith` methods.
     pub(super) fn glsl_ok(&mut self, op: spirv::GLOp, args: &[Word]) -> Word {
-        let r = self.glsl(self.t_f32, op, args);
+        let r = self.glsl(self.af(), op, args);
         r.unwrap_or_else(|e| {
             self.err.get_or_insert(e);
             0
@@ -477,6 +571,7 @@ impl<'a> Cx<'a> {
         self.b.decorate(groups_var, spirv::Decoration::BuiltIn, [Operand::BuiltIn(spirv::BuiltIn::NumWorkgroups)]);
         let fn_ty = self.b.type_function(self.t_void, []);
         let main = self.b.begin_function(self.t_void, None, spirv::FunctionControl::NONE, fn_ty).map_err(failed)?;
+        self.main = main;
         self.b.begin_block(None).map_err(failed)?;
 
         // The size table, loaded once.
@@ -495,6 +590,11 @@ impl<'a> Cx<'a> {
         // The flat point index, and the number of points.
         let gid = self.b.load(uvec3, None, gid_var, None, []).map_err(failed)?;
         let groups = self.b.load(uvec3, None, groups_var, None, []).map_err(failed)?;
+        // The run-time zeros float constants are made from (`Opaque`).
+        let nz = self.b.composite_extract(self.t_u32, None, groups, [2]).map_err(failed)?;
+        let one = self.u32c(1);
+        self.zero32 = self.b.i_sub(self.t_u32, None, nz, one).map_err(failed)?;
+        self.zero64 = self.b.u_convert(self.t_u64, None, self.zero32).map_err(failed)?;
         let gx = self.b.composite_extract(self.t_u32, None, gid, [0]).map_err(failed)?;
         let gy = self.b.composite_extract(self.t_u32, None, gid, [1]).map_err(failed)?;
         let nx = self.b.composite_extract(self.t_u32, None, groups, [0]).map_err(failed)?;
@@ -578,7 +678,7 @@ impl<'a> Cx<'a> {
                 self.b.store(seen, f, None, []).map_err(failed)?;
             }
             if acc.op.is_sum_exp() {
-                let ninf = self.f32c(f32::NEG_INFINITY);
+                let ninf = self.scalar(acc.dtype, Scalar::Float(f64::NEG_INFINITY));
                 self.b.store(aux, ninf, None, []).map_err(failed)?;
             }
             accs.push(AccVars { value, aux, seen, shift: None });
@@ -587,13 +687,14 @@ impl<'a> Cx<'a> {
             self.loops(stage, &inner, &accs, Pass::Max, 0)?;
             for (acc, vars) in stage.accumulators.iter().zip(accs.iter_mut()) {
                 if acc.op.is_sum_exp() {
-                    let m = self.b.load(self.t_f32, None, vars.aux, None, []).map_err(failed)?;
+                    let (dt, ty) = (acc.dtype, self.ty(acc.dtype));
+                    let m = self.b.load(ty, None, vars.aux, None, []).map_err(failed)?;
                     vars.shift = Some(if acc.op == ReduceOp::SumExpFinite {
-                        let a = self.glsl(self.t_f32, spirv::GLOp::FAbs, &[m])?;
-                        let inf = self.f32c(f32::INFINITY);
+                        let a = self.glsl(ty, spirv::GLOp::FAbs, &[m])?;
+                        let inf = self.scalar(dt, Scalar::Float(f64::INFINITY));
                         let is_inf = self.b.f_ord_equal(self.t_bool, None, a, inf).map_err(failed)?;
-                        let zero = self.f32c(0.0);
-                        self.b.select(self.t_f32, None, is_inf, zero, m).map_err(failed)?
+                        let zero = self.scalar(dt, Scalar::Float(0.0));
+                        self.b.select(ty, None, is_inf, zero, m).map_err(failed)?
                     } else {
                         m
                     });
@@ -609,7 +710,8 @@ impl<'a> Cx<'a> {
             let result = match acc.op {
                 ReduceOp::Argmax => self.b.load(self.t_i64, None, vars.aux, None, []).map_err(failed)?,
                 ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite if acc.dtype.is_float() => {
-                    let v = self.b.load(self.t_f32, None, vars.value, None, []).map_err(failed)?;
+                    let (dt, ty) = (calc(acc.dtype), self.ty(calc(acc.dtype)));
+                    let v = self.b.load(ty, None, vars.value, None, []).map_err(failed)?;
                     let e = match empty {
                         Some(e) => e,
                         None => {
@@ -618,8 +720,8 @@ impl<'a> Cx<'a> {
                             e
                         }
                     };
-                    let zero = self.f32c(0.0);
-                    self.b.select(self.t_f32, None, e, zero, v).map_err(failed)?
+                    let zero = self.scalar(dt, Scalar::Float(0.0));
+                    self.b.select(ty, None, e, zero, v).map_err(failed)?
                 }
                 _ => {
                     let ty = self.ty(acc.dtype);
@@ -646,13 +748,14 @@ impl<'a> Cx<'a> {
     /// The value an accumulator starts from.
     fn acc_init(&mut self, op: ReduceOp, dt: DType) -> Word {
         // f16 and bf16 start from the same f32 values (all on their grids).
-        let dt = if memory::is_half(dt) { DType::F32 } else { dt };
+        let dt = calc(dt);
+        let float = |cx: &mut Self, x: f64| cx.scalar(dt, Scalar::Float(x));
         match (op, dt) {
             // `-0 + x` is `x` for every `x`, so the first element is taken as it is.
-            (ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite, DType::F32) => self.f32c(-0.0),
-            (ReduceOp::Prod, DType::F32) => self.f32c(1.0),
-            (ReduceOp::Max | ReduceOp::Argmax, DType::F32) => self.f32c(f32::NEG_INFINITY),
-            (ReduceOp::Min, DType::F32) => self.f32c(f32::INFINITY),
+            (ReduceOp::Sum | ReduceOp::SumExp | ReduceOp::SumExpFinite, dt) if dt.is_float() => float(self, -0.0),
+            (ReduceOp::Prod, dt) if dt.is_float() => float(self, 1.0),
+            (ReduceOp::Max | ReduceOp::Argmax, dt) if dt.is_float() => float(self, f64::NEG_INFINITY),
+            (ReduceOp::Min, dt) if dt.is_float() => float(self, f64::INFINITY),
             (ReduceOp::Max | ReduceOp::Argmax, DType::Bool) => self.constant(DType::Bool, 0),
             (ReduceOp::Min, DType::Bool) => self.constant(DType::Bool, 1),
             (ReduceOp::Prod, _) => self.scalar(dt, Scalar::Int(1)),
@@ -678,30 +781,21 @@ impl<'a> Cx<'a> {
         let counter = self.function_var(t_i64);
         let zero = self.i64c(0);
         self.b.store(counter, zero, None, []).map_err(failed)?;
-        let (header, check, body, cont, merge) = (self.b.id(), self.b.id(), self.b.id(), self.b.id(), self.b.id());
-        self.b.branch(header).map_err(failed)?;
-        self.b.begin_block(Some(header)).map_err(failed)?;
-        self.b.loop_merge(merge, cont, spirv::LoopControl::NONE, []).map_err(failed)?;
-        self.b.branch(check).map_err(failed)?;
-        self.b.begin_block(Some(check)).map_err(failed)?;
+        let l = self.open_loop()?;
         let i = self.b.load(t_i64, None, counter, None, []).map_err(failed)?;
         let e = self.dim(inner[depth]);
         let more = self.b.s_less_than(self.t_bool, None, i, e).map_err(failed)?;
-        self.b.branch_conditional(more, body, merge, []).map_err(failed)?;
-        self.b.begin_block(Some(body)).map_err(failed)?;
+        self.loop_body(l, more)?;
         if self.inner.len() <= depth {
             self.inner.resize(depth + 1, 0);
         }
         self.inner[depth] = i;
         self.loops(stage, inner, accs, pass, depth + 1)?;
-        self.b.branch(cont).map_err(failed)?;
-        self.b.begin_block(Some(cont)).map_err(failed)?;
+        self.loop_continue(l)?;
         let one = self.i64c(1);
         let next = self.b.i_add(t_i64, None, i, one).map_err(failed)?;
         self.b.store(counter, next, None, []).map_err(failed)?;
-        self.b.branch(header).map_err(failed)?;
-        self.b.begin_block(Some(merge)).map_err(failed)?;
-        Ok(())
+        self.close_loop(l)
     }
 
     fn index(&mut self, ix: &Index) -> Result<Word, Declined> {
@@ -727,70 +821,6 @@ impl<'a> Cx<'a> {
 
     fn bound(&self, buf: BufferId) -> Result<&Bound, Declined> {
         self.buffers.iter().find(|b| b.id == buf).ok_or_else(|| Declined::Defect(format!("{buf} is not bound")))
-    }
-
-    /// Sets the status word to `code` (when `cond` holds).
-    fn flag(&mut self, cond: Word, code: Status) -> Result<(), Declined> {
-        let (set, done) = (self.b.id(), self.b.id());
-        self.b.selection_merge(done, spirv::SelectionControl::NONE).map_err(failed)?;
-        self.b.branch_conditional(cond, set, done, []).map_err(failed)?;
-        self.b.begin_block(Some(set)).map_err(failed)?;
-        let zero = self.u32c(0);
-        let p = self.b.access_chain(self.status_elem_ptr, None, self.status_var, [zero, zero]).map_err(failed)?;
-        let c = self.u32c(code as u32);
-        self.b.store(p, c, None, []).map_err(failed)?;
-        self.b.branch(done).map_err(failed)?;
-        self.b.begin_block(Some(done)).map_err(failed)?;
-        Ok(())
-    }
-
-    /// The value of `r` when a `Const` of this kernel defines it as an integer in -4..=4.
-    fn small_int_const(&self, stage: &Stage, r: Reg) -> Option<i32> {
-        let defs = self.kernel.stages.iter().flat_map(|s| &s.body).chain(&stage.body);
-        defs.filter_map(|i| match i {
-            Instr::Const { dst, value, .. } if *dst == r => Some(*value),
-            _ => None,
-        })
-        .next()
-        .and_then(|v| match v {
-            Scalar::Float(f) if f.fract() == 0.0 && f.abs() <= 4.0 => Some(f as i32),
-            Scalar::Int(i) if i.abs() <= 4 => Some(i as i32),
-            _ => None,
-        })
-    }
-
-    /// `pow(x, n)` for a small integer `n` (f32): `x` multiplied `|n|` times (1 for `n = 0`,
-    /// NaN included, as `pow` has it), the reciprocal for negative `n`. Within a few ULP of
-    /// the correctly rounded power; the special values (zeros, infinities, NaN) are `pow`'s.
-    fn powi(&mut self, x: Word, n: i32) -> Result<Word, Declined> {
-        let one = self.f32c(1.0);
-        let mut r = if n == 0 { one } else { x };
-        for _ in 1..n.unsigned_abs() {
-            r = self.b.f_mul(self.t_f32, None, r, x).map_err(failed)?;
-        }
-        if n < 0 {
-            r = self.b.f_div(self.t_f32, None, one, r).map_err(failed)?;
-        }
-        Ok(r)
-    }
-
-    /// `pow(x, y)` for a `y` known only at run time: `powi` for each integer of -4..=4,
-    /// chosen by `y`; any other `y` sets [`Status::Exponent`] (a run-time error: general
-    /// powers are not on the device yet).
-    fn powi_at_run_time(&mut self, x: Word, y: Word) -> Result<Word, Declined> {
-        let t = self.t_bool;
-        let mut r = self.f32c(0.0);
-        let mut matched = self.constant(DType::Bool, 0);
-        for n in -4..=4 {
-            let p = self.powi(x, n)?;
-            let c = self.f32c(n as f32);
-            let is = self.b.f_ord_equal(t, None, y, c).map_err(failed)?;
-            r = self.b.select(self.t_f32, None, is, p, r).map_err(failed)?;
-            matched = self.b.logical_or(t, None, matched, is).map_err(failed)?;
-        }
-        let other = self.b.logical_not(t, None, matched).map_err(failed)?;
-        self.flag(other, Status::Exponent)?;
-        Ok(r)
     }
 
     fn body(&mut self, stage: &Stage, accs: &[AccVars], pass: Pass) -> Result<(), Declined> {
@@ -843,6 +873,10 @@ impl<'a> Cx<'a> {
                     let av = self.reg(*a)?;
                     let r = match self.small_int_const(stage, *b) {
                         Some(n) => self.powi(av, n)?,
+                        None if self.float64 => {
+                            let bv = self.reg(*b)?;
+                            self.pow_in_f64(av, bv)?
+                        }
                         None => {
                             let bv = self.reg(*b)?;
                             self.powi_at_run_time(av, bv)?
@@ -865,7 +899,14 @@ impl<'a> Cx<'a> {
                 }
                 Instr::Convert { dst, x, dtype } => {
                     let xv = self.reg(*x)?;
-                    let r = self.convert(xv, calc(self.dtype_of(*x)), calc(*dtype))?;
+                    let from = self.dtype_of(*x);
+                    let r = if from == DType::F64 && memory::is_half(*dtype) {
+                        // Through f32 rounded to odd: one rounding to the half type, as the
+                        // reference's.
+                        self.f64_to_f32_odd(xv)?
+                    } else {
+                        self.convert(xv, calc(from), calc(*dtype))?
+                    };
                     self.regs[dst.index()] = Some(self.round_half(r, *dtype)?);
                 }
                 Instr::Accumulate { acc, x, index } => {
@@ -882,16 +923,18 @@ impl<'a> Cx<'a> {
                             self.feed(a.op, a.dtype, vars, xv, pos)?;
                         }
                         (Pass::Max, true) => {
-                            let m = self.b.load(self.t_f32, None, vars.aux, None, []).map_err(failed)?;
-                            let m = self.max_min(true, m, xv)?;
+                            let ty = self.ty(a.dtype);
+                            let m = self.b.load(ty, None, vars.aux, None, []).map_err(failed)?;
+                            let m = self.max_min(true, m, xv, a.dtype)?;
                             self.b.store(vars.aux, m, None, []).map_err(failed)?;
                         }
                         (Pass::Sum, true) => {
                             let c = vars.shift.ok_or_else(|| Declined::Defect("sum-exp without a shift".into()))?;
-                            let d = self.b.f_sub(self.t_f32, None, xv, c).map_err(failed)?;
-                            let e = math::exp(self, d);
-                            let s = self.b.load(self.t_f32, None, vars.value, None, []).map_err(failed)?;
-                            let s = self.b.f_add(self.t_f32, None, s, e).map_err(failed)?;
+                            let ty = self.ty(a.dtype);
+                            let d = self.b.f_sub(ty, None, xv, c).map_err(failed)?;
+                            let e = self.exp_of(d, a.dtype);
+                            let s = self.b.load(ty, None, vars.value, None, []).map_err(failed)?;
+                            let s = self.b.f_add(ty, None, s, e).map_err(failed)?;
                             self.b.store(vars.value, s, None, []).map_err(failed)?;
                         }
                         (Pass::Sum, false) => {}

@@ -9,7 +9,7 @@ use super::{failed, unsupported, wide, AccVars, Cx, Status};
 use crate::backend::cpu::math;
 use crate::backend::Declined;
 use crate::ir::DType;
-use crate::kernel::{ReduceOp, Scalar};
+use crate::kernel::{Instr, ReduceOp, Reg, Scalar, Stage};
 use crate::ops::OpKind;
 
 impl Cx<'_> {
@@ -121,7 +121,7 @@ impl Cx<'_> {
         let a = self.b.load(ty, None, vars.value, None, []).map_err(failed)?;
         if op == ReduceOp::Argmax {
             let seen = self.b.load(self.t_bool, None, vars.seen, None, []).map_err(failed)?;
-            let better = if dt == DType::F32 {
+            let better = if dt.is_float() {
                 let best_nan = self.b.is_nan(self.t_bool, None, a).map_err(failed)?;
                 let x_nan = self.b.is_nan(self.t_bool, None, x).map_err(failed)?;
                 let gt = self.b.f_ord_greater_than(self.t_bool, None, x, a).map_err(failed)?;
@@ -147,10 +147,10 @@ impl Cx<'_> {
             return Ok(());
         }
         let v = match (op, dt) {
-            (ReduceOp::Sum, DType::F32) => self.b.f_add(ty, None, a, x).map_err(failed)?,
-            (ReduceOp::Prod, DType::F32) => self.b.f_mul(ty, None, a, x).map_err(failed)?,
-            (ReduceOp::Max, DType::F32) => self.max_min(true, a, x)?,
-            (ReduceOp::Min, DType::F32) => self.max_min(false, a, x)?,
+            (ReduceOp::Sum, dt) if dt.is_float() => self.b.f_add(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Prod, dt) if dt.is_float() => self.b.f_mul(ty, None, a, x).map_err(failed)?,
+            (ReduceOp::Max, dt) if dt.is_float() => self.max_min(true, a, x, dt)?,
+            (ReduceOp::Min, dt) if dt.is_float() => self.max_min(false, a, x, dt)?,
             (ReduceOp::Max, DType::Bool) => self.b.logical_or(ty, None, a, x).map_err(failed)?,
             (ReduceOp::Min, DType::Bool) => self.b.logical_and(ty, None, a, x).map_err(failed)?,
             (ReduceOp::Sum, dt) if dt.is_int() => {
@@ -170,34 +170,95 @@ impl Cx<'_> {
         Ok(())
     }
 
-    /// The `max` (or `min`) prim on f32: NaN if either is NaN, `-0 < +0`.
-    pub(super) fn max_min(&mut self, max: bool, a: Word, b: Word) -> Result<Word, Declined> {
-        let t = self.t_bool;
+    /// The `max` (or `min`) prim on f32 or f64 registers (`dt`): NaN if either is NaN,
+    /// `-0 < +0`.
+    pub(super) fn max_min(&mut self, max: bool, a: Word, b: Word, dt: DType) -> Result<Word, Declined> {
+        let (t, ft) = (self.t_bool, self.ty(dt));
         let an = self.b.is_nan(t, None, a).map_err(failed)?;
         let bn = self.b.is_nan(t, None, b).map_err(failed)?;
         let nan = self.b.logical_or(t, None, an, bn).map_err(failed)?;
         let eq = self.b.f_ord_equal(t, None, a, b).map_err(failed)?;
-        let bits = self.b.bitcast(self.t_i32, None, a).map_err(failed)?;
-        let zero = self.constant(DType::I32, 0);
-        let a_neg = self.b.s_less_than(t, None, bits, zero).map_err(failed)?;
+        let a_neg = self.sign_bit(a, dt)?;
         let (gt, on_eq) = if max {
             let gt = self.b.f_ord_greater_than(t, None, a, b).map_err(failed)?;
-            (gt, self.b.select(self.t_f32, None, a_neg, b, a).map_err(failed)?)
+            (gt, self.b.select(ft, None, a_neg, b, a).map_err(failed)?)
         } else {
             let lt = self.b.f_ord_less_than(t, None, a, b).map_err(failed)?;
-            (lt, self.b.select(self.t_f32, None, a_neg, a, b).map_err(failed)?)
+            (lt, self.b.select(ft, None, a_neg, a, b).map_err(failed)?)
         };
-        let pick = self.b.select(self.t_f32, None, gt, a, b).map_err(failed)?;
-        let r = self.b.select(self.t_f32, None, eq, on_eq, pick).map_err(failed)?;
-        let qnan = self.f32c(f32::NAN);
-        self.b.select(self.t_f32, None, nan, qnan, r).map_err(failed)
+        let pick = self.b.select(ft, None, gt, a, b).map_err(failed)?;
+        let r = self.b.select(ft, None, eq, on_eq, pick).map_err(failed)?;
+        let qnan = self.scalar(dt, Scalar::Float(f64::NAN));
+        self.b.select(ft, None, nan, qnan, r).map_err(failed)
+    }
+
+    /// C's `fmod` on f32 or f64 registers (`dt`), exactly: `OpFRem` is only as precise as
+    /// `x - y·trunc(x/y)` in Vulkan (lavapipe's gives 0 or infinity for large `x/y`), so `|y|`
+    /// is subtracted from `|x|` scaled by powers of two, largest first, each subtraction exact
+    /// (`t ≤ r < 2t`): a loop of at most one step per binade between them (about 280 for f32,
+    /// 2,100 for f64; a few where `x/y` is small). The result takes `x`'s sign, zero included;
+    /// NaN where `x` is infinite or NaN, `y` is zero or NaN; `x` where `y` is infinite.
+    fn float_rem(&mut self, a: Word, b: Word, dt: DType) -> Result<Word, Declined> {
+        use spirv::GLOp;
+        let (t, ft, it) = (self.t_bool, self.ty(dt), self.t_i32);
+        let an = self.b.is_nan(t, None, a).map_err(failed)?;
+        let bn = self.b.is_nan(t, None, b).map_err(failed)?;
+        let ai = self.b.is_inf(t, None, a).map_err(failed)?;
+        let (zero, one) = (self.scalar(dt, Scalar::Float(0.0)), self.scalar(dt, Scalar::Float(1.0)));
+        let bz = self.b.f_ord_equal(t, None, b, zero).map_err(failed)?;
+        let bad = self.b.logical_or(t, None, an, bn).map_err(failed)?;
+        let bad = self.b.logical_or(t, None, bad, ai).map_err(failed)?;
+        let bad = self.b.logical_or(t, None, bad, bz).map_err(failed)?;
+        let (aa, ab) = (self.glsl(ft, GLOp::FAbs, &[a])?, self.glsl(ft, GLOp::FAbs, &[b])?);
+        let r0 = self.b.select(ft, None, bad, zero, aa).map_err(failed)?;
+        let d = self.b.select(ft, None, bad, one, ab).map_err(failed)?;
+        let frexp = self.b.type_struct([ft, it]);
+        let fd = self.glsl(frexp, GLOp::FrexpStruct, &[d])?;
+        let ed = self.b.composite_extract(it, None, fd, [1]).map_err(failed)?;
+        let r_var = self.function_var(ft);
+        self.b.store(r_var, r0, None, []).map_err(failed)?;
+        let l = self.open_loop()?;
+        let r = self.b.load(ft, None, r_var, None, []).map_err(failed)?;
+        let more = self.b.f_ord_greater_than_equal(t, None, r, d).map_err(failed)?;
+        self.loop_body(l, more)?;
+        // t = d·2^k with the largest k that keeps t ≤ r (k ≥ 0: r ≥ d).
+        let fr = self.glsl(frexp, GLOp::FrexpStruct, &[r])?;
+        let er = self.b.composite_extract(it, None, fr, [1]).map_err(failed)?;
+        let k = self.b.i_sub(it, None, er, ed).map_err(failed)?;
+        let step = self.glsl(ft, GLOp::Ldexp, &[d, k])?;
+        let over = self.b.f_ord_greater_than(t, None, step, r).map_err(failed)?;
+        let one_i = self.constant(DType::I32, 1);
+        let k1 = self.b.i_sub(it, None, k, one_i).map_err(failed)?;
+        let half = self.glsl(ft, GLOp::Ldexp, &[d, k1])?;
+        let step = self.b.select(ft, None, over, half, step).map_err(failed)?;
+        let next = self.b.f_sub(ft, None, r, step).map_err(failed)?;
+        self.b.store(r_var, next, None, []).map_err(failed)?;
+        self.loop_continue(l)?;
+        self.close_loop(l)?;
+        let r = self.b.load(ft, None, r_var, None, []).map_err(failed)?;
+        let neg = self.sign_bit(a, dt)?;
+        let nr = self.b.f_negate(ft, None, r).map_err(failed)?;
+        let r = self.b.select(ft, None, neg, nr, r).map_err(failed)?;
+        let nan = self.scalar(dt, Scalar::Float(f64::NAN));
+        self.b.select(ft, None, bad, nan, r).map_err(failed)
+    }
+
+    /// Whether the sign bit of an f32 or f64 register (`dt`) is set.
+    fn sign_bit(&mut self, x: Word, dt: DType) -> Result<Word, Declined> {
+        let (it, zero) = if dt == DType::F64 {
+            (self.t_i64, self.constant(DType::I64, 0))
+        } else {
+            (self.t_i32, self.constant(DType::I32, 0))
+        };
+        let bits = self.b.bitcast(it, None, x).map_err(failed)?;
+        self.b.s_less_than(self.t_bool, None, bits, zero).map_err(failed)
     }
 
     pub(super) fn truthy(&mut self, x: Word, dt: DType) -> Result<Word, Declined> {
         Ok(match dt {
             DType::Bool => x,
-            DType::F32 | DType::F16 | DType::BF16 => {
-                let z = self.f32c(0.0);
+            DType::F32 | DType::F16 | DType::BF16 | DType::F64 => {
+                let z = self.scalar(dt, Scalar::Float(0.0));
                 self.b.f_unord_not_equal(self.t_bool, None, x, z).map_err(failed)?
             }
             _ => {
@@ -217,11 +278,14 @@ impl Cx<'_> {
                 let (one, zero) = (self.scalar(to, Scalar::Int(1)), self.scalar(to, Scalar::Int(0)));
                 self.b.select(ty, None, x, one, zero).map_err(failed)?
             }
-            (DType::U64, DType::F32) => {
+            // Between f32 and f64: the device's conversion (exact one way; correctly rounded
+            // the other on lavapipe, while Vulkan allows either neighbour).
+            (DType::F32, DType::F64) | (DType::F64, DType::F32) => self.b.f_convert(ty, None, x).map_err(failed)?,
+            (DType::U64, to) if to.is_float() => {
                 let bits = self.b.bitcast(self.t_u64, None, x).map_err(failed)?;
                 self.b.convert_u_to_f(ty, None, bits).map_err(failed)?
             }
-            (from, DType::F32) if from.is_int() => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
+            (from, to) if from.is_int() && to.is_float() => self.b.convert_s_to_f(ty, None, x).map_err(failed)?,
             (from, to) if from.is_int() && to.is_int() => {
                 // To the destination's register width (the low bits carry over: wrapping),
                 // then wrapped to its range.
@@ -244,22 +308,26 @@ impl Cx<'_> {
                 };
                 self.wrap(v, to)?
             }
-            (DType::F32, to) if to.is_int() => {
+            (from, to) if from.is_float() && to.is_int() => {
                 // Saturating at the destination's range, NaN to 0: Rust's `as`. `lo` and `hi`
-                // (the range's ends, the upper one past the last value) are exact in f32.
+                // (the range's ends, the upper one past the last value: a power of two, or
+                // -2^31 + 1 and 2^31 for i32) are exact in f32 and f64.
                 let (min, max) = crate::interp::int_limits(to);
-                let lo = if to == DType::U64 { 0.0 } else { min as f32 };
-                let hi = if to == DType::U64 { 18_446_744_073_709_551_616.0f32 } else { max as f32 + 1.0 };
-                let hi = if to == DType::I64 { 9.223_372e18f32 } else { hi };
-                let (lo_c, hi_c) = (self.f32c(lo), self.f32c(hi));
-                let t = self.t_bool;
+                let lo = if to == DType::U64 { 0.0 } else { min as f64 };
+                let hi = match to {
+                    DType::U64 => 18_446_744_073_709_551_616.0,
+                    DType::I64 => 9_223_372_036_854_775_808.0,
+                    _ => max as f64 + 1.0,
+                };
+                let (lo_c, hi_c) = (self.scalar(from, Scalar::Float(lo)), self.scalar(from, Scalar::Float(hi)));
+                let (t, ft) = (self.t_bool, self.ty(from));
                 let below = self.b.f_ord_less_than_equal(t, None, x, lo_c).map_err(failed)?;
                 let above = self.b.f_ord_greater_than_equal(t, None, x, hi_c).map_err(failed)?;
                 let nan = self.b.is_nan(t, None, x).map_err(failed)?;
-                let zero_f = self.f32c(0.0);
-                let safe = self.b.select(self.t_f32, None, below, zero_f, x).map_err(failed)?;
-                let safe = self.b.select(self.t_f32, None, above, zero_f, safe).map_err(failed)?;
-                let safe = self.b.select(self.t_f32, None, nan, zero_f, safe).map_err(failed)?;
+                let zero_f = self.scalar(from, Scalar::Float(0.0));
+                let safe = self.b.select(ft, None, below, zero_f, x).map_err(failed)?;
+                let safe = self.b.select(ft, None, above, zero_f, safe).map_err(failed)?;
+                let safe = self.b.select(ft, None, nan, zero_f, safe).map_err(failed)?;
                 let r = if to == DType::U64 {
                     let u = self.b.convert_f_to_u(self.t_u64, None, safe).map_err(failed)?;
                     self.b.bitcast(ty, None, u).map_err(failed)?
@@ -284,7 +352,7 @@ impl Cx<'_> {
             }
             OpKind::IsNan => {
                 return match xdt {
-                    DType::F32 => self.b.is_nan(self.t_bool, None, x).map_err(failed),
+                    DType::F32 | DType::F64 => self.b.is_nan(self.t_bool, None, x).map_err(failed),
                     _ => Ok(self.constant(DType::Bool, 0)),
                 };
             }
@@ -318,6 +386,9 @@ impl Cx<'_> {
                 _ => Err(unsupported(format!("{} on {dt}", op.name()))),
             };
         }
+        if dt == DType::F64 {
+            return self.unary64(op, x);
+        }
         if dt != DType::F32 {
             return Err(unsupported(format!("{} on {dt}", op.name())));
         }
@@ -343,20 +414,47 @@ impl Cx<'_> {
             OpKind::Floor => self.glsl(ty, GLOp::Floor, &[x]),
             OpKind::Ceil => self.glsl(ty, GLOp::Ceil, &[x]),
             OpKind::Round => self.glsl(ty, GLOp::RoundEven, &[x]),
-            OpKind::Sign => {
-                // NaN and ±0 stay as they are; otherwise ±1.
-                let t = self.t_bool;
-                let zero = self.f32c(0.0);
-                let keep_nan = self.b.is_nan(t, None, x).map_err(failed)?;
-                let is_zero = self.b.f_ord_equal(t, None, x, zero).map_err(failed)?;
-                let keep = self.b.logical_or(t, None, keep_nan, is_zero).map_err(failed)?;
-                let pos = self.b.f_ord_greater_than(t, None, x, zero).map_err(failed)?;
-                let m1 = self.f32c(-1.0);
-                let s = self.b.select(ty, None, pos, one, m1).map_err(failed)?;
-                self.b.select(ty, None, keep, x, s).map_err(failed)
-            }
+            OpKind::Sign => self.float_sign(x, dt),
             _ => Err(unsupported(format!("{} on the device", op.name()))),
         }
+    }
+
+    /// The unary prims on f64: those the device computes exactly (or, `sqrt`, as its own),
+    /// `exp` and `log` by `math64`'s approximations; the other transcendentals are declined.
+    fn unary64(&mut self, op: OpKind, x: Word) -> Result<Word, Declined> {
+        use spirv::GLOp;
+        let (dt, ty) = (DType::F64, self.t_f64);
+        let one = self.scalar(dt, Scalar::Float(1.0));
+        match op {
+            OpKind::Neg => self.b.f_negate(ty, None, x).map_err(failed),
+            OpKind::Abs => self.glsl(ty, GLOp::FAbs, &[x]),
+            OpKind::Sqrt => self.glsl(ty, GLOp::Sqrt, &[x]),
+            OpKind::Rsqrt => {
+                let s = self.glsl(ty, GLOp::Sqrt, &[x])?;
+                self.b.f_div(ty, None, one, s).map_err(failed)
+            }
+            OpKind::Reciprocal => self.b.f_div(ty, None, one, x).map_err(failed),
+            OpKind::Floor => self.glsl(ty, GLOp::Floor, &[x]),
+            OpKind::Ceil => self.glsl(ty, GLOp::Ceil, &[x]),
+            OpKind::Round => self.glsl(ty, GLOp::RoundEven, &[x]),
+            OpKind::Sign => self.float_sign(x, dt),
+            OpKind::Exp => Ok(self.exp_of(x, dt)),
+            OpKind::Log => Ok(self.ln64(x)),
+            _ => Err(unsupported(format!("{} on f64 (no f64 approximation on the device)", op.name()))),
+        }
+    }
+
+    /// The `sign` prim on an f32 or f64 register (`dt`): NaN and ±0 as they are, else ±1.
+    fn float_sign(&mut self, x: Word, dt: DType) -> Result<Word, Declined> {
+        let (t, ty) = (self.t_bool, self.ty(dt));
+        let zero = self.scalar(dt, Scalar::Float(0.0));
+        let keep_nan = self.b.is_nan(t, None, x).map_err(failed)?;
+        let is_zero = self.b.f_ord_equal(t, None, x, zero).map_err(failed)?;
+        let keep = self.b.logical_or(t, None, keep_nan, is_zero).map_err(failed)?;
+        let pos = self.b.f_ord_greater_than(t, None, x, zero).map_err(failed)?;
+        let (one, m1) = (self.scalar(dt, Scalar::Float(1.0)), self.scalar(dt, Scalar::Float(-1.0)));
+        let s = self.b.select(ty, None, pos, one, m1).map_err(failed)?;
+        self.b.select(ty, None, keep, x, s).map_err(failed)
     }
 
     pub(super) fn binary(&mut self, op: OpKind, a: Word, b: Word, cdt: DType, dt: DType) -> Result<Word, Declined> {
@@ -375,7 +473,7 @@ impl Cx<'_> {
         }
         let compare = matches!(op, Eq | Ne | Lt | Le | Gt | Ge);
         if compare {
-            let r = if cdt == DType::F32 {
+            let r = if cdt.is_float() {
                 match op {
                     Eq => self.b.f_ord_equal(t, None, a, b),
                     Ne => self.b.f_unord_not_equal(t, None, a, b),
@@ -394,25 +492,15 @@ impl Cx<'_> {
             return Err(unsupported(format!("{} from {cdt} to {dt}", op.name())));
         }
         let ty = self.ty(dt);
-        if dt == DType::F32 {
+        if dt == DType::F32 || dt == DType::F64 {
             return match op {
                 Add => self.b.f_add(ty, None, a, b).map_err(failed),
                 Sub => self.b.f_sub(ty, None, a, b).map_err(failed),
                 Mul => self.b.f_mul(ty, None, a, b).map_err(failed),
                 Div => self.b.f_div(ty, None, a, b).map_err(failed),
-                Rem => {
-                    // C's fmod: a zero result takes the dividend's sign (SPIR-V leaves it open).
-                    let r = self.b.f_rem(ty, None, a, b).map_err(failed)?;
-                    let zero = self.f32c(0.0);
-                    let is_zero = self.b.f_ord_equal(self.t_bool, None, r, zero).map_err(failed)?;
-                    let bits = self.b.bitcast(self.t_u32, None, a).map_err(failed)?;
-                    let sign = self.u32c(0x8000_0000);
-                    let bits = self.b.bitwise_and(self.t_u32, None, bits, sign).map_err(failed)?;
-                    let signed_zero = self.b.bitcast(ty, None, bits).map_err(failed)?;
-                    self.b.select(ty, None, is_zero, signed_zero, r).map_err(failed)
-                }
-                Max => self.max_min(true, a, b),
-                Min => self.max_min(false, a, b),
+                Rem => self.float_rem(a, b, dt),
+                Max => self.max_min(true, a, b, dt),
+                Min => self.max_min(false, a, b, dt),
                 _ => Err(unsupported(format!("{} on the device", op.name()))),
             };
         }
@@ -488,5 +576,84 @@ impl Cx<'_> {
             }
             _ => Err(unsupported(format!("{} on {dt}", op.name()))),
         }
+    }
+
+    /// The value of `r` when a `Const` of this kernel defines it as an integer in -4..=4.
+    pub(super) fn small_int_const(&self, stage: &Stage, r: Reg) -> Option<i32> {
+        let defs = self.kernel.stages.iter().flat_map(|s| &s.body).chain(&stage.body);
+        defs.filter_map(|i| match i {
+            Instr::Const { dst, value, .. } if *dst == r => Some(*value),
+            _ => None,
+        })
+        .next()
+        .and_then(|v| match v {
+            Scalar::Float(f) if f.fract() == 0.0 && f.abs() <= 4.0 => Some(f as i32),
+            Scalar::Int(i) if i.abs() <= 4 => Some(i as i32),
+            _ => None,
+        })
+    }
+
+    /// `pow(x, n)` for a small integer `n` (f32): `x` multiplied `|n|` times (1 for `n = 0`,
+    /// NaN included, as `pow` has it), the reciprocal for negative `n`. Within a few ULP of
+    /// the correctly rounded power; the special values (zeros, infinities, NaN) are `pow`'s.
+    pub(super) fn powi(&mut self, x: Word, n: i32) -> Result<Word, Declined> {
+        let one = self.f32c(1.0);
+        let mut r = if n == 0 { one } else { x };
+        for _ in 1..n.unsigned_abs() {
+            r = self.b.f_mul(self.t_f32, None, r, x).map_err(failed)?;
+        }
+        if n < 0 {
+            r = self.b.f_div(self.t_f32, None, one, r).map_err(failed)?;
+        }
+        Ok(r)
+    }
+
+    /// `e^x` of an f32 or f64 register (`dt`): the CPU's f32 approximation, or `math64`'s.
+    pub(super) fn exp_of(&mut self, x: Word, dt: DType) -> Word {
+        if dt != DType::F64 {
+            return math::exp(self, x);
+        }
+        self.arith64 = true;
+        let r = crate::backend::cpu::math64::exp(self, x);
+        self.arith64 = false;
+        r
+    }
+
+    /// `ln x` of an f64 register (`math64`'s approximation).
+    pub(super) fn ln64(&mut self, x: Word) -> Word {
+        self.arith64 = true;
+        let r = crate::backend::cpu::math64::ln(self, x);
+        self.arith64 = false;
+        r
+    }
+
+    /// `pow(x, y)` on f32 registers computed as the CPU's compiled kernels do: `pow64` in f64,
+    /// rounded once to f32 (by the device's conversion).
+    pub(super) fn pow_in_f64(&mut self, x: Word, y: Word) -> Result<Word, Declined> {
+        let xd = self.b.f_convert(self.t_f64, None, x).map_err(failed)?;
+        let yd = self.b.f_convert(self.t_f64, None, y).map_err(failed)?;
+        self.arith64 = true;
+        let r = math::pow64(self, xd, yd);
+        self.arith64 = false;
+        self.b.f_convert(self.t_f32, None, r).map_err(failed)
+    }
+
+    /// `pow(x, y)` for a `y` known only at run time: `powi` for each integer of -4..=4,
+    /// chosen by `y`; any other `y` sets [`Status::Exponent`] (a run-time error: general
+    /// powers are not on the device yet).
+    pub(super) fn powi_at_run_time(&mut self, x: Word, y: Word) -> Result<Word, Declined> {
+        let t = self.t_bool;
+        let mut r = self.f32c(0.0);
+        let mut matched = self.constant(DType::Bool, 0);
+        for n in -4..=4 {
+            let p = self.powi(x, n)?;
+            let c = self.f32c(n as f32);
+            let is = self.b.f_ord_equal(t, None, y, c).map_err(failed)?;
+            r = self.b.select(self.t_f32, None, is, p, r).map_err(failed)?;
+            matched = self.b.logical_or(t, None, matched, is).map_err(failed)?;
+        }
+        let other = self.b.logical_not(t, None, matched).map_err(failed)?;
+        self.flag(other, Status::Exponent)?;
+        Ok(r)
     }
 }
