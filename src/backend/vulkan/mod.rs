@@ -657,10 +657,11 @@ fn lens_bytes(len: usize, dtype: crate::ir::DType) -> usize {
     len.saturating_mul(dtype.size_bytes())
 }
 
-/// Whether this backend runs the prim or opaque op `kind` (on f32, integer and bool values,
-/// `matmul` and `conv` on f32; `gather` and `scatter_add` from tensors of static shape; other
-/// dtypes and shapes are refused): what `ladder ops` reports in its `vulkan` column, and what
-/// `tests/all/vulkan.rs` checks against the programs it runs.
+/// Whether this backend runs the prim or opaque op `kind` (on f32, f16, bf16, integer and
+/// bool values, and f64 where the device has it; `matmul` and `conv` in each; `gather` and
+/// `scatter_add` from tensors of static shape; other shapes are refused): what `ladder ops`
+/// reports in its `vulkan` column, and what `tests/all/vulkan.rs` checks against the programs
+/// it runs.
 pub fn runs_op(kind: OpKind) -> bool {
     use OpKind::*;
     matches!(
