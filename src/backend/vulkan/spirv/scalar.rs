@@ -386,61 +386,42 @@ impl Cx<'_> {
                 _ => Err(unsupported(format!("{} on {dt}", op.name()))),
             };
         }
-        if dt == DType::F64 {
-            return self.unary64(op, x);
-        }
-        if dt != DType::F32 {
+        if dt != DType::F32 && dt != DType::F64 {
             return Err(unsupported(format!("{} on {dt}", op.name())));
         }
-        let one = self.f32c(1.0);
+        let one = self.scalar(dt, Scalar::Float(1.0));
+        let f32_only = |cx: &mut Self, f: fn(&mut Self, Word) -> Word| {
+            if dt == DType::F32 {
+                Ok(f(cx, x))
+            } else {
+                Err(unsupported(format!("{} on f64 (no f64 approximation on the device)", op.name())))
+            }
+        };
         match op {
             OpKind::Neg => self.b.f_negate(ty, None, x).map_err(failed),
             OpKind::Abs => self.glsl(ty, GLOp::FAbs, &[x]),
-            OpKind::Exp => Ok(math::exp(self, x)),
-            OpKind::Exp2 => Ok(math::exp2(self, x)),
+            // f64: `math64`'s approximations.
+            OpKind::Exp => Ok(self.exp_of(x, dt)),
+            OpKind::Log if dt == DType::F64 => Ok(self.ln64(x)),
             OpKind::Log => Ok(math::log(self, x)),
-            OpKind::Log1p => Ok(math::log1p(self, x)),
-            OpKind::Expm1 => Ok(math::expm1(self, x)),
-            OpKind::Erf => Ok(math::erf(self, x)),
+            OpKind::Exp2 => f32_only(self, math::exp2),
+            OpKind::Log1p => f32_only(self, math::log1p),
+            OpKind::Expm1 => f32_only(self, math::expm1),
+            OpKind::Erf => f32_only(self, math::erf),
+            OpKind::Sin => f32_only(self, math::sin),
+            OpKind::Cos => f32_only(self, math::cos),
+            OpKind::Tanh => f32_only(self, math::tanh),
             OpKind::Sqrt => self.glsl(ty, GLOp::Sqrt, &[x]),
             OpKind::Rsqrt => {
                 let s = self.glsl(ty, GLOp::Sqrt, &[x])?;
                 self.b.f_div(ty, None, one, s).map_err(failed)
             }
             OpKind::Reciprocal => self.b.f_div(ty, None, one, x).map_err(failed),
-            OpKind::Sin => Ok(math::sin(self, x)),
-            OpKind::Cos => Ok(math::cos(self, x)),
-            OpKind::Tanh => Ok(math::tanh(self, x)),
             OpKind::Floor => self.glsl(ty, GLOp::Floor, &[x]),
             OpKind::Ceil => self.glsl(ty, GLOp::Ceil, &[x]),
             OpKind::Round => self.glsl(ty, GLOp::RoundEven, &[x]),
             OpKind::Sign => self.float_sign(x, dt),
             _ => Err(unsupported(format!("{} on the device", op.name()))),
-        }
-    }
-
-    /// The unary prims on f64: those the device computes exactly (or, `sqrt`, as its own),
-    /// `exp` and `log` by `math64`'s approximations; the other transcendentals are declined.
-    fn unary64(&mut self, op: OpKind, x: Word) -> Result<Word, Declined> {
-        use spirv::GLOp;
-        let (dt, ty) = (DType::F64, self.t_f64);
-        let one = self.scalar(dt, Scalar::Float(1.0));
-        match op {
-            OpKind::Neg => self.b.f_negate(ty, None, x).map_err(failed),
-            OpKind::Abs => self.glsl(ty, GLOp::FAbs, &[x]),
-            OpKind::Sqrt => self.glsl(ty, GLOp::Sqrt, &[x]),
-            OpKind::Rsqrt => {
-                let s = self.glsl(ty, GLOp::Sqrt, &[x])?;
-                self.b.f_div(ty, None, one, s).map_err(failed)
-            }
-            OpKind::Reciprocal => self.b.f_div(ty, None, one, x).map_err(failed),
-            OpKind::Floor => self.glsl(ty, GLOp::Floor, &[x]),
-            OpKind::Ceil => self.glsl(ty, GLOp::Ceil, &[x]),
-            OpKind::Round => self.glsl(ty, GLOp::RoundEven, &[x]),
-            OpKind::Sign => self.float_sign(x, dt),
-            OpKind::Exp => Ok(self.exp_of(x, dt)),
-            OpKind::Log => Ok(self.ln64(x)),
-            _ => Err(unsupported(format!("{} on f64 (no f64 approximation on the device)", op.name()))),
         }
     }
 
