@@ -10,6 +10,7 @@
 use ladder::backend::vulkan::{self, spirv};
 use ladder::frontend::onnx::conformance::compare;
 use ladder::gen::{random_graph, seeded_bytes, GenConfig, Source};
+use ladder::kernel::BufferKind;
 use ladder::ops::Rung;
 use ladder::{compile, CompileError, CompileOptions, Graph, Tensor};
 
@@ -88,11 +89,19 @@ pub(crate) fn validate_shaders(program: &ladder::kernel::Program, what: &str) ->
     let mut shaders = 0;
     for step in 0..program.steps.len() {
         let kernels = vulkan::step_kernels(program, step).unwrap_or_else(|e| panic!("{what}: step {step}: {e}"));
-        // Each kernel as lowered normally and with its constants pooled (`bindings.rs`).
-        for (k, pool) in kernels.iter().flat_map(|k| [(k, false), (k, true)]) {
+        // Each kernel as lowered normally, with its constants pooled, and with them pooled and
+        // every other buffer in the run's arena (`bindings.rs`).
+        let everything: Vec<bool> =
+            program.buffers.iter().map(|(_, b)| !matches!(b.kind, BufferKind::Const(_))).collect();
+        let places = [
+            ("", spirv::Placement::default()),
+            ("_pooled", spirv::Placement { pool: true, arena: Vec::new() }),
+            ("_arena", spirv::Placement { pool: true, arena: everything }),
+        ];
+        for (k, (suffix, place)) in kernels.iter().flat_map(|k| places.iter().map(move |p| (k, p))) {
             let shader =
-                spirv::lower(k, program, true, pool).unwrap_or_else(|e| panic!("{what}: kernel {}: {e:?}", k.name));
-            let path = dir.join(format!("{}{}.spv", k.name, if pool { "_pooled" } else { "" }));
+                spirv::lower(k, program, true, place).unwrap_or_else(|e| panic!("{what}: kernel {}: {e:?}", k.name));
+            let path = dir.join(format!("{}{suffix}.spv", k.name));
             let bytes: Vec<u8> = shader.words.iter().flat_map(|w| w.to_le_bytes()).collect();
             std::fs::write(&path, bytes).unwrap();
             let out = std::process::Command::new("spirv-val")
@@ -262,34 +271,31 @@ fn programs_with_library_steps_are_refused_with_the_step() {
     }
 }
 
-/// A kernel reading more buffers than a shader may bind on the device (lavapipe: 32,
-/// counting the size table and status word) is refused when the plan is built, saying so;
-/// on a device that binds them all, it runs.
+/// A kernel reading more inputs than a shader may bind on the device (lavapipe: 32, counting
+/// the size table and status word) runs with them in the run's arena: the host copies each
+/// input to its offset there, and the kernel reads the offsets from its size table.
 #[test]
-fn kernels_binding_too_many_buffers_are_refused() {
-    if !device("kernels_binding_too_many_buffers_are_refused") {
+fn kernels_reading_too_many_inputs_read_them_from_the_arena() {
+    if !device("kernels_reading_too_many_inputs_read_them_from_the_arena") {
         return;
     }
     let n = 40;
-    let params: Vec<String> = (0..n).map(|k| format!("%x{k}: f32[4]")).collect();
+    let params: Vec<String> = (0..n).map(|k| format!("%x{k}: f32[m]")).collect();
     let mut body = String::from("  %s0 = add(%x0, %x1)\n");
     for k in 2..n {
         body += &format!("  %s{} = add(%s{}, %x{k})\n", k - 1, k - 2);
     }
     let g = parse(&format!("graph g({}) {{\n{body}  return %s{}\n}}", params.join(", "), n - 2));
-    match compile(&g, &CompileOptions::vulkan()) {
-        Err(CompileError::Unsupported { reason, .. }) => {
-            assert!(reason.contains("buffers, and a shader on this device binds at most"), "{reason}");
-            clean("refused");
-        }
-        Ok(plan) => {
-            let inputs: Vec<Tensor> = (0..n).map(|k| f32s(&[4], vec![k as f32; 4])).collect();
-            let want = compile(&g, &CompileOptions::reference()).unwrap().run(&inputs).unwrap().outputs;
-            agree(&plan.run(&inputs).unwrap().outputs, &want, "many buffers");
-            clean("many buffers");
-        }
-        Err(e) => panic!("{e}"),
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap_or_else(|e| panic!("{e}"));
+    let lavapipe = vulkan::VulkanDevice::process().unwrap().name().contains("llvmpipe");
+    assert!(!lavapipe || plan.explanation().contains("share the run's arena"), "{}", plan.explanation());
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    for m in [4usize, 33, 1] {
+        let inputs: Vec<Tensor> = (0..n).map(|k| f32s(&[m], (0..m).map(|i| (k * 100 + i) as f32).collect())).collect();
+        let want = reference.run(&inputs).unwrap().outputs;
+        agree(&plan.run(&inputs).unwrap().outputs, &want, &format!("many inputs, m = {m}"));
     }
+    clean("many inputs");
 }
 
 /// A kernel reading more constants than a shader may bind (36 of them here, of four dtypes,
@@ -338,6 +344,83 @@ fn kernels_reading_many_constants_pool_them() {
     let want = compile(&g, &CompileOptions::reference()).unwrap().run(&inputs).unwrap().outputs;
     agree(&plan.run(&inputs).unwrap().outputs, &want, "many constants");
     clean("many constants");
+}
+
+/// A fused kernel writing more outputs than a shader may bind, pooling its constants is not
+/// enough: its buffers move to the run's arena (one device buffer, offsets in the size
+/// tables), where the input upload, the output readback and the other kernels reading them
+/// find them too; at two sizes of one plan, against the reference.
+#[test]
+fn kernels_binding_too_many_buffers_use_the_arena() {
+    if !device("kernels_binding_too_many_buffers_use_the_arena") {
+        return;
+    }
+    let mut body = String::from("  %a0 = add(%x, %y)\n");
+    let mut outs = vec!["%a0".to_string()];
+    for k in 1..40 {
+        let op = ["mul", "add", "sub", "max"][k % 4];
+        body += &format!("  %a{k} = {op}(%a{}, %x)\n", k - 1);
+        outs.push(format!("%a{k}"));
+    }
+    body += "  %c = gt(%a7, %y)\n  %i = convert_element_type(%a3) {dtype=i64}\n";
+    body += "  %h = convert_element_type(%a9) {dtype=f16}\n  %s = sum(%a39) {axes=[0]}\n";
+    body += "  %m = reduce_max(%a20) {axes=[0]}\n";
+    outs.extend(["%c", "%i", "%h", "%s", "%m"].map(String::from));
+    let src = format!("graph g(%x: f32[n], %y: f32[n]) {{\n{body}  return {}\n}}\n", outs.join(", "));
+    let g = parse(&src);
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(plan.explanation().contains("share the run's arena"), "{}", plan.explanation());
+    assert!(validate_shaders(plan.program().unwrap(), "arena") > 0 || !required());
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    for n in [7usize, 1, 300, 0, 7] {
+        let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 1.5).collect();
+        let mut y: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+        if n > 2 {
+            y[1] = f32::NAN;
+            y[2] = f32::NEG_INFINITY;
+        }
+        let inputs = [f32s(&[n], x), f32s(&[n], y)];
+        let want = reference.run(&inputs).unwrap().outputs;
+        agree(&plan.run(&inputs).unwrap().outputs, &want, &format!("arena, n = {n}"));
+    }
+    clean("arena");
+}
+
+/// The memory plan: temporaries whose lifetimes do not meet share memory (buffers bound
+/// into one block at offsets from `kernel::memory`), and a chain of matmuls, softmaxes and
+/// sums, each step reading the last, still matches the reference, at sizes that change and
+/// repeat (replays of recorded commands over the shared memory).
+#[test]
+fn temporaries_share_memory_by_lifetime() {
+    if !device("temporaries_share_memory_by_lifetime") {
+        return;
+    }
+    let g = parse(
+        "graph g(%x: f32[n, k], %w: f32[k, k]) {
+  %a = matmul(%x, %w)
+  %b = softmax(%a) {axis=-1}
+  %c = matmul(%b, %w)
+  %d = softmax(%c) {axis=0}
+  %e = matmul(%d, %w)
+  %f = log_softmax(%e) {axis=-1}
+  %g = matmul(%f, %w)
+  %h = sum(%g) {axes=[1]}
+  return %g, %h
+}",
+    );
+    let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    for (n, k) in [(5usize, 8usize), (64, 33), (5, 8), (1, 1)] {
+        let x: Vec<f32> = (0..n * k).map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0).collect();
+        let w: Vec<f32> = (0..k * k).map(|i| ((i * 104_729) % 89) as f32 / 44.0 - 1.0).collect();
+        let inputs = [f32s(&[n, k], x), f32s(&[k, k], w)];
+        let report = plan.memory_report(&inputs).unwrap();
+        assert!(report.temporaries >= 6, "{report:?}");
+        assert!(report.arena_bytes < report.naive_bytes, "{report:?}");
+        let want = reference.run(&inputs).unwrap().outputs;
+        agree(&plan.run(&inputs).unwrap().outputs, &want, &format!("memory plan, {n}x{k}"));
+    }
+    clean("memory plan");
 }
 
 /// A buffer a kernel binds that is larger than the device binds at once

@@ -393,11 +393,59 @@ pub(super) fn missing(
     out
 }
 
-/// A storage buffer in host-visible, coherent memory, mapped while it lives.
+/// Host-visible, coherent device memory, mapped while it lives: one buffer's own, or a run's
+/// block that several buffers are bound into at their offsets (`Buffer::in_one_block`).
+struct Memory {
+    ctx: Arc<Context>,
+    memory: vk::DeviceMemory,
+    ptr: *mut u8,
+}
+
+// SAFETY: as `Buffer`'s: the mapping is accessed through the buffers, which the run states
+// sequence; the handles are identifiers.
+unsafe impl Send for Memory {}
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    /// `bytes` of memory of a host-visible coherent type among `bits`, mapped.
+    fn new(ctx: &Arc<Context>, bytes: u64, bits: u32) -> Result<Memory, VulkanError> {
+        let d = &ctx.device;
+        let kind = ctx
+            .host_memory_type(bits)
+            .ok_or_else(|| VulkanError::NoDevice("no host-visible coherent memory for a storage buffer".into()))?;
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(bytes).memory_type_index(kind);
+        // SAFETY: a valid allocate info; freed below on failure or in `Drop`.
+        let memory = unsafe { d.allocate_memory(&alloc, None) }.map_err(call("vkAllocateMemory"))?;
+        // SAFETY: memory just allocated, host-visible, not mapped yet.
+        match unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
+            Ok(p) => Ok(Memory { ctx: Arc::clone(ctx), memory, ptr: p.cast::<u8>() }),
+            Err(e) => {
+                // SAFETY: nothing is bound to it.
+                unsafe { d.free_memory(memory, None) };
+                Err(call("vkMapMemory")(e))
+            }
+        }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        // SAFETY: every buffer bound to it holds an `Arc` of it and is destroyed first; the
+        // run states wait for their last submission before dropping buffers.
+        unsafe {
+            self.ctx.device.unmap_memory(self.memory);
+            self.ctx.device.free_memory(self.memory, None);
+        }
+    }
+}
+
+/// A storage buffer in host-visible, coherent memory (its own, or a share of a run's block),
+/// mapped while it lives.
 pub struct Buffer {
     ctx: Arc<Context>,
     pub(super) buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
+    /// Kept alive as long as the buffer is bound to it.
+    _memory: Arc<Memory>,
     ptr: *mut u8,
     /// Its size in bytes (at least 4).
     pub(super) size: u64,
@@ -408,11 +456,16 @@ pub struct Buffer {
 unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
-impl Buffer {
-    /// A buffer of `bytes` (rounded up to 4, at least 4).
-    pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Buffer, VulkanError> {
+/// Unbound buffers, destroyed on drop unless taken.
+struct Unbound<'a> {
+    ctx: &'a Context,
+    buffers: Vec<(vk::Buffer, u64)>,
+}
+
+impl Unbound<'_> {
+    /// One more buffer of `bytes` (rounded up to 4, at least 4), and its memory requirements.
+    fn push(&mut self, bytes: usize) -> Result<vk::MemoryRequirements, VulkanError> {
         let size = (bytes.max(4).next_multiple_of(4)) as u64;
-        let d = &ctx.device;
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(
@@ -421,30 +474,69 @@ impl Buffer {
                     | vk::BufferUsageFlags::TRANSFER_DST,
             )
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid create info; the buffer is destroyed in `Drop` or below on failure.
-        let buffer = unsafe { d.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;
-        let needs = unsafe { d.get_buffer_memory_requirements(buffer) };
-        let destroy = |e| {
-            unsafe { d.destroy_buffer(buffer, None) };
-            e
-        };
-        let kind = ctx.host_memory_type(needs.memory_type_bits).ok_or_else(|| {
-            destroy(VulkanError::NoDevice("no host-visible coherent memory for a storage buffer".into()))
-        })?;
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(needs.size).memory_type_index(kind);
-        let memory = unsafe { d.allocate_memory(&alloc, None) }.map_err(|e| destroy(call("vkAllocateMemory")(e)))?;
-        let mapped = unsafe {
-            d.bind_buffer_memory(buffer, memory, 0)
-                .and_then(|()| d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()))
-        };
-        let ptr = match mapped {
-            Ok(p) => p.cast::<u8>(),
-            Err(e) => {
-                unsafe { d.free_memory(memory, None) };
-                return Err(destroy(call("vkMapMemory")(e)));
-            }
-        };
-        Ok(Buffer { ctx: Arc::clone(ctx), buffer, memory, ptr, size })
+        // SAFETY: valid create info; destroyed in `Drop` unless bound and taken.
+        let buffer = unsafe { self.ctx.device.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;
+        self.buffers.push((buffer, size));
+        // SAFETY: a buffer of this device.
+        Ok(unsafe { self.ctx.device.get_buffer_memory_requirements(buffer) })
+    }
+
+    /// Binds buffer `i` to `memory` at `offset`, as a [`Buffer`] (which then owns it).
+    fn bind(&mut self, ctx: &Arc<Context>, i: usize, memory: &Arc<Memory>, offset: u64) -> Result<Buffer, VulkanError> {
+        let (buffer, size) = self.buffers[i];
+        // SAFETY: an unbound buffer; `offset` meets its alignment and leaves room for it
+        // (the caller's plan).
+        unsafe { ctx.device.bind_buffer_memory(buffer, memory.memory, offset) }.map_err(call("vkBindBufferMemory"))?;
+        self.buffers[i].0 = vk::Buffer::null();
+        // SAFETY: the mapping covers the whole allocation, `offset + size` within it.
+        let ptr = unsafe { memory.ptr.add(offset as usize) };
+        Ok(Buffer { ctx: Arc::clone(ctx), buffer, _memory: Arc::clone(memory), ptr, size })
+    }
+}
+
+impl Drop for Unbound<'_> {
+    fn drop(&mut self) {
+        for &(b, _) in &self.buffers {
+            // SAFETY: never bound or handed out (taken ones are null, which is allowed).
+            unsafe { self.ctx.device.destroy_buffer(b, None) };
+        }
+    }
+}
+
+impl Buffer {
+    /// A buffer of `bytes` (rounded up to 4, at least 4) with memory of its own.
+    pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Buffer, VulkanError> {
+        let mut unbound = Unbound { ctx, buffers: Vec::new() };
+        let needs = unbound.push(bytes)?;
+        let memory = Arc::new(Memory::new(ctx, needs.size, needs.memory_type_bits)?);
+        unbound.bind(ctx, 0, &memory, 0)
+    }
+
+    /// Buffers of `bytes` each, bound into one allocation where `plan` puts them: given each
+    /// buffer's size in memory and the alignment every offset needs, it returns each one's
+    /// offset and the block's size (a memory plan: buffers whose contents are never needed
+    /// at the same time may overlap), or `None` where the sizes overflow.
+    pub fn in_one_block(
+        ctx: &Arc<Context>,
+        bytes: &[usize],
+        plan: impl FnOnce(&[u64], u64) -> Option<(Vec<u64>, u64)>,
+    ) -> Result<Vec<Buffer>, VulkanError> {
+        if bytes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut unbound = Unbound { ctx, buffers: Vec::with_capacity(bytes.len()) };
+        let (mut sizes, mut align, mut bits) = (Vec::with_capacity(bytes.len()), 1u64, u32::MAX);
+        for &n in bytes {
+            let needs = unbound.push(n)?;
+            sizes.push(needs.size);
+            align = align.max(needs.alignment.max(1));
+            bits &= needs.memory_type_bits;
+        }
+        let (offsets, total) = plan(&sizes, align)
+            .filter(|(o, _)| o.len() == bytes.len())
+            .ok_or_else(|| VulkanError::NoDevice("a run's memory plan overflows".into()))?;
+        let memory = Arc::new(Memory::new(ctx, total.max(4), bits)?);
+        (0..bytes.len()).map(|i| unbound.bind(ctx, i, &memory, offsets[i])).collect()
     }
 
     /// The mapped bytes.
@@ -469,11 +561,8 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: the run states wait for their last submission before dropping buffers.
-        unsafe {
-            self.ctx.device.unmap_memory(self.memory);
-            self.ctx.device.destroy_buffer(self.buffer, None);
-            self.ctx.device.free_memory(self.memory, None);
-        }
+        // SAFETY: the run states wait for their last submission before dropping buffers; the
+        // memory is freed when its last buffer is gone.
+        unsafe { self.ctx.device.destroy_buffer(self.buffer, None) };
     }
 }

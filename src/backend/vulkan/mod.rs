@@ -11,18 +11,25 @@
 //! step's bias-and-ReLU post-op), or a `dim_values` step (sizes as data, which the host
 //! writes). A program with another step (a custom op, a gather from a tensor of symbolic
 //! shape, a padded convolution of an input of symbolic size, ...), or a kernel the lowering
-//! declines (a dtype or op it lacks, more buffers than a shader may bind), is refused when
-//! the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
+//! declines (a dtype or op it lacks), is refused when the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
 //! never run partly on the host. Plans for this backend are lowered without op recovery, so
 //! softmax, the norms, pooling and LSTMs arrive as kernels and prims.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
-//! ([`crate::backend::RunState::device`]) keeps, per set of sizes, a buffer for every input,
-//! temporary and output (no memory sharing between temporaries yet), each kernel's size table
-//! and status word, the descriptor sets, and one command buffer recorded with every dispatch
-//! and a barrier between steps; a run with the same sizes copies the inputs in, replays the
-//! command buffer, waits for its fence, checks the status words and copies the outputs out.
-//! A new size recompiles nothing: sizes are in the tables.
+//! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
+//! kernel's size table and status word, the descriptor sets, and one command buffer recorded
+//! with every dispatch and a barrier between steps; a run with the same sizes copies the
+//! inputs in, replays the command buffer, waits for its fence, checks the status words and
+//! copies the outputs out. A new size recompiles nothing: sizes are in the tables.
+//!
+//! Memory: the temporaries are placed by the CPU backend's memory plan (`kernel::memory`:
+//! lifetimes by step, first fit, largest first), each a buffer of its own bound into one
+//! allocation at its offset, so temporaries never live at the same time share bytes (every
+//! dispatch is followed by a barrier, which orders a later write after an earlier read).
+//! Inputs, outputs and `dim_values` results (written once per set of sizes) have memory of
+//! their own. A kernel binding more buffers than a shader may (lavapipe: 32) reads its
+//! constants from pools and, where that is not enough, its other buffers from the run's
+//! arena: one buffer, each member at an offset the size tables hold (`spirv/bindings.rs`).
 //!
 //! `floors.rs` measures the device's copy bandwidth and f32 FMA rate, the floors `ladder
 //! bench --backend vulkan` reports each workload against.
@@ -73,7 +80,7 @@ impl Backend for VulkanBackend {
             Some(d) => Arc::clone(&d.ctx),
             None => context().map_err(|e| BackendError::Unsupported(e.to_string()))?,
         };
-        let mut kernels = Vec::with_capacity(program.steps.len());
+        let mut written = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
             // Values computed from the run's sizes alone: written by the host.
@@ -84,11 +91,14 @@ impl Backend for VulkanBackend {
                 }
             }
             // Library steps are written as generated kernels (`library.rs`).
-            let written = library::step_kernels(step, program, i)
+            let ks = library::step_kernels(step, program, i)
                 .map_err(|why| BackendError::Unsupported(format!("step {i} is a {} call: {why}", step_kind(step))))?;
-            for k in &written {
-                kernels.push(KernelStep::new(&ctx, program, i, k, consts)?);
-            }
+            written.extend(ks.into_iter().map(|k| (i, k)));
+        }
+        let (shaders, arena) = place(&ctx, program, &written)?;
+        let mut kernels = Vec::with_capacity(shaders.len());
+        for ((step, _), shader) in written.iter().zip(shaders) {
+            kernels.push(KernelStep::new(&ctx, *step, shader, consts)?);
         }
         // Constants, copied once.
         let mut const_bufs: Vec<Option<Buffer>> = (0..program.buffers.len()).map(|_| None).collect();
@@ -103,8 +113,31 @@ impl Backend for VulkanBackend {
             const_bufs[b] = Some(buf);
         }
         device::validation_result(&ctx).map_err(BackendError::Malformed)?;
+        // The memory plan: temporaries not live at the same time share memory. Not the arena's
+        // members, nor the results of `dim_values` steps (written once, when a run's memory
+        // is made, and read by every replay).
+        let mut lifetimes = crate::kernel::memory::lifetimes(program);
+        // Lifetimes are the steps': each kernel a library step is written as must fall in the
+        // lifetimes of the buffers it touches (extended where one would not).
+        for (step, k) in &written {
+            k.for_each_buffer(&mut |b| {
+                if let Some(l) = &mut lifetimes[b.index()] {
+                    (l.first, l.last) = (l.first.min(*step), l.last.max(*step));
+                }
+            });
+        }
+        for (b, life) in lifetimes.iter_mut().enumerate() {
+            if arena[b] || sizes_only.iter().any(|(_, l)| l.out.index() == b) {
+                *life = None;
+            }
+        }
+        let in_arena = arena.iter().filter(|&&a| a).count();
+        let arena_note = match in_arena {
+            0 => String::new(),
+            n => format!("; {n} buffers share the run's arena, read by kernels binding too many"),
+        };
         let explanation = format!(
-            "vulkan: {} kernels as compute shaders on {} ({} bytes of constants on the device)\n",
+            "vulkan: {} kernels as compute shaders on {} ({} bytes of constants on the device{arena_note})\n",
             kernels.len(),
             ctx.name,
             resident
@@ -112,9 +145,10 @@ impl Backend for VulkanBackend {
         Ok(Box::new(VulkanExecutable {
             ctx,
             kernels,
+            arena,
             sizes_only,
             consts: const_bufs,
-            lifetimes: vec![None; program.buffers.len()],
+            lifetimes,
             explanation,
             resident,
             builds: AtomicUsize::new(0),
@@ -229,35 +263,66 @@ struct KernelStep {
     pools: Vec<Buffer>,
 }
 
-impl KernelStep {
-    /// Kernel `k` of step `step`, lowered and made a pipeline; where it reads more buffers
-    /// than a shader may bind, with the constants packed into pools (`consts`: the program's).
-    fn new(
-        ctx: &Arc<Context>,
-        program: &Program,
-        step: usize,
-        k: &crate::kernel::Kernel,
-        consts: &[Option<Arc<Tensor>>],
-    ) -> Result<KernelStep, BackendError> {
-        let lower = |pool| {
-            spirv::lower(k, program, ctx.float64, pool)
-                .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))
-        };
-        let mut shader = lower(false)?;
-        // Its buffers, the size table and the status word, each a storage buffer binding.
-        let l = &ctx.limits;
-        let most = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
-        let most = most.min(l.max_per_stage_resources) as usize;
-        if shader.bindings.len() + 2 > most {
-            shader = lower(true)?;
-        }
-        if shader.bindings.len() + 2 > most {
+/// The shaders of `written` (each kernel with its step), and which buffers live in the run's
+/// arena (`spirv/bindings.rs`). A kernel binding more buffers than the device allows is
+/// lowered again with its constants pooled; if that is still too many, every non-constant
+/// buffer it touches moves to the arena, for every kernel (a buffer is where each kernel
+/// touching it looks for it), and the kernels are lowered again.
+fn place(
+    ctx: &Context,
+    program: &Program,
+    written: &[(usize, crate::kernel::Kernel)],
+) -> Result<(Vec<Shader>, Vec<bool>), BackendError> {
+    // Its buffers, the size table and the status word, each a storage buffer binding.
+    let l = &ctx.limits;
+    let most = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
+    let most = most.min(l.max_per_stage_resources) as usize;
+    let mut place = spirv::Placement { pool: false, arena: vec![false; program.buffers.len()] };
+    'again: loop {
+        let mut shaders = Vec::with_capacity(written.len());
+        for (step, k) in written {
+            let mut lower = |pool| {
+                place.pool = pool;
+                spirv::lower(k, program, ctx.float64, &place)
+                    .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))
+            };
+            let mut shader = lower(false)?;
+            if shader.bindings.len() + 2 > most {
+                shader = lower(true)?;
+            }
+            if shader.bindings.len() + 2 <= most {
+                shaders.push(shader);
+                continue;
+            }
+            let mut moved = false;
+            k.for_each_buffer(&mut |b| {
+                if !matches!(program.buffers[b].kind, BufferKind::Const(_)) && !place.arena[b.index()] {
+                    place.arena[b.index()] = true;
+                    moved = true;
+                }
+            });
+            if moved {
+                continue 'again;
+            }
             return Err(BackendError::Unsupported(format!(
-                "step {step}, kernel {}: it reads and writes {} buffers, and a shader on this device binds at most {most} (its size table and status word included)",
+                "step {step}, kernel {}: it reads and writes {} buffers, and a shader on this device binds at most {most} (its size table and status word included), even with its constants pooled and its other buffers in the arena",
                 k.name,
                 shader.buffers.len()
             )));
         }
+        return Ok((shaders, place.arena));
+    }
+}
+
+impl KernelStep {
+    /// A pipeline for `shader` (of step `step`), its pools of constants filled (`consts`: the
+    /// program's).
+    fn new(
+        ctx: &Arc<Context>,
+        step: usize,
+        shader: Shader,
+        consts: &[Option<Arc<Tensor>>],
+    ) -> Result<KernelStep, BackendError> {
         let pipe = Pipe::new(ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let mut pools = Vec::with_capacity(shader.pools.len());
         for pool in &shader.pools {
@@ -280,6 +345,8 @@ impl KernelStep {
 pub struct VulkanExecutable {
     ctx: Arc<Context>,
     kernels: Vec<KernelStep>,
+    /// By buffer: whether it lives in each run's arena (`spirv/bindings.rs`).
+    arena: Vec<bool>,
     /// `dim_values` steps (with their step numbers): the host writes their results, which
     /// depend only on the run's sizes, when it makes a run's buffers.
     sizes_only: Vec<(usize, LibraryCall)>,
@@ -296,7 +363,11 @@ struct DeviceRun {
     /// The symbols' values they were made for (every buffer length and size table follows
     /// from them).
     symbols: Vec<Option<u64>>,
+    /// Each buffer's own device buffer (not for constants or arena members).
     bufs: Vec<Option<Buffer>>,
+    /// The arena, and each member's byte offset there.
+    arena: Option<Buffer>,
+    arena_at: Vec<Option<u64>>,
     tables: Vec<Buffer>,
     status: Vec<Buffer>,
     pool: vk::DescriptorPool,
@@ -320,6 +391,16 @@ impl Drop for DeviceRun {
     }
 }
 
+impl DeviceRun {
+    /// Where buffer `b` (not a constant) is: its device buffer and byte offset there.
+    fn memory(&self, b: BufferId) -> Option<(&Buffer, usize)> {
+        match (self.arena_at.get(b.index()), &self.arena) {
+            (Some(Some(at)), Some(arena)) => Some((arena, *at as usize)),
+            _ => self.bufs.get(b.index())?.as_ref().map(|buf| (buf, 0)),
+        }
+    }
+}
+
 fn invalid(e: impl std::fmt::Display) -> RunError {
     RunError::Step { step: 0, error: ExecError::Invalid(format!("vulkan: {e}")) }
 }
@@ -337,41 +418,84 @@ impl VulkanExecutable {
         let lens = &sizes.lens[..];
         let ctx = &self.ctx;
         let d = &ctx.device;
-        // A buffer for every input, temporary and output.
-        let mut need = 0u64;
+        // Memory for every input, temporary and output: the planned temporaries (those with a
+        // lifetime) in one block, where they may overlap; the others a buffer each.
         let mut bufs: Vec<Option<Buffer>> = (0..p.buffers.len()).map(|_| None).collect();
         let bytes_of = |b: usize| lens[b].saturating_mul(p.buffers[BufferId::new(b)].dtype.size_bytes());
-        for b in 0..bufs.len() {
-            if self.consts[b].is_none() {
-                need = need.saturating_add(bytes_of(b) as u64);
-            }
+        let planned: Vec<usize> = (0..bufs.len()).filter(|&b| self.lifetimes[b].is_some()).collect();
+        let (mut offsets, mut order, mut placed) = (Vec::new(), Vec::new(), Vec::new());
+        let all_sizes: Vec<usize> = (0..bufs.len()).map(bytes_of).collect();
+        let block = crate::kernel::memory::assign(&self.lifetimes, &all_sizes, &mut offsets, &mut order, &mut placed);
+        let mut need = block.map_or(u64::MAX, |n| n as u64);
+        for b in (0..bufs.len()).filter(|&b| self.consts[b].is_none() && self.lifetimes[b].is_none()) {
+            need = need.saturating_add(bytes_of(b) as u64);
         }
         if need > max_run_bytes {
             return Err(RunError::TooLarge { need, limit: max_run_bytes });
         }
         let max_range = u64::from(ctx.limits.max_storage_buffer_range);
+        // A buffer a kernel binds must fit one binding: a limit of the device (lavapipe's is
+        // 128 MiB), not a wrong program, so the run is refused as unsupported there.
+        let too_large = |b: usize, what: String| {
+            let bound = self.kernels.iter().find(|k| k.shader.buffers.contains(&BufferId::new(b)));
+            bound.map(|k| RunError::Step {
+                step: k.step,
+                error: ExecError::Unsupported {
+                    backend: "Vulkan",
+                    kernel: k.shader.prepared.name.clone(),
+                    what: format!("{what} (more than the device binds at once, {max_range})"),
+                },
+            })
+        };
+        // The arena's members one after another, each at a multiple of 8 bytes.
+        let mut arena_at = vec![None; bufs.len()];
+        let mut arena_bytes = 0u64;
+        for b in (0..bufs.len()).filter(|&b| self.arena[b] && self.consts[b].is_none()) {
+            let at = arena_bytes.next_multiple_of(8);
+            arena_at[b] = Some(at);
+            arena_bytes = at.saturating_add(bytes_of(b) as u64);
+            if arena_bytes > max_range {
+                let what = format!("the arena of {arena_bytes} bytes and more, {} in it", BufferId::new(b));
+                return Err(too_large(b, what).unwrap_or_else(|| invalid("the arena is too large")));
+            }
+        }
+        let arena = match arena_at.iter().any(Option::is_some) {
+            true => Some(Buffer::new(ctx, arena_bytes as usize).map_err(invalid)?),
+            false => None,
+        };
         for (b, slot) in bufs.iter_mut().enumerate() {
-            if self.consts[b].is_some() {
+            if self.consts[b].is_some() || arena_at[b].is_some() {
                 continue;
             }
-            // A buffer a kernel binds must fit one binding: a limit of the device (lavapipe's
-            // is 128 MiB), not a wrong program, so the run is refused as unsupported there.
-            let bound = self.kernels.iter().find(|k| k.shader.buffers.contains(&BufferId::new(b)));
-            if let Some(k) = bound.filter(|_| bytes_of(b) as u64 > max_range) {
-                return Err(RunError::Step {
-                    step: k.step,
-                    error: ExecError::Unsupported {
-                        backend: "Vulkan",
-                        kernel: k.shader.prepared.name.clone(),
-                        what: format!(
-                            "binding {} of {} bytes (more than the device binds at once, {max_range})",
-                            BufferId::new(b),
-                            bytes_of(b)
-                        ),
-                    },
-                });
+            if bytes_of(b) as u64 > max_range {
+                if let Some(e) = too_large(b, format!("binding {} of {} bytes", BufferId::new(b), bytes_of(b))) {
+                    return Err(e);
+                }
             }
-            *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
+            if self.lifetimes[b].is_none() {
+                *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
+            }
+        }
+        let sizes_planned: Vec<usize> = planned.iter().map(|&b| bytes_of(b)).collect();
+        let shared = Buffer::in_one_block(ctx, &sizes_planned, |in_memory, align| {
+            let mut sizes = vec![0usize; bufs.len()];
+            for (&b, &n) in planned.iter().zip(in_memory) {
+                sizes[b] = usize::try_from(n).ok()?;
+            }
+            let align = usize::try_from(align).ok()?;
+            let total = crate::kernel::memory::assign_aligned(
+                &self.lifetimes,
+                &sizes,
+                align,
+                &mut offsets,
+                &mut order,
+                &mut placed,
+            )?;
+            Some((planned.iter().map(|&b| offsets[b] as u64).collect(), total as u64))
+        })
+        .map_err(invalid)?;
+        for (&b, buf) in planned.iter().zip(shared) {
+            bufs[b] = Some(buf);
         }
         for (step, l) in &self.sizes_only {
             let at = |error| RunError::Step { step: *step, error };
@@ -381,15 +505,24 @@ impl VulkanExecutable {
             let t = eval_library_with(l.op, &l.attrs, &[], p.buffers[l.out].dtype, &shape, symbols)
                 .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
             let src = t.bytes();
-            let dst = bufs[l.out.index()].as_ref().ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
+            let (dst, at) = match arena_at[l.out.index()] {
+                Some(at) => (arena.as_ref(), at as usize),
+                None => (bufs[l.out.index()].as_ref(), 0),
+            };
+            let dst = dst.ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
             // SAFETY: a new buffer no submission uses yet.
-            unsafe { dst.bytes_mut()[..src.len()].copy_from_slice(src) };
+            unsafe { dst.bytes_mut()[at..at + src.len()].copy_from_slice(src) };
         }
         let mut table_bufs = Vec::with_capacity(self.kernels.len());
         let mut status = Vec::with_capacity(self.kernels.len());
         for (k, table) in self.kernels.iter().zip(tables) {
             let mut values = table.clone();
             values.extend(k.shader.buffers.iter().map(|b| lens[b.index()] as i64));
+            // Arena members' first elements (in storage elements of their dtype).
+            values.extend(k.shader.buffers.iter().map(|b| {
+                let stride = u64::from(spirv::storage_stride(p.buffers[*b].dtype));
+                arena_at[b.index()].map_or(0, |at| (at / stride) as i64)
+            }));
             let buf = Buffer::new(ctx, values.len() * 8).map_err(invalid)?;
             // SAFETY: a new buffer.
             let dst = unsafe { buf.bytes_mut() };
@@ -407,6 +540,8 @@ impl VulkanExecutable {
             ctx: Arc::clone(ctx),
             symbols: sizes.symbols.clone(),
             bufs,
+            arena,
+            arena_at,
             tables: table_bufs,
             status,
             pool: vk::DescriptorPool::null(),
@@ -463,6 +598,7 @@ impl VulkanExecutable {
                             spirv::Binding::Pool(i) => {
                                 k.pools.get(*i).ok_or_else(|| invalid(format!("no pool {i}")))?
                             }
+                            spirv::Binding::Arena => run.arena.as_ref().ok_or_else(|| invalid("no arena"))?,
                         };
                         Ok(vk::DescriptorBufferInfo::default().buffer(buf.buffer).offset(0).range(vk::WHOLE_SIZE))
                     })
@@ -586,10 +722,10 @@ impl VulkanExecutable {
     fn submit(&self, p: &Program, inputs: &[TensorView], run: &mut RunState, dr: &DeviceRun) -> Result<(), RunError> {
         let d = &self.ctx.device;
         for (b, buf) in p.buffers.iter() {
-            if let (BufferKind::Input(n), Some(dst)) = (&buf.kind, &dr.bufs[b.index()]) {
+            if let (BufferKind::Input(n), Some((dst, at))) = (&buf.kind, dr.memory(b)) {
                 let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
                 // SAFETY: nothing is submitted: the previous run waited for its fence.
-                unsafe { dst.bytes_mut()[..src.len()].copy_from_slice(src) };
+                unsafe { dst.bytes_mut()[at..at + src.len()].copy_from_slice(src) };
             }
         }
         for s in &dr.status {
@@ -636,15 +772,14 @@ impl VulkanExecutable {
             let shape = run.sizes.shape(p, *b).map_err(|error| RunError::Step { step: p.steps.len(), error })?;
             let dtype = p.buffers[*b].dtype;
             let bytes = lens_bytes(run.sizes.lens[b.index()], dtype);
-            let t = match (&p.buffers[*b].kind, &dr.bufs[b.index()], &self.consts[b.index()]) {
-                (BufferKind::Input(n), _, _) => {
+            let memory = dr.memory(*b).or(self.consts[b.index()].as_ref().map(|c| (c, 0)));
+            let t = match (&p.buffers[*b].kind, memory) {
+                (BufferKind::Input(n), _) => {
                     let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
                     tensor_from_bytes(dtype, shape, src)
                 }
                 // SAFETY: the submission finished.
-                (_, Some(buf), _) | (_, None, Some(buf)) => {
-                    tensor_from_bytes(dtype, shape, &unsafe { buf.bytes() }[..bytes])
-                }
+                (_, Some((buf, at))) => tensor_from_bytes(dtype, shape, &unsafe { buf.bytes() }[at..at + bytes]),
                 _ => Err(ExecError::Invalid(format!("output {b} has no memory"))),
             };
             run.outs[k] = t.map_err(|error| RunError::Step { step: p.steps.len(), error })?;

@@ -6,7 +6,7 @@
 
 use rspirv::spirv::{self, Word};
 
-use super::{failed, packed_bits, Cx};
+use super::{failed, packed_bits, Base, Cx};
 use crate::backend::Declined;
 use crate::ir::DType;
 use crate::kernel::BufferId;
@@ -97,16 +97,21 @@ impl Cx<'_> {
     }
 
     fn element_ptr(&mut self, buf: BufferId, at: Word) -> Result<(Word, DType), Declined> {
-        let (var, elem_ptr, dtype, base) = {
+        let (var, elem_ptr, dtype, base, base_word) = {
             let b = self.bound(buf)?;
-            (b.var, b.elem_ptr, b.dtype, b.base)
+            (b.var, b.elem_ptr, b.dtype, b.base, b.base_word)
         };
-        // In a pool of constants: past the members before it.
-        let at = if base == 0 {
-            at
-        } else {
-            let base = self.constant(DType::I64, base);
-            self.b.i_add(self.t_i64, None, at, base).map_err(failed)?
+        // In a pool of constants: past the members before it; in the arena: where the size
+        // table says.
+        let base = match (base, base_word) {
+            (Base::Fixed(0), _) => None,
+            (Base::Fixed(k), _) => Some(self.constant(DType::I64, k)),
+            (Base::Table, Some(w)) => Some(w),
+            (Base::Table, None) => return Err(Declined::Defect(format!("{buf}'s arena offset is not loaded"))),
+        };
+        let at = match base {
+            None => at,
+            Some(base) => self.b.i_add(self.t_i64, None, at, base).map_err(failed)?,
         };
         let zero = self.u32c(0);
         Ok((self.b.access_chain(elem_ptr, None, var, [zero, at]).map_err(failed)?, dtype))

@@ -64,7 +64,8 @@ mod flow;
 mod memory;
 mod scalar;
 
-pub use bindings::{Binding, Pool};
+use bindings::Base;
+pub use bindings::{Binding, Placement, Pool};
 use finish::{declare_f64, define_opaque, hoist_variables, no_contraction, Opaque};
 
 /// Invocations per workgroup.
@@ -87,7 +88,8 @@ pub struct Shader {
     /// The SPIR-V module (version 1.3), entry point `main`.
     pub words: Vec<u32>,
     /// The program buffers the kernel reads and writes; the size table holds each one's
-    /// element count, in this order, after the kernel's sizes.
+    /// element count, in this order, after the kernel's sizes, and then each one's first
+    /// element in the run's arena (read for arena members only: [`Placement::arena`]).
     pub buffers: Vec<BufferId>,
     /// What is bound at bindings `0..bindings.len()`; the size table is at `bindings.len()`,
     /// the status word at `bindings.len() + 1`.
@@ -110,14 +112,14 @@ impl Shader {
 
 /// Lowers `kernel` of `program`, or says why it cannot.
 /// `float64`: whether the device computes in f64 (kernels in f64 are declined without it; with
-/// it, f32 `pow` with a general exponent is computed in f64 as the CPU's is). `pool`: pack the
-/// constants the kernel reads into one binding per storage type (`bindings.rs`).
-pub fn lower(kernel: &Kernel, program: &Program, float64: bool, pool: bool) -> Result<Shader, Declined> {
+/// it, f32 `pow` with a general exponent is computed in f64 as the CPU's is). `place`: which
+/// constants share pooled bindings and which buffers live in the run's arena (`bindings.rs`).
+pub fn lower(kernel: &Kernel, program: &Program, float64: bool, place: &Placement) -> Result<Shader, Declined> {
     if kernel.activation.is_some() {
         return Err(Declined::Unsupported("a library activation after the kernel".into()));
     }
     let prepared = PreparedKernel::new(kernel, program).map_err(Declined::Defect)?;
-    let mut cx = Cx::new(kernel, program, &prepared, float64, pool)?;
+    let mut cx = Cx::new(kernel, program, &prepared, float64, place)?;
     cx.emit()?;
     if let Some(e) = cx.err.take() {
         return Err(e);
@@ -148,6 +150,16 @@ fn packed_bits(dt: DType) -> Option<u32> {
     }
 }
 
+/// The bytes of one storage element of a `dt` buffer: a 32-bit word where several elements
+/// share one (and for u32), else the element itself; offsets in a binding count these.
+pub fn storage_stride(dt: DType) -> u32 {
+    if packed_bits(dt).is_some() || dt == DType::U32 {
+        4
+    } else {
+        dt.size_bytes() as u32
+    }
+}
+
 /// Whether `dt`'s registers are 64-bit (`i64`; otherwise `i32`, or f32 and bool).
 fn wide(dt: DType) -> bool {
     matches!(dt, DType::I64 | DType::U32 | DType::U64)
@@ -158,8 +170,10 @@ struct Bound {
     dtype: DType,
     var: Word,
     elem_ptr: Word,
-    /// Its first element in the binding (non-zero in a pool of constants).
-    base: u64,
+    /// Its first element in the binding (non-zero in a pool of constants; in the arena, read
+    /// from the size table into `base_word` at the start).
+    base: Base,
+    base_word: Option<Word>,
 }
 
 /// State of one accumulator while its stage runs.
@@ -238,7 +252,7 @@ impl<'a> Cx<'a> {
         program: &'a Program,
         prepared: &'a PreparedKernel,
         float64: bool,
-        pool: bool,
+        place: &Placement,
     ) -> Result<Cx<'a>, Declined> {
         let mut b = Builder::new();
         b.set_version(1, 3);
@@ -310,28 +324,22 @@ impl<'a> Cx<'a> {
         // Bools (bytes, 0 or 1) and 8- and 16-bit integers are packed into 32-bit words, u32 is
         // a word of its own (`load_elem`, `store_elem`): the storage element and its stride.
         let storage = |cx: &Cx, dtype: DType| {
-            if packed_bits(dtype).is_some() || dtype == DType::U32 {
-                (t_u32, 4)
-            } else {
-                (cx.ty(dtype), dtype.size_bytes() as u32)
-            }
+            let elem = if packed_bits(dtype).is_some() || dtype == DType::U32 { t_u32 } else { cx.ty(dtype) };
+            (elem, storage_stride(dtype))
         };
-        let (bindings, pools, at) = bindings::plan(&used, program, pool, |dt| storage(&cx, dt));
+        let bindings::Planned { bindings, pools, at } = bindings::plan(&used, program, place, |dt| storage(&cx, dt));
         let mut vars = Vec::with_capacity(bindings.len());
-        for (binding, b) in bindings.iter().enumerate() {
-            let dtype = match b {
-                Binding::Buffer(id) => program.buffers[*id].dtype,
-                Binding::Pool(k) => program.buffers[pools[*k].members[0].0].dtype,
-            };
+        for (binding, &(_, dtype)) in bindings.iter().enumerate() {
             let (elem, stride) = storage(&cx, dtype);
             vars.push(cx.storage_array(elem, stride, binding as u32));
         }
         for (&id, &(binding, base)) in used.iter().zip(&at) {
             let (var, elem_ptr) = vars[binding];
-            cx.buffers.push(Bound { id, dtype: program.buffers[id].dtype, var, elem_ptr, base });
+            let dtype = program.buffers[id].dtype;
+            cx.buffers.push(Bound { id, dtype, var, elem_ptr, base, base_word: None });
         }
         let n = bindings.len() as u32;
-        (cx.bindings, cx.pools) = (bindings, pools);
+        (cx.bindings, cx.pools) = (bindings.into_iter().map(|(b, _)| b).collect(), pools);
         (cx.dims_var, cx.dims_elem_ptr) = cx.storage_array(t_i64, 8, n);
         (cx.status_var, cx.status_elem_ptr) = cx.storage_array(t_u32, 4, n + 1);
         Ok(cx)
@@ -585,6 +593,16 @@ impl<'a> Cx<'a> {
                 self.b.load(self.t_i64, None, p, None, []).map_err(failed)?
             };
             self.dims.push(v);
+        }
+        // Arena members' first elements, after the buffers' lengths.
+        let n = self.buffers.len();
+        for i in 0..n {
+            if self.buffers[i].base == Base::Table {
+                let zero = self.u32c(0);
+                let at = self.u32c((self.prepared.dims.len() + n + i) as u32);
+                let p = self.b.access_chain(self.dims_elem_ptr, None, self.dims_var, [zero, at]).map_err(failed)?;
+                self.buffers[i].base_word = Some(self.b.load(self.t_i64, None, p, None, []).map_err(failed)?);
+            }
         }
 
         // The flat point index, and the number of points.
