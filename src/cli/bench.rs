@@ -229,8 +229,8 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         .map_err(Error::Stdout)?;
         writeln!(
             out,
-            "the device's copy rate: {:.2} GB/s (vkCmdCopyBuffer of {} MiB between host-visible coherent buffers, \
-             the memory plans use; bytes read + written; {}, median of {})",
+            "the device's copy rate: {:.2} GB/s (vkCmdCopyBuffer of {} MiB between buffers of the memory \
+             plans use; bytes read + written; {}, median of {})",
             f.copy_bytes_per_s / 1e9,
             f.copy_bytes >> 20,
             f.clock,

@@ -73,6 +73,9 @@ pub struct Context {
     /// Whether shaders may compute in f64: `shaderFloat64` enabled on the device, with NaN,
     /// infinities and signed zeros kept through f64 arithmetic.
     pub(super) float64: bool,
+    /// Whether it is a discrete GPU (its own memory, behind a bus): plans there keep their
+    /// buffers in device-local memory and copy inputs and outputs through staging buffers.
+    pub(super) discrete: bool,
 }
 
 // SAFETY: the handles are plain identifiers; Vulkan requires external synchronization only
@@ -315,6 +318,7 @@ impl Context {
             timestamp_bits,
             name,
             float64,
+            discrete: props.device_type == vk::PhysicalDeviceType::DISCRETE_GPU,
         }
     }
 
@@ -323,10 +327,27 @@ impl Context {
         self.owned
     }
 
-    fn host_memory_type(&self, bits: u32) -> Option<u32> {
-        let want = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-        (0..self.memory.memory_type_count)
-            .find(|&i| bits & (1 << i) != 0 && self.memory.memory_types[i as usize].property_flags.contains(want))
+    /// A memory type among `bits` for a buffer: host-visible and coherent where `host`, else
+    /// device-local (any type of `bits` where none is).
+    fn memory_type(&self, bits: u32, host: bool) -> Option<u32> {
+        let types = (0..self.memory.memory_type_count).filter(|&i| bits & (1 << i) != 0);
+        let flags = |i: u32| self.memory.memory_types[i as usize].property_flags;
+        if host {
+            let want = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+            return types.clone().find(|&i| flags(i).contains(want));
+        }
+        let local = vk::MemoryPropertyFlags::DEVICE_LOCAL;
+        types.clone().find(|&i| flags(i).contains(local)).or(types.clone().next())
+    }
+
+    /// Whether plans keep device-local memory and stage their inputs and outputs by default:
+    /// `LADDER_VULKAN_STAGING=1` or `0` where set, else on a discrete GPU.
+    pub(super) fn stages_by_default(&self) -> bool {
+        match std::env::var("LADDER_VULKAN_STAGING").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => self.discrete,
+        }
     }
 }
 
@@ -393,6 +414,96 @@ pub(super) fn missing(
     out
 }
 
+/// A copy between buffers on the device: `size` bytes from `src` at `src_offset` to `dst` at
+/// `dst_offset`.
+pub(super) struct Transfer<'a> {
+    pub src: &'a Buffer,
+    pub src_offset: u64,
+    pub dst: &'a Buffer,
+    pub dst_offset: u64,
+    pub size: u64,
+}
+
+/// Records `copies` into `cmd` (empty ones skipped).
+///
+/// # Safety
+/// `cmd` is recording; the buffers outlive its execution.
+pub(super) unsafe fn record_copies(ctx: &Context, cmd: vk::CommandBuffer, copies: &[Transfer]) {
+    for c in copies.iter().filter(|c| c.size > 0) {
+        let region = [vk::BufferCopy { src_offset: c.src_offset, dst_offset: c.dst_offset, size: c.size }];
+        // SAFETY: the caller's promise; the regions lie within both buffers (their makers').
+        unsafe { ctx.device.cmd_copy_buffer(cmd, c.src.buffer, c.dst.buffer, &region) };
+    }
+}
+
+/// A barrier in `cmd` making the writes of stage `from` (access `src`) visible to stage `to`
+/// (access `dst`).
+///
+/// # Safety
+/// `cmd` is recording.
+pub(super) unsafe fn record_barrier(
+    ctx: &Context,
+    cmd: vk::CommandBuffer,
+    (from, src): (vk::PipelineStageFlags, vk::AccessFlags),
+    (to, dst): (vk::PipelineStageFlags, vk::AccessFlags),
+) {
+    let barrier = [vk::MemoryBarrier::default().src_access_mask(src).dst_access_mask(dst)];
+    // SAFETY: the caller's promise.
+    unsafe { ctx.device.cmd_pipeline_barrier(cmd, from, to, vk::DependencyFlags::empty(), &barrier, &[], &[]) };
+}
+
+/// Runs `copies` on the device and waits for them, their results then visible to compute
+/// shaders of later submissions: constants uploaded through staging buffers.
+pub(super) fn copy_and_wait(ctx: &Context, copies: &[Transfer]) -> Result<(), VulkanError> {
+    if copies.iter().all(|c| c.size == 0) {
+        return Ok(());
+    }
+    let d = &ctx.device;
+    let info = vk::CommandPoolCreateInfo::default()
+        .queue_family_index(ctx.family)
+        .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+    // SAFETY: valid create infos; the pool and fence are destroyed below whatever happens, after
+    // the wait (or when nothing was submitted).
+    unsafe {
+        let pool = d.create_command_pool(&info, None).map_err(call("vkCreateCommandPool"))?;
+        let fence = match d.create_fence(&vk::FenceCreateInfo::default(), None) {
+            Ok(f) => f,
+            Err(e) => {
+                d.destroy_command_pool(pool, None);
+                return Err(call("vkCreateFence")(e));
+            }
+        };
+        let run = || -> Result<(), VulkanError> {
+            let alloc = vk::CommandBufferAllocateInfo::default()
+                .command_pool(pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1);
+            let cmd = d.allocate_command_buffers(&alloc).map_err(call("vkAllocateCommandBuffers"))?[0];
+            let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            d.begin_command_buffer(cmd, &begin).map_err(call("vkBeginCommandBuffer"))?;
+            record_copies(ctx, cmd, copies);
+            record_barrier(
+                ctx,
+                cmd,
+                (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_WRITE),
+                (vk::PipelineStageFlags::COMPUTE_SHADER, vk::AccessFlags::SHADER_READ),
+            );
+            d.end_command_buffer(cmd).map_err(call("vkEndCommandBuffer"))?;
+            let cmds = [cmd];
+            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+            {
+                let queue = ctx.queue.lock().unwrap_or_else(|e| e.into_inner());
+                d.queue_submit(*queue, &submit, fence).map_err(call("vkQueueSubmit"))?;
+            }
+            d.wait_for_fences(&[fence], true, u64::MAX).map_err(call("vkWaitForFences"))
+        };
+        let result = run();
+        d.destroy_fence(fence, None);
+        d.destroy_command_pool(pool, None);
+        result
+    }
+}
+
 /// Host-visible, coherent device memory, mapped while it lives: one buffer's own, or a run's
 /// block that several buffers are bound into at their offsets (`Buffer::in_one_block`).
 struct Memory {
@@ -407,15 +518,22 @@ unsafe impl Send for Memory {}
 unsafe impl Sync for Memory {}
 
 impl Memory {
-    /// `bytes` of memory of a host-visible coherent type among `bits`, mapped.
-    fn new(ctx: &Arc<Context>, bytes: u64, bits: u32) -> Result<Memory, VulkanError> {
+    /// `bytes` of memory of a type among `bits`: host-visible, coherent and mapped where
+    /// `host`, else device-local and not mapped.
+    fn new(ctx: &Arc<Context>, bytes: u64, bits: u32, host: bool) -> Result<Memory, VulkanError> {
         let d = &ctx.device;
-        let kind = ctx
-            .host_memory_type(bits)
-            .ok_or_else(|| VulkanError::NoDevice("no host-visible coherent memory for a storage buffer".into()))?;
+        let kind = ctx.memory_type(bits, host).ok_or_else(|| {
+            VulkanError::NoDevice(format!(
+                "no {} memory for a storage buffer",
+                ["device", "host-visible coherent"][usize::from(host)]
+            ))
+        })?;
         let alloc = vk::MemoryAllocateInfo::default().allocation_size(bytes).memory_type_index(kind);
         // SAFETY: a valid allocate info; freed below on failure or in `Drop`.
         let memory = unsafe { d.allocate_memory(&alloc, None) }.map_err(call("vkAllocateMemory"))?;
+        if !host {
+            return Ok(Memory { ctx: Arc::clone(ctx), memory, ptr: std::ptr::null_mut() });
+        }
         // SAFETY: memory just allocated, host-visible, not mapped yet.
         match unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
             Ok(p) => Ok(Memory { ctx: Arc::clone(ctx), memory, ptr: p.cast::<u8>() }),
@@ -433,7 +551,9 @@ impl Drop for Memory {
         // SAFETY: every buffer bound to it holds an `Arc` of it and is destroyed first; the
         // run states wait for their last submission before dropping buffers.
         unsafe {
-            self.ctx.device.unmap_memory(self.memory);
+            if !self.ptr.is_null() {
+                self.ctx.device.unmap_memory(self.memory);
+            }
             self.ctx.device.free_memory(self.memory, None);
         }
     }
@@ -488,8 +608,9 @@ impl Unbound<'_> {
         // (the caller's plan).
         unsafe { ctx.device.bind_buffer_memory(buffer, memory.memory, offset) }.map_err(call("vkBindBufferMemory"))?;
         self.buffers[i].0 = vk::Buffer::null();
-        // SAFETY: the mapping covers the whole allocation, `offset + size` within it.
-        let ptr = unsafe { memory.ptr.add(offset as usize) };
+        // SAFETY: the mapping covers the whole allocation, `offset + size` within it (null:
+        // device-local memory, not mapped).
+        let ptr = if memory.ptr.is_null() { memory.ptr } else { unsafe { memory.ptr.add(offset as usize) } };
         Ok(Buffer { ctx: Arc::clone(ctx), buffer, _memory: Arc::clone(memory), ptr, size })
     }
 }
@@ -504,11 +625,17 @@ impl Drop for Unbound<'_> {
 }
 
 impl Buffer {
-    /// A buffer of `bytes` (rounded up to 4, at least 4) with memory of its own.
+    /// A buffer of `bytes` (rounded up to 4, at least 4) with host-visible memory of its own.
     pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Buffer, VulkanError> {
+        Buffer::with_memory(ctx, bytes, true)
+    }
+
+    /// A buffer of `bytes` with memory of its own: host-visible and mapped where `host`, else
+    /// device-local (and its [`Buffer::bytes`] empty).
+    pub fn with_memory(ctx: &Arc<Context>, bytes: usize, host: bool) -> Result<Buffer, VulkanError> {
         let mut unbound = Unbound { ctx, buffers: Vec::new() };
         let needs = unbound.push(bytes)?;
-        let memory = Arc::new(Memory::new(ctx, needs.size, needs.memory_type_bits)?);
+        let memory = Arc::new(Memory::new(ctx, needs.size, needs.memory_type_bits, host)?);
         unbound.bind(ctx, 0, &memory, 0)
     }
 
@@ -518,6 +645,7 @@ impl Buffer {
     /// at the same time may overlap), or `None` where the sizes overflow.
     pub fn in_one_block(
         ctx: &Arc<Context>,
+        host: bool,
         bytes: &[usize],
         plan: impl FnOnce(&[u64], u64) -> Option<(Vec<u64>, u64)>,
     ) -> Result<Vec<Buffer>, VulkanError> {
@@ -535,15 +663,18 @@ impl Buffer {
         let (offsets, total) = plan(&sizes, align)
             .filter(|(o, _)| o.len() == bytes.len())
             .ok_or_else(|| VulkanError::NoDevice("a run's memory plan overflows".into()))?;
-        let memory = Arc::new(Memory::new(ctx, total.max(4), bits)?);
+        let memory = Arc::new(Memory::new(ctx, total.max(4), bits, host)?);
         (0..bytes.len()).map(|i| unbound.bind(ctx, i, &memory, offsets[i])).collect()
     }
 
-    /// The mapped bytes.
+    /// The mapped bytes (none for a device-local buffer).
     ///
     /// # Safety
     /// No submitted work may be writing the buffer.
     pub unsafe fn bytes(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &[];
+        }
         // SAFETY: the mapping covers `size` bytes and lives as long as `self`.
         unsafe { std::slice::from_raw_parts(self.ptr, self.size as usize) }
     }
@@ -554,6 +685,9 @@ impl Buffer {
     /// No submitted work may be reading or writing the buffer.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn bytes_mut(&self) -> &mut [u8] {
+        if self.ptr.is_null() {
+            return &mut [];
+        }
         // SAFETY: as `bytes`; the caller excludes every other access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.size as usize) }
     }

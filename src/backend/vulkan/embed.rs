@@ -70,6 +70,9 @@ impl std::fmt::Debug for ExternalDevice {
 #[derive(Clone)]
 pub struct VulkanDevice {
     pub(super) ctx: Arc<Context>,
+    /// Whether plans keep device-local memory and stage inputs and outputs (`None`: the
+    /// device's default, [`VulkanDevice::stages`]).
+    staging: Option<bool>,
 }
 
 impl VulkanDevice {
@@ -108,13 +111,13 @@ impl VulkanDevice {
                 Some(&ext.enabled_features),
             )
         };
-        Ok(VulkanDevice { ctx: Arc::new(ctx) })
+        Ok(VulkanDevice { ctx: Arc::new(ctx), staging: None })
     }
 
     /// Ladder's own device for this process (made on first use, as
     /// `CompileOptions::vulkan()` plans use it).
     pub fn process() -> Result<VulkanDevice, VulkanError> {
-        context().map(|ctx| VulkanDevice { ctx })
+        context().map(|ctx| VulkanDevice { ctx, staging: None })
     }
 
     /// The device's name, as its driver reports it.
@@ -127,6 +130,21 @@ impl VulkanDevice {
     /// `pow` with an exponent other than a small integer needs it.
     pub fn computes_f64(&self) -> bool {
         self.ctx.float64
+    }
+
+    /// The same device, its plans keeping their buffers in device-local memory and copying
+    /// inputs in and outputs out through host-visible staging buffers (`true`), or keeping
+    /// every buffer host-visible, read and written in place (`false`).
+    pub fn with_staging(mut self, on: bool) -> VulkanDevice {
+        self.staging = Some(on);
+        self
+    }
+
+    /// Whether plans compiled on it stage their inputs and outputs: as
+    /// [`VulkanDevice::with_staging`] set, else `LADDER_VULKAN_STAGING=1` or `0` where set, else
+    /// on a discrete GPU only (an integrated GPU or a CPU device shares the host's memory).
+    pub fn stages(&self) -> bool {
+        self.staging.unwrap_or_else(|| self.ctx.stages_by_default())
     }
 
     /// Whether an embedder made it ([`VulkanDevice::from_external`]).

@@ -3,8 +3,9 @@
 //! run on.
 //!
 //! - [`copy_rate`]: `vkCmdCopyBuffer` from one buffer to another of the same size, in the
-//!   memory plan buffers live in (host-visible and coherent: `device.rs`'s `Buffer`), the
-//!   rate counting the bytes read and the bytes written.
+//!   memory plan buffers live in (device-local where plans on the device stage their inputs
+//!   and outputs, [`VulkanDevice::stages`], else host-visible and coherent), the rate
+//!   counting the bytes read and the bytes written.
 //! - [`fma_rate`]: a compute shader (written here with rspirv) whose invocations each run 12
 //!   independent chains of `fma(c, a, b)` (GLSL.std.450 `Fma`, `a` and `b` loaded from the
 //!   buffer so nothing folds), over 262,144 invocations (4,096 workgroups of 64); the number
@@ -182,9 +183,11 @@ impl Timed {
 /// plans use; [`Rate::per_second`] counts the bytes read plus the bytes written.
 pub fn copy_rate(device: &VulkanDevice, bytes: usize, runs: usize) -> Result<Rate, VulkanError> {
     let ctx = &device.ctx;
-    let src = Buffer::new(ctx, bytes)?;
-    let dst = Buffer::new(ctx, bytes)?;
-    // SAFETY: new buffers no submission uses.
+    let host = !device.stages();
+    let src = Buffer::with_memory(ctx, bytes, host)?;
+    let dst = Buffer::with_memory(ctx, bytes, host)?;
+    // SAFETY: new buffers no submission uses (device-local ones have no mapped bytes: their
+    // contents do not change a copy's speed).
     unsafe { src.bytes_mut().fill(1) };
     let size = src.size;
     let timed = Timed::new(ctx, |d, cmd| {

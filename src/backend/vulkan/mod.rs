@@ -30,6 +30,13 @@
 //! their own. A kernel binding more buffers than a shader may (lavapipe: 32) reads its
 //! constants from pools and, where that is not enough, its other buffers from the run's
 //! arena: one buffer, each member at an offset the size tables hold (`spirv/bindings.rs`).
+//! On a discrete GPU ([`VulkanDevice::stages`]; `LADDER_VULKAN_STAGING=1` or
+//! [`VulkanDevice::with_staging`] elsewhere) all of that memory is device-local: constants
+//! and pools are uploaded once through staging buffers, and the recorded commands copy the
+//! inputs and `dim_values` results in from their host-visible staging copies before the
+//! first dispatch and the outputs out after the last. Elsewhere (integrated GPUs, lavapipe)
+//! every buffer is host-visible and read and written in place. `memory.rs` holds the
+//! placement and a run state's memory.
 //!
 //! `floors.rs` measures the device's copy bandwidth and f32 FMA rate, the floors `ladder
 //! bench --backend vulkan` reports each workload against.
@@ -40,6 +47,7 @@ mod embed;
 pub mod floors;
 mod library;
 mod library_nn;
+mod memory;
 pub mod spirv;
 
 use std::any::Any;
@@ -54,6 +62,7 @@ pub use ash;
 use device::{call, Buffer};
 pub use device::{context, take_validation_messages, Context, VulkanError};
 pub use embed::{ExternalDevice, VulkanDevice};
+use memory::{filled, place, DeviceRun};
 use spirv::{Shader, Status, LOCAL_SIZE};
 
 use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
@@ -76,10 +85,15 @@ impl Backend for VulkanBackend {
     }
 
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
-        let ctx = match &self.device {
-            Some(d) => Arc::clone(&d.ctx),
-            None => context().map_err(|e| BackendError::Unsupported(e.to_string()))?,
+        let (ctx, staging) = match &self.device {
+            Some(d) => (Arc::clone(&d.ctx), d.stages()),
+            None => {
+                let ctx = context().map_err(|e| BackendError::Unsupported(e.to_string()))?;
+                let staging = ctx.stages_by_default();
+                (ctx, staging)
+            }
         };
+        let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
         let mut written = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
@@ -97,8 +111,12 @@ impl Backend for VulkanBackend {
         }
         let (shaders, arena) = place(&ctx, program, &written)?;
         let mut kernels = Vec::with_capacity(shaders.len());
+        // With staging, the host-visible copies device-local constants are uploaded from.
+        let mut uploads: Vec<(Buffer, Option<usize>, usize)> = Vec::new();
         for ((step, _), shader) in written.iter().zip(shaders) {
-            kernels.push(KernelStep::new(&ctx, *step, shader, consts)?);
+            let (k, stagings) = KernelStep::new(&ctx, *step, shader, consts, staging)?;
+            uploads.extend(stagings.into_iter().enumerate().map(|(i, h)| (h, Some(kernels.len()), i)));
+            kernels.push(k);
         }
         // Constants, copied once.
         let mut const_bufs: Vec<Option<Buffer>> = (0..program.buffers.len()).map(|_| None).collect();
@@ -106,12 +124,25 @@ impl Backend for VulkanBackend {
         for (b, t) in consts.iter().enumerate() {
             let Some(t) = t else { continue };
             let bytes = t.bytes();
-            let buf = Buffer::new(&ctx, bytes.len()).map_err(|e| BackendError::Unsupported(e.to_string()))?;
-            // SAFETY: a new buffer no submission uses yet.
-            unsafe { buf.bytes_mut()[..bytes.len()].copy_from_slice(bytes) };
+            let (buf, host) =
+                filled(&ctx, bytes.len(), staging, |dst| dst[..bytes.len()].copy_from_slice(bytes)).map_err(failed)?;
+            uploads.extend(host.map(|h| (h, None, b)));
             resident += buf.size as usize;
             const_bufs[b] = Some(buf);
         }
+        let transfers: Vec<device::Transfer> = uploads
+            .iter()
+            .filter_map(|(src, kernel, i)| {
+                let dst = match kernel {
+                    Some(k) => kernels[*k].pools.get(*i)?,
+                    None => const_bufs[*i].as_ref()?,
+                };
+                Some(device::Transfer { src, src_offset: 0, dst, dst_offset: 0, size: src.size })
+            })
+            .collect();
+        device::copy_and_wait(&ctx, &transfers).map_err(failed)?;
+        drop(transfers);
+        drop(uploads);
         device::validation_result(&ctx).map_err(BackendError::Malformed)?;
         // The memory plan: temporaries not live at the same time share memory. Not the arena's
         // members, nor the results of `dim_values` steps (written once, when a run's memory
@@ -136,18 +167,30 @@ impl Backend for VulkanBackend {
             0 => String::new(),
             n => format!("; {n} buffers share the run's arena, read by kernels binding too many"),
         };
+        let memory = match staging {
+            true => "device-local memory, inputs and outputs staged",
+            false => "host-visible memory",
+        };
         let explanation = format!(
-            "vulkan: {} kernels as compute shaders on {} ({} bytes of constants on the device{arena_note})\n",
+            "vulkan: {} kernels as compute shaders on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
             kernels.len(),
             ctx.name,
             resident
         );
+        // Constants the program returns, read back from the host's copy.
+        let returned = consts
+            .iter()
+            .enumerate()
+            .map(|(b, t)| t.as_ref().filter(|_| program.outputs.iter().any(|(_, o)| o.index() == b)).cloned())
+            .collect();
         Ok(Box::new(VulkanExecutable {
             ctx,
             kernels,
             arena,
+            staging,
             sizes_only,
             consts: const_bufs,
+            returned,
             lifetimes,
             explanation,
             resident,
@@ -263,81 +306,39 @@ struct KernelStep {
     pools: Vec<Buffer>,
 }
 
-/// The shaders of `written` (each kernel with its step), and which buffers live in the run's
-/// arena (`spirv/bindings.rs`). A kernel binding more buffers than the device allows is
-/// lowered again with its constants pooled; if that is still too many, every non-constant
-/// buffer it touches moves to the arena, for every kernel (a buffer is where each kernel
-/// touching it looks for it), and the kernels are lowered again.
-fn place(
-    ctx: &Context,
-    program: &Program,
-    written: &[(usize, crate::kernel::Kernel)],
-) -> Result<(Vec<Shader>, Vec<bool>), BackendError> {
-    // Its buffers, the size table and the status word, each a storage buffer binding.
-    let l = &ctx.limits;
-    let most = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
-    let most = most.min(l.max_per_stage_resources) as usize;
-    let mut place = spirv::Placement { pool: false, arena: vec![false; program.buffers.len()] };
-    'again: loop {
-        let mut shaders = Vec::with_capacity(written.len());
-        for (step, k) in written {
-            let mut lower = |pool| {
-                place.pool = pool;
-                spirv::lower(k, program, ctx.float64, &place)
-                    .map_err(|why| BackendError::Unsupported(format!("step {step}, kernel {}: {why}", k.name)))
-            };
-            let mut shader = lower(false)?;
-            if shader.bindings.len() + 2 > most {
-                shader = lower(true)?;
-            }
-            if shader.bindings.len() + 2 <= most {
-                shaders.push(shader);
-                continue;
-            }
-            let mut moved = false;
-            k.for_each_buffer(&mut |b| {
-                if !matches!(program.buffers[b].kind, BufferKind::Const(_)) && !place.arena[b.index()] {
-                    place.arena[b.index()] = true;
-                    moved = true;
-                }
-            });
-            if moved {
-                continue 'again;
-            }
-            return Err(BackendError::Unsupported(format!(
-                "step {step}, kernel {}: it reads and writes {} buffers, and a shader on this device binds at most {most} (its size table and status word included), even with its constants pooled and its other buffers in the arena",
-                k.name,
-                shader.buffers.len()
-            )));
-        }
-        return Ok((shaders, place.arena));
-    }
-}
-
 impl KernelStep {
     /// A pipeline for `shader` (of step `step`), its pools of constants filled (`consts`: the
-    /// program's).
+    /// program's); with `staging`, the pools are device-local, returned with the host-visible
+    /// copies to upload them from.
     fn new(
         ctx: &Arc<Context>,
         step: usize,
         shader: Shader,
         consts: &[Option<Arc<Tensor>>],
-    ) -> Result<KernelStep, BackendError> {
-        let pipe = Pipe::new(ctx, &shader).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        staging: bool,
+    ) -> Result<(KernelStep, Vec<Buffer>), BackendError> {
+        let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
+        let pipe = Pipe::new(ctx, &shader).map_err(failed)?;
         let mut pools = Vec::with_capacity(shader.pools.len());
+        let mut hosts = Vec::new();
         for pool in &shader.pools {
-            let buf = Buffer::new(ctx, pool.bytes as usize).map_err(|e| BackendError::Unsupported(e.to_string()))?;
+            let mut members = Vec::with_capacity(pool.members.len());
             for &(b, offset) in &pool.members {
                 let t = consts.get(b.index()).and_then(|t| t.as_ref());
                 let t = t.ok_or_else(|| BackendError::Unsupported(format!("{b}, a constant, has no value")))?;
-                let bytes = t.bytes();
-                let at = offset as usize;
-                // SAFETY: a new buffer no submission uses yet; `plan` sized it for every member.
-                unsafe { buf.bytes_mut()[at..at + bytes.len()].copy_from_slice(bytes) };
+                members.push((t.bytes(), offset as usize));
             }
+            // `plan` sized the pool for every member.
+            let (buf, host) = filled(ctx, pool.bytes as usize, staging, |dst| {
+                for (bytes, at) in members {
+                    dst[at..at + bytes.len()].copy_from_slice(bytes);
+                }
+            })
+            .map_err(failed)?;
             pools.push(buf);
+            hosts.extend(host);
         }
-        Ok(KernelStep { step, shader, pipe, pools })
+        Ok((KernelStep { step, shader, pipe, pools }, hosts))
     }
 }
 
@@ -347,58 +348,18 @@ pub struct VulkanExecutable {
     kernels: Vec<KernelStep>,
     /// By buffer: whether it lives in each run's arena (`spirv/bindings.rs`).
     arena: Vec<bool>,
+    /// Whether its memory is device-local, inputs and outputs copied through staging buffers.
+    staging: bool,
     /// `dim_values` steps (with their step numbers): the host writes their results, which
     /// depend only on the run's sizes, when it makes a run's buffers.
     sizes_only: Vec<(usize, LibraryCall)>,
     consts: Vec<Option<Buffer>>,
+    /// The constants the program returns (by buffer), read back from the host's copy.
+    returned: Vec<Option<Arc<Tensor>>>,
     lifetimes: Vec<Option<Lifetime>>,
     explanation: String,
     resident: usize,
     builds: AtomicUsize,
-}
-
-/// A run state's device objects for one set of sizes.
-struct DeviceRun {
-    ctx: Arc<Context>,
-    /// The symbols' values they were made for (every buffer length and size table follows
-    /// from them).
-    symbols: Vec<Option<u64>>,
-    /// Each buffer's own device buffer (not for constants or arena members).
-    bufs: Vec<Option<Buffer>>,
-    /// The arena, and each member's byte offset there.
-    arena: Option<Buffer>,
-    arena_at: Vec<Option<u64>>,
-    tables: Vec<Buffer>,
-    status: Vec<Buffer>,
-    pool: vk::DescriptorPool,
-    commands: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    fence: vk::Fence,
-}
-
-// SAFETY: handles and buffers used by one run at a time (the run state is `&mut`).
-unsafe impl Send for DeviceRun {}
-
-impl Drop for DeviceRun {
-    fn drop(&mut self) {
-        let d = &self.ctx.device;
-        // SAFETY: every submission was waited for before `run` returned.
-        unsafe {
-            d.destroy_fence(self.fence, None);
-            d.destroy_command_pool(self.commands, None);
-            d.destroy_descriptor_pool(self.pool, None);
-        }
-    }
-}
-
-impl DeviceRun {
-    /// Where buffer `b` (not a constant) is: its device buffer and byte offset there.
-    fn memory(&self, b: BufferId) -> Option<(&Buffer, usize)> {
-        match (self.arena_at.get(b.index()), &self.arena) {
-            (Some(Some(at)), Some(arena)) => Some((arena, *at as usize)),
-            _ => self.bufs.get(b.index())?.as_ref().map(|buf| (buf, 0)),
-        }
-    }
 }
 
 fn invalid(e: impl std::fmt::Display) -> RunError {
@@ -428,6 +389,20 @@ impl VulkanExecutable {
         let block = crate::kernel::memory::assign(&self.lifetimes, &all_sizes, &mut offsets, &mut order, &mut placed);
         let mut need = block.map_or(u64::MAX, |n| n as u64);
         for b in (0..bufs.len()).filter(|&b| self.consts[b].is_none() && self.lifetimes[b].is_none()) {
+            need = need.saturating_add(bytes_of(b) as u64);
+        }
+        // With staging: device-local memory, and a host-visible copy of every input, output
+        // and `dim_values` result.
+        let host = !self.staging;
+        let staged = |b: usize| {
+            let buf = &p.buffers[BufferId::new(b)];
+            self.staging
+                && self.consts[b].is_none()
+                && (matches!(buf.kind, BufferKind::Input(_))
+                    || p.outputs.iter().any(|(_, o)| o.index() == b)
+                    || self.sizes_only.iter().any(|(_, l)| l.out.index() == b))
+        };
+        for b in (0..bufs.len()).filter(|&b| staged(b)) {
             need = need.saturating_add(bytes_of(b) as u64);
         }
         if need > max_run_bytes {
@@ -460,7 +435,7 @@ impl VulkanExecutable {
             }
         }
         let arena = match arena_at.iter().any(Option::is_some) {
-            true => Some(Buffer::new(ctx, arena_bytes as usize).map_err(invalid)?),
+            true => Some(Buffer::with_memory(ctx, arena_bytes as usize, host).map_err(invalid)?),
             false => None,
         };
         for (b, slot) in bufs.iter_mut().enumerate() {
@@ -473,11 +448,11 @@ impl VulkanExecutable {
                 }
             }
             if self.lifetimes[b].is_none() {
-                *slot = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
+                *slot = Some(Buffer::with_memory(ctx, bytes_of(b), host).map_err(invalid)?);
             }
         }
         let sizes_planned: Vec<usize> = planned.iter().map(|&b| bytes_of(b)).collect();
-        let shared = Buffer::in_one_block(ctx, &sizes_planned, |in_memory, align| {
+        let shared = Buffer::in_one_block(ctx, host, &sizes_planned, |in_memory, align| {
             let mut sizes = vec![0usize; bufs.len()];
             for (&b, &n) in planned.iter().zip(in_memory) {
                 sizes[b] = usize::try_from(n).ok()?;
@@ -497,6 +472,10 @@ impl VulkanExecutable {
         for (&b, buf) in planned.iter().zip(shared) {
             bufs[b] = Some(buf);
         }
+        let mut staging: Vec<Option<Buffer>> = (0..bufs.len()).map(|_| None).collect();
+        for b in (0..bufs.len()).filter(|&b| staged(b)) {
+            staging[b] = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
+        }
         for (step, l) in &self.sizes_only {
             let at = |error| RunError::Step { step: *step, error };
             let shape = sizes.shape(p, l.out).map_err(at)?;
@@ -505,9 +484,10 @@ impl VulkanExecutable {
             let t = eval_library_with(l.op, &l.attrs, &[], p.buffers[l.out].dtype, &shape, symbols)
                 .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
             let src = t.bytes();
-            let (dst, at) = match arena_at[l.out.index()] {
-                Some(at) => (arena.as_ref(), at as usize),
-                None => (bufs[l.out.index()].as_ref(), 0),
+            let (dst, at) = match (&staging[l.out.index()], arena_at[l.out.index()]) {
+                (Some(s), _) => (Some(s), 0),
+                (None, Some(at)) => (arena.as_ref(), at as usize),
+                (None, None) => (bufs[l.out.index()].as_ref(), 0),
             };
             let dst = dst.ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
             // SAFETY: a new buffer no submission uses yet.
@@ -542,6 +522,7 @@ impl VulkanExecutable {
             bufs,
             arena,
             arena_at,
+            staging,
             tables: table_bufs,
             status,
             pool: vk::DescriptorPool::null(),
@@ -575,6 +556,18 @@ impl VulkanExecutable {
                 d.create_fence(&vk::FenceCreateInfo::default(), None).map_err(|e| invalid(call("vkCreateFence")(e)))?;
             d.begin_command_buffer(run.cmd, &vk::CommandBufferBeginInfo::default())
                 .map_err(|e| invalid(call("vkBeginCommandBuffer")(e)))?;
+            let host_written = |b: BufferId| {
+                matches!(p.buffers[b].kind, BufferKind::Input(_)) || self.sizes_only.iter().any(|(_, l)| l.out == b)
+            };
+            if self.staging {
+                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, true, host_written));
+                device::record_barrier(
+                    ctx,
+                    run.cmd,
+                    (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_WRITE),
+                    (vk::PipelineStageFlags::COMPUTE_SHADER, vk::AccessFlags::SHADER_READ),
+                );
+            }
             let barrier = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE)
                 .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
@@ -646,18 +639,17 @@ impl VulkanExecutable {
                     &[],
                 );
             }
-            let to_host = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            d.cmd_pipeline_barrier(
-                run.cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &to_host,
-                &[],
-                &[],
-            );
+            let shader_writes = (vk::PipelineStageFlags::COMPUTE_SHADER, vk::AccessFlags::SHADER_WRITE);
+            let host_reads = (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ);
+            if self.staging {
+                let copies = (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_READ);
+                device::record_barrier(ctx, run.cmd, shader_writes, copies);
+                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, false, host_written));
+                let copied = (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_WRITE);
+                device::record_barrier(ctx, run.cmd, copied, host_reads);
+            } else {
+                device::record_barrier(ctx, run.cmd, shader_writes, host_reads);
+            }
             d.end_command_buffer(run.cmd).map_err(|e| invalid(call("vkEndCommandBuffer")(e)))?;
         }
         self.builds.fetch_add(1, Ordering::Relaxed);
@@ -722,10 +714,13 @@ impl VulkanExecutable {
     fn submit(&self, p: &Program, inputs: &[TensorView], run: &mut RunState, dr: &DeviceRun) -> Result<(), RunError> {
         let d = &self.ctx.device;
         for (b, buf) in p.buffers.iter() {
-            if let (BufferKind::Input(n), Some((dst, at))) = (&buf.kind, dr.memory(b)) {
+            if let (BufferKind::Input(n), Some((dst, at))) = (&buf.kind, dr.host(b)) {
                 let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
                 // SAFETY: nothing is submitted: the previous run waited for its fence.
-                unsafe { dst.bytes_mut()[at..at + src.len()].copy_from_slice(src) };
+                match unsafe { dst.bytes_mut() }.get_mut(at..at + src.len()) {
+                    Some(dst) => dst.copy_from_slice(src),
+                    None => return Err(invalid(format!("input {b} has no host-visible memory of its size"))),
+                }
             }
         }
         for s in &dr.status {
@@ -772,14 +767,17 @@ impl VulkanExecutable {
             let shape = run.sizes.shape(p, *b).map_err(|error| RunError::Step { step: p.steps.len(), error })?;
             let dtype = p.buffers[*b].dtype;
             let bytes = lens_bytes(run.sizes.lens[b.index()], dtype);
-            let memory = dr.memory(*b).or(self.consts[b.index()].as_ref().map(|c| (c, 0)));
-            let t = match (&p.buffers[*b].kind, memory) {
-                (BufferKind::Input(n), _) => {
+            let t = match (&p.buffers[*b].kind, dr.host(*b), &self.returned[b.index()]) {
+                (BufferKind::Input(n), ..) => {
                     let src = inputs.get(*n).map(|v| v.bytes()).unwrap_or_default();
                     tensor_from_bytes(dtype, shape, src)
                 }
+                (.., Some(c)) => tensor_from_bytes(dtype, shape, c.bytes()),
                 // SAFETY: the submission finished.
-                (_, Some((buf, at))) => tensor_from_bytes(dtype, shape, &unsafe { buf.bytes() }[at..at + bytes]),
+                (_, Some((buf, at)), None) => match unsafe { buf.bytes() }.get(at..at + bytes) {
+                    Some(src) => tensor_from_bytes(dtype, shape, src),
+                    None => Err(ExecError::Invalid(format!("output {b} is not in host-visible memory"))),
+                },
                 _ => Err(ExecError::Invalid(format!("output {b} has no memory"))),
             };
             run.outs[k] = t.map_err(|error| RunError::Step { step: p.steps.len(), error })?;
