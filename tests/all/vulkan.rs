@@ -505,8 +505,9 @@ fn a_buffer_larger_than_the_device_binds_is_unsupported() {
     clean("a buffer larger than the device binds");
 }
 
-/// Matmuls with transposes and broadcast batch dims, and the encoder example (matmuls with
-/// epilogue kernels, softmax, layer norms, gelu), against the reference across sizes.
+/// Matmuls with transposes and broadcast batch dims (sizes below, at and past whole 8 × 8
+/// blocks: the blocked kernel and both remainder kernels), and the encoder example (matmuls
+/// with epilogue kernels, softmax, layer norms, gelu), against the reference across sizes.
 #[test]
 fn matmuls_and_the_example_encoder_match_the_reference() {
     if !device("matmuls_and_the_example_encoder_match_the_reference") {
@@ -524,7 +525,7 @@ fn matmuls_and_the_example_encoder_match_the_reference() {
     let plan = compile(&g, &CompileOptions::vulkan()).unwrap();
     let reference = compile(&g, &CompileOptions::reference()).unwrap();
     let mut rng = ladder::models::Rng::new(4);
-    for (b, m, k, n) in [(2, 3, 5, 4), (1, 17, 64, 9), (3, 1, 1, 1), (2, 4, 0, 3)] {
+    for (b, m, k, n) in [(2, 3, 5, 4), (1, 17, 64, 9), (3, 1, 1, 1), (2, 4, 0, 3), (2, 24, 7, 16), (1, 9, 3, 33)] {
         let t = |rng: &mut ladder::models::Rng, s: &[usize]| {
             ladder::models::random_tensor(rng, ladder::DType::F32, s).unwrap()
         };

@@ -2,10 +2,13 @@
 //! is written as kernels of the kernel IR and lowered like any other (`spirv`).
 //! [`step_kernels`] is the one place that says how each step is written:
 //!
-//! - `matmul` (with its transposes and broadcast batch dims): one invocation per output
-//!   element, its dot product summed in order over `k` (a sum accumulator), then the step's
-//!   epilogue kernel as its own dispatch. Correct, not fast: a tiled shader with shared
-//!   memory is the next step. Every float and integer dtype ([`product_term`]).
+//! - `matmul` (with its transposes and broadcast batch dims): one invocation per block of
+//!   [`ROWS`] × [`COLS`] output elements, each dot product summed in order over `k` (a sum
+//!   accumulator each: every loaded element of `a` and `b` feeds several products), then
+//!   kernels of one invocation per element for the rows and columns past the last whole
+//!   block, then the step's epilogue kernel as its own dispatch. Register blocking only: a
+//!   tiled shader with shared memory is the next step. Every float and integer dtype
+//!   ([`product_term`]).
 //! - `conv`: `library_nn.rs`.
 //! - `cat`: a copy kernel per operand into its slab of the result.
 //! - `pad`: a kernel filling the result with the pad value (where any of it is padding),
@@ -40,8 +43,8 @@ pub fn step_kernels(step: &Step, p: &Program, i: usize) -> Result<Vec<Kernel>, S
     let (mut kernels, post) = match step {
         Step::Kernel(k) => return Ok(vec![k.clone()]),
         Step::Matmul(m) if m.activation.is_none() => {
-            let k = matmul_kernel(m, p, format!("matmul{i}"))?;
-            return Ok(std::iter::once(k).chain(m.epilogue.as_deref().cloned()).collect());
+            let ks = matmul_kernels(m, p, &format!("matmul{i}"))?;
+            return Ok(ks.into_iter().chain(m.epilogue.as_deref().cloned()).collect());
         }
         Step::Matmul(_) => return Err("a matmul with a fused activation".into()),
         Step::Conv(c) => return Ok(vec![super::library_nn::conv_kernel(c, p, format!("conv{i}"))?]),
@@ -183,14 +186,27 @@ fn const_strides(dims: &[u64]) -> Vec<i64> {
     (0..dims.len()).map(|d| product(&dims[d + 1..])).collect()
 }
 
-/// The index of operand `buf` (a matrix `[batch..., rows, cols]`, transposed when `t`) at
-/// output batch point `Outer(0..nb)`, matrix row `row` and column `col` (loop variables):
-/// batch dims aligned to the output's from the right, a dim of 1 against a larger one read
-/// with stride 0.
-fn operand_index(p: &Program, buf: BufferId, out_batch: &[Dim], t: bool, row: Var, col: Var) -> Result<Index, String> {
-    let dims = p.buffers[buf].shape.dims().to_vec();
+/// A matrix axis of a matmul operand or result as a loop variable addresses it: position
+/// `scale · var + offset`.
+#[derive(Clone)]
+struct Axis {
+    var: Var,
+    scale: Dim,
+    offset: Dim,
+}
+
+impl Axis {
+    fn of(var: Var) -> Axis {
+        Axis { var, scale: Dim::from(1u64), offset: Dim::from(0u64) }
+    }
+}
+
+/// The index of matrix `[batch..., rows, cols]` with `dims` (transposed when `t`) at output
+/// batch point `Outer(0..nb)` and matrix position (`row`, `col`): batch dims aligned to the
+/// output's from the right, a dim of 1 against a larger one read with stride 0.
+fn matrix_index(dims: &[Dim], out_batch: &[Dim], t: bool, row: &Axis, col: &Axis) -> Result<Index, String> {
     let rank = dims.len();
-    let st = strides(&dims)?;
+    let st = strides(dims)?;
     let nb = out_batch.len();
     let own_batch = rank - 2;
     let mut terms = Vec::new();
@@ -199,13 +215,15 @@ fn operand_index(p: &Program, buf: BufferId, out_batch: &[Dim], t: bool, row: Va
         if *d == out_batch[o] {
             terms.push((Var::Outer(o as u32), st[i].clone()));
         } else if d.as_const() != Some(1) {
-            return Err(format!("{buf}: batch dim {d} against {}", out_batch[o]));
+            return Err(format!("batch dim {d} against {}", out_batch[o]));
         }
     }
     let (r, c) = if t { (rank - 1, rank - 2) } else { (rank - 2, rank - 1) };
-    terms.push((row, st[r].clone()));
-    terms.push((col, st[c].clone()));
-    Ok(Index { offset: Dim::from(0u64), terms })
+    let e = |e: crate::ir::DimError| e.to_string();
+    let offset = row.offset.mul(&st[r]).map_err(e)?.add(&col.offset.mul(&st[c]).map_err(e)?).map_err(e)?;
+    terms.push((row.var, row.scale.mul(&st[r]).map_err(e)?));
+    terms.push((col.var, col.scale.mul(&st[c]).map_err(e)?));
+    Ok(Index { offset, terms })
 }
 
 /// The term `x · y` a dot product of `dt` operands adds: f32 and f64 products rounded to
@@ -235,8 +253,17 @@ pub(super) fn finish_sum(body: &mut Body, sum: Reg, dt: DType) -> Reg {
     body.bin(OpKind::Add, sum, zero, dt)
 }
 
-/// `m` as a kernel: outer loops over the output's dims, one inner loop over `k`.
-pub fn matmul_kernel(m: &MatmulCall, p: &Program, name: String) -> Result<Kernel, String> {
+/// Output rows and columns one invocation of a blocked matmul kernel computes (on lavapipe,
+/// `ladder bench --backend vulkan --workload W0`: 1×1 1.3 GFLOP/s, 4×4 5.1, 8×8 10.0,
+/// 16×16 16.5; 8×8 keeps 64 sums per invocation, what a GPU's registers hold).
+pub const ROWS: u64 = 8;
+pub const COLS: u64 = 8;
+
+/// The kernels of matmul `m`: the blocked kernel over the whole blocks of [`ROWS`] ×
+/// [`COLS`] results, then per-element kernels for the rows past the last whole block (every
+/// column) and for the columns past it (the blocked rows). A kernel with no points is not
+/// dispatched.
+pub fn matmul_kernels(m: &MatmulCall, p: &Program, name: &str) -> Result<Vec<Kernel>, String> {
     let dtype = p.buffers[m.out].dtype;
     if p.buffers[m.a].dtype != dtype || p.buffers[m.b].dtype != dtype {
         return Err("a matmul of mixed dtypes".into());
@@ -247,21 +274,101 @@ pub fn matmul_kernel(m: &MatmulCall, p: &Program, name: String) -> Result<Kernel
         return Err("a matmul of vectors".into());
     }
     let nb = out.len() - 2;
-    let a_dims = p.buffers[m.a].shape.dims();
+    let e = |e: crate::ir::DimError| e.to_string();
+    let (rows, cols) = (Dim::from(ROWS), Dim::from(COLS));
+    let whole_rows = out[nb].floor_div(&rows).map_err(e)?;
+    let whole_cols = out[nb + 1].floor_div(&cols).map_err(e)?;
+    let (blocked_rows, blocked_cols) = (whole_rows.mul(&rows).map_err(e)?, whole_cols.mul(&cols).map_err(e)?);
+    let (i, j) = (Var::Outer(nb as u32), Var::Outer(nb as u32 + 1));
+    let zero = Dim::from(0u64);
+    let blocked = |v: Var, scale: &Dim| Axis { var: v, scale: scale.clone(), offset: zero.clone() };
+    let from = |v: Var, offset: &Dim| Axis { var: v, scale: Dim::from(1u64), offset: offset.clone() };
+    let mut kernels = vec![matmul_block(
+        m,
+        p,
+        name.to_string(),
+        (&whole_rows, &whole_cols),
+        [blocked(i, &rows), blocked(j, &cols)],
+        (ROWS, COLS),
+    )?];
+    // The rows past the whole blocks, every column.
+    let rest_rows = out[nb].rem(&rows).map_err(e)?;
+    kernels.push(matmul_block(
+        m,
+        p,
+        format!("{name}_rows"),
+        (&rest_rows, &out[nb + 1]),
+        [from(i, &blocked_rows), Axis::of(j)],
+        (1, 1),
+    )?);
+    // The columns past the whole blocks, in the blocked rows.
+    let rest_cols = out[nb + 1].rem(&cols).map_err(e)?;
+    kernels.push(matmul_block(
+        m,
+        p,
+        format!("{name}_cols"),
+        (&blocked_rows, &rest_cols),
+        [Axis::of(i), from(j, &blocked_cols)],
+        (1, 1),
+    )?);
+    Ok(kernels)
+}
+
+/// A kernel of matmul `m` over the output batch dims and `extent` (rows, columns of its
+/// outer loops), its invocation at (`Outer(nb)`, `Outer(nb + 1)`) computing the `block`
+/// results at rows `at[0] + r` and columns `at[1] + c` (`r`, `c` below the block's sides).
+fn matmul_block(
+    m: &MatmulCall,
+    p: &Program,
+    name: String,
+    extent: (&Dim, &Dim),
+    at: [Axis; 2],
+    block: (u64, u64),
+) -> Result<Kernel, String> {
+    let dtype = p.buffers[m.out].dtype;
+    let out = p.buffers[m.out].shape.dims().to_vec();
+    let nb = out.len() - 2;
+    let (a_dims, b_dims) = (p.buffers[m.a].shape.dims(), p.buffers[m.b].shape.dims());
+    let ra = a_dims.len();
     let k = if m.transpose_a { a_dims[ra - 2].clone() } else { a_dims[ra - 1].clone() };
-    let (i, j, kk) = (Var::Outer(nb as u32), Var::Outer(nb as u32 + 1), Var::Inner(0));
-    let a = operand_index(p, m.a, &out[..nb], m.transpose_a, i, kk)?;
-    let b = operand_index(p, m.b, &out[..nb], m.transpose_b, kk, j)?;
+    let e = |e: crate::ir::DimError| e.to_string();
+    let shifted = |axis: &Axis, by: u64| -> Result<Axis, String> {
+        let offset = axis.offset.add(&Dim::from(by)).map_err(e)?;
+        Ok(Axis { offset, ..axis.clone() })
+    };
+    let kk = Axis::of(Var::Inner(0));
     let mut body = Body::default();
-    let (x, y) = (body.load(m.a, a), body.load(m.b, b));
-    let product = product_term(&mut body, x, y, dtype)?;
-    body.instrs.push(Instr::Accumulate { acc: 0, x: product, index: None });
-    let sum = body.reg();
-    let dot = body.stage(vec![k], vec![Accumulator { op: ReduceOp::Sum, dtype, result: sum }]);
-    let sum = finish_sum(&mut body, sum, dtype);
-    body.store(m.out, outer_index(Dim::from(0u64), &strides(&out)?), sum);
+    let mut xs = Vec::with_capacity(block.0 as usize);
+    for r in 0..block.0 {
+        let index = matrix_index(a_dims, &out[..nb], m.transpose_a, &shifted(&at[0], r)?, &kk);
+        xs.push(body.load(m.a, index.map_err(|why| format!("{}: {why}", m.a))?));
+    }
+    let mut ys = Vec::with_capacity(block.1 as usize);
+    for c in 0..block.1 {
+        let index = matrix_index(b_dims, &out[..nb], m.transpose_b, &kk, &shifted(&at[1], c)?);
+        ys.push(body.load(m.b, index.map_err(|why| format!("{}: {why}", m.b))?));
+    }
+    let mut accumulators = Vec::with_capacity(xs.len() * ys.len());
+    for &x in &xs {
+        for &y in &ys {
+            let product = product_term(&mut body, x, y, dtype)?;
+            body.instrs.push(Instr::Accumulate { acc: accumulators.len() as u32, x: product, index: None });
+            let result = body.reg();
+            accumulators.push(Accumulator { op: ReduceOp::Sum, dtype, result });
+        }
+    }
+    let dot = body.stage(vec![k], accumulators.clone());
+    let out_identity: Vec<Dim> = out[..nb].to_vec();
+    for (n, acc) in accumulators.iter().enumerate() {
+        let (r, c) = (n as u64 / block.1, n as u64 % block.1);
+        let sum = finish_sum(&mut body, acc.result, dtype);
+        let index = matrix_index(&out, &out_identity, false, &shifted(&at[0], r)?, &shifted(&at[1], c)?)?;
+        body.store(m.out, index, sum);
+    }
     let write = body.stage(vec![], vec![]);
-    Ok(body.kernel(name, out, vec![dot, write]))
+    let mut outer = out[..nb].to_vec();
+    outer.extend([extent.0.clone(), extent.1.clone()]);
+    Ok(body.kernel(name, outer, vec![dot, write]))
 }
 
 /// `cat` as one copy kernel per operand: each writes its operand into its slab of the result
