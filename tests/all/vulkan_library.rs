@@ -147,6 +147,22 @@ fn convolutions_match_the_reference() {
             attrs: "stride=[2, 2], padding=[0, 1, 1, 0], dilation=[2, 1], groups=6",
             runs: &[&[2]],
         },
+        // Past a block of 8 output channels per group (the blocked kernel and the remainder
+        // kernel), padded and not, symbolic sizes too.
+        ConvCase {
+            x: "f32[n, 4, 6, 5]",
+            w: "f32[20, 2, 3, 3]",
+            bias: "f32[20, 1, 1]",
+            attrs: "stride=[1, 2], padding=[1, 1, 2, 0], dilation=[1, 1], groups=2",
+            runs: &[&[2], &[1]],
+        },
+        ConvCase {
+            x: "f32[n, 3, h, w]",
+            w: "f32[16, 3, 3, 3]",
+            bias: "f32[16, 1, 1]",
+            attrs: "stride=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1",
+            runs: &[&[2, 5, 7], &[1, 3, 3], &[0, 4, 4]],
+        },
         ConvCase {
             x: "f32[n, 2, 3, 4, 5]",
             w: "f32[4, 1, 2, 2, 3]",

@@ -9,7 +9,7 @@
 //!   block, then the step's epilogue kernel as its own dispatch. Register blocking only: a
 //!   tiled shader with shared memory is the next step. Every float and integer dtype
 //!   ([`product_term`]).
-//! - `conv`: `library_nn.rs`.
+//! - `conv`: `library_nn.rs` (blocks of output channels per invocation, then the rest).
 //! - `cat`: a copy kernel per operand into its slab of the result.
 //! - `pad`: a kernel filling the result with the pad value (where any of it is padding),
 //!   then a copy kernel storing the input elements that survive the crop at their places
@@ -47,7 +47,7 @@ pub fn step_kernels(step: &Step, p: &Program, i: usize) -> Result<Vec<Kernel>, S
             return Ok(ks.into_iter().chain(m.epilogue.as_deref().cloned()).collect());
         }
         Step::Matmul(_) => return Err("a matmul with a fused activation".into()),
-        Step::Conv(c) => return Ok(vec![super::library_nn::conv_kernel(c, p, format!("conv{i}"))?]),
+        Step::Conv(c) => return super::library_nn::conv_kernels(c, p, &format!("conv{i}")),
         Step::Library(l) => {
             let name = format!("{}{i}", l.op.name());
             let kernels = match l.op {

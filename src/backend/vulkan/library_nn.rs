@@ -1,10 +1,13 @@
 //! Convolution as a generated kernel of the kernel IR (see `library.rs`).
 //!
-//! One invocation per output element `[batch, channel, spatial...]`: the output channels run
-//! as two outer loops, the group and the channel within it, so the input channels a group
-//! reads are an affine function of the loop variables. One stage sums `x · w` over the
-//! group's input channels and the kernel's taps, in the reference's order (channel, then
-//! taps row-major), each product as `library::product_term` forms it (an f32 product rounded
+//! One invocation per block of [`CHANNELS`] output channels at one output position
+//! `[batch, channel, spatial...]` (each input element it loads, with its padding checks,
+//! feeds a product for every channel of the block), then a kernel of one invocation per
+//! element for the channels of each group past its last whole block: the output channels
+//! run as two outer loops, the group and the (block of) channels within it, so the input
+//! channels a group reads are an affine function of the loop variables. One stage sums
+//! `x · w` over the group's input channels and the kernel's taps, in the reference's order
+//! (channel, then taps row-major), each product as `library::product_term` forms it (an f32 product rounded
 //! before it is added, where the reference adds the exact product: results differ by a
 //! rounding, as between any two f32 convolutions; every float and integer dtype); the sum
 //! plus `+0` (the reference's sum starts at `+0`, so a sum of `-0` products is `+0`), then
@@ -34,8 +37,36 @@ fn list(name: &str, v: &[i64], n: usize, min: i64, empty: i64) -> Result<Vec<i64
     Ok(v.to_vec())
 }
 
-/// `c` as a kernel (see the module docs).
-pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, String> {
+/// Output channels one invocation of the blocked convolution kernel computes.
+pub const CHANNELS: u64 = 8;
+
+/// `c` as kernels (see the module docs): the blocked one, then the remainder channels'.
+pub fn conv_kernels(c: &ConvCall, p: &Program, name: &str) -> Result<Vec<Kernel>, String> {
+    let ws = p.buffers[c.w].shape.dims();
+    let bad = |e: crate::ir::DimError| e.to_string();
+    let groups = Dim::new(c.groups.max(1) as u64);
+    let per_group = ws.first().ok_or("a convolution weight of rank 0")?.div_exact(&groups).map_err(bad)?;
+    let block = Dim::new(CHANNELS);
+    let whole = per_group.floor_div(&block).map_err(bad)?;
+    let blocked = whole.mul(&block).map_err(bad)?;
+    let rest = per_group.rem(&block).map_err(bad)?;
+    let zero = Dim::from(0u64);
+    Ok(vec![
+        conv_kernel(c, p, name.to_string(), (&whole, &block, &zero), CHANNELS)?,
+        conv_kernel(c, p, format!("{name}_rest"), (&rest, &Dim::from(1u64), &blocked), 1)?,
+    ])
+}
+
+/// The kernel of `c` whose invocations each compute `block` output channels: within each
+/// group, loop variable `v` over `within.0` points, channel `within.1 · v + within.2 + b`
+/// for `b < block`.
+fn conv_kernel(
+    c: &ConvCall,
+    p: &Program,
+    name: String,
+    within: (&Dim, &Dim, &Dim),
+    block: u64,
+) -> Result<Kernel, String> {
     let dims = |b| p.buffers[b].shape.dims().to_vec();
     let dtype = p.buffers[c.out].dtype;
     if [c.x, c.w].iter().any(|&b| p.buffers[b].dtype != dtype) {
@@ -66,19 +97,26 @@ pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, St
         ws[2..].iter().map(Dim::as_const).collect::<Option<_>>().ok_or("a convolution kernel of symbolic size")?;
     let (x_st, w_st, o_st) = (strides(&xs)?, strides(&ws)?, strides(&os)?);
     let scaled = |s: &Dim, k: i64| s.mul(&Dim::new(k as u64)).map_err(bad);
-    let (batch, group, within) = (Var::Outer(0), Var::Outer(1), Var::Outer(2));
+    let (batch, group, channel) = (Var::Outer(0), Var::Outer(1), Var::Outer(2));
     let out_at = |d: usize| Var::Outer(3 + d as u32);
     let tap = |d: usize| Var::Inner(1 + d as u32);
-    let mut outer = vec![os[0].clone(), groups, per_group.clone()];
+    let mut outer = vec![os[0].clone(), groups, within.0.clone()];
     outer.extend(os[2..].iter().cloned());
     let mut inner = vec![ws[1].clone()];
     inner.extend(taps.iter().map(|&k| Dim::new(k)));
     let mut body = Body::default();
-    // w[group · per_group + within, ci, taps...]
-    let mut w_terms = vec![(group, per_group.mul(&w_st[0]).map_err(bad)?), (within, w_st[0].clone())];
+    // Channel `b` of the block: `within.2 + b` past the block's first.
+    let first = |b: u64| within.2.add(&Dim::new(b)).map_err(bad);
+    // w[group · per_group + channel, ci, taps...]
+    let mut w_terms =
+        vec![(group, per_group.mul(&w_st[0]).map_err(bad)?), (channel, within.1.mul(&w_st[0]).map_err(bad)?)];
     w_terms.push((Var::Inner(0), w_st[1].clone()));
     w_terms.extend((0..n).map(|d| (tap(d), w_st[2 + d].clone())));
-    let weight = body.load(c.w, Index { offset: Dim::from(0u64), terms: w_terms });
+    let mut weights = Vec::with_capacity(block as usize);
+    for b in 0..block {
+        let offset = first(b)?.mul(&w_st[0]).map_err(bad)?;
+        weights.push(body.load(c.w, Index { offset, terms: w_terms.clone() }));
+    }
     // x[batch, group · cg + ci, out · stride + tap · dilation - pad_begin...]
     let input = if pads.iter().all(|&q| q == 0) {
         let mut terms = vec![(batch, x_st[0].clone()), (group, ws[1].mul(&x_st[1]).map_err(bad)?)];
@@ -100,18 +138,26 @@ pub fn conv_kernel(c: &ConvCall, p: &Program, name: String) -> Result<Kernel, St
             padded_input(&mut body, c.x, &x_dims, c.groups as u64, &stride, &dilation, &pads[..n], dtype)
         }
     };
-    let product = product_term(&mut body, input, weight, dtype)?;
-    body.instrs.push(Instr::Accumulate { acc: 0, x: product, index: None });
-    let sum = body.reg();
-    let dot = body.stage(inner, vec![Accumulator { op: ReduceOp::Sum, dtype, result: sum }]);
-    let mut value = finish_sum(&mut body, sum, dtype);
-    if let Some(post) = &c.post {
-        let channel = channel_index(rank, &[per_group.clone(), Dim::from(1u64)]);
-        value = post_ops(&mut body, post, p, channel, value)?;
+    let mut accumulators = Vec::with_capacity(block as usize);
+    for (b, &weight) in weights.iter().enumerate() {
+        let product = product_term(&mut body, input, weight, dtype)?;
+        body.instrs.push(Instr::Accumulate { acc: b as u32, x: product, index: None });
+        accumulators.push(Accumulator { op: ReduceOp::Sum, dtype, result: body.reg() });
     }
-    let mut out_strides = vec![o_st[0].clone(), per_group.mul(&o_st[1]).map_err(bad)?, o_st[1].clone()];
+    let dot = body.stage(inner, accumulators.clone());
+    let mut out_strides =
+        vec![o_st[0].clone(), per_group.mul(&o_st[1]).map_err(bad)?, within.1.mul(&o_st[1]).map_err(bad)?];
     out_strides.extend(o_st[2..].iter().cloned());
-    body.store(c.out, outer_index(Dim::from(0u64), &out_strides), value);
+    for (b, acc) in accumulators.iter().enumerate() {
+        let mut value = finish_sum(&mut body, acc.result, dtype);
+        if let Some(post) = &c.post {
+            let mut at = channel_index(rank, &[per_group.clone(), within.1.clone()]);
+            at.offset = first(b as u64)?;
+            value = post_ops(&mut body, post, p, at, value)?;
+        }
+        let offset = first(b as u64)?.mul(&o_st[1]).map_err(bad)?;
+        body.store(c.out, outer_index(offset, &out_strides), value);
+    }
     let write = body.stage(vec![], vec![]);
     Ok(body.kernel(name, outer, vec![dot, write]))
 }
