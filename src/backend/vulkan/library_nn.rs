@@ -1,17 +1,17 @@
 //! Convolution as a generated kernel of the kernel IR (see `library.rs`).
 //!
-//! One invocation per block of [`CHANNELS`] output channels at one output position
-//! `[batch, channel, spatial...]` (each input element it loads, with its padding checks,
-//! feeds a product for every channel of the block), then a kernel of one invocation per
-//! element for the channels of each group past its last whole block: the output channels
-//! run as two outer loops, the group and the (block of) channels within it, so the input
-//! channels a group reads are an affine function of the loop variables. One stage sums
-//! `x · w` over the group's input channels and the kernel's taps, in the reference's order
-//! (channel, then taps row-major), each product as `library::product_term` forms it (an f32 product rounded
-//! before it is added, where the reference adds the exact product: results differ by a
-//! rounding, as between any two f32 convolutions; every float and integer dtype); the sum
-//! plus `+0` (the reference's sum starts at `+0`, so a sum of `-0` products is `+0`), then
-//! the step's [`crate::kernel::ChannelPost`] (f32 results only), is stored.
+//! One invocation per block of [`CHANNELS`] output channels at one output position `[batch,
+//! channel, spatial...]` (each input element it loads, with its padding checks, feeds a
+//! product for every channel of the block), then a kernel of one invocation per element for
+//! the channels of each group past its last whole block: the output channels run as two outer
+//! loops, the group and the (block of) channels within it, so the input channels a group reads
+//! are an affine function of the loop variables. One stage sums `x · w` over the group's input
+//! channels and the kernel's taps, in the reference's order (channel, then taps row-major),
+//! each product as `library::product_term` forms it (an f32 product rounded before it is
+//! added, where the reference adds the exact product: results differ by a rounding, as between
+//! any two f32 convolutions; every float and integer dtype); the sum plus `+0` (the
+//! reference's sum starts at `+0`, so a sum of `-0` products is `+0`), then the step's
+//! [`crate::kernel::ChannelPost`] (f32 results only), is stored.
 //!
 //! Without padding every load is affine, so any size may be symbolic. With padding, a tap
 //! outside the input reads `0` (times its weight, so a NaN or infinite weight there gives

@@ -129,23 +129,22 @@ impl DeviceRun {
     }
 
     /// The copies between the staging copies and the buffers: `into` the device, of the
-    /// buffers the host writes (`host_written`: inputs and `dim_values` results), before the
-    /// kernels; else out of it, of the outputs the device computes, after them.
+    /// buffers the host writes (`host_written`, by buffer: inputs and `dim_values` results),
+    /// before the kernels; else out of it, of the outputs (`output`, by buffer) the device
+    /// computes, after them.
     pub(super) fn transfers(
         &self,
         p: &Program,
         lens: &[usize],
         into: bool,
-        host_written: impl Fn(BufferId) -> bool,
+        host_written: &[bool],
+        output: &[bool],
     ) -> Vec<device::Transfer<'_>> {
         let mut out = Vec::new();
         for (b, buf) in p.buffers.iter() {
             let (Some(Some(host)), Some((dev, at))) = (self.staging.get(b.index()), self.memory(b)) else { continue };
-            let wanted = match into {
-                true => host_written(b),
-                false => !host_written(b) && p.outputs.iter().any(|(_, o)| *o == b),
-            };
-            if !wanted {
+            let (written, returned) = (host_written[b.index()], output[b.index()]);
+            if into != written || !into && !returned {
                 continue;
             }
             let size = lens_bytes(lens[b.index()], buf.dtype) as u64;

@@ -2,18 +2,20 @@
 //! compute shader (`spirv/`), dispatched through ash on the process's Vulkan device
 //! (`device.rs`) or on an embedder's own ([`VulkanDevice::from_external`], `embed.rs`).
 //!
-//! What runs: programs whose every step is a generated kernel the lowering accepts (f32, i32,
-//! i64 and bool buffers; pointwise, broadcast, gather-style and reduction kernels with their
-//! accumulators, sum-exp included), a library step the device has as generated kernels
-//! (`library.rs`: f32 `matmul` and its epilogue kernel, f32 `conv` of any groups, strides,
-//! dilations and zero padding, with its bias-and-ReLU post-op (`library_nn.rs`), `cat`,
-//! `pad`, `rev`, and `gather` and `scatter_add` from tensors of static shape, any library
-//! step's bias-and-ReLU post-op), or a `dim_values` step (sizes as data, which the host
-//! writes). A program with another step (a custom op, a gather from a tensor of symbolic
-//! shape, a padded convolution of an input of symbolic size, ...), or a kernel the lowering
-//! declines (a dtype or op it lacks), is refused when the plan is built, with the step and the reason ([`crate::CompileError::Unsupported`]),
-//! never run partly on the host. Plans for this backend are lowered without op recovery, so
-//! softmax, the norms, pooling and LSTMs arrive as kernels and prims.
+//! What runs: programs whose every step is a generated kernel the lowering accepts (bool,
+//! every integer dtype, f16, bf16, f32, and f64 where the device has it; pointwise,
+//! broadcast, gather-style and reduction kernels with their accumulators, sum-exp included),
+//! a library step the device has as generated kernels (`library.rs`: `matmul` and its
+//! epilogue kernel, `conv` of any groups, strides, dilations and zero padding, with its
+//! bias-and-ReLU post-op (`library_nn.rs`), both in every float and integer dtype, `cat`, `pad`,
+//! `rev`, and `gather` and `scatter_add` from tensors of static shape, any library step's
+//! bias-and-ReLU post-op), or a `dim_values` step (sizes as data, which the host writes). A
+//! program with another step (a custom op, a gather from a tensor of symbolic shape, a padded
+//! convolution of an input of symbolic size, ...), or a kernel the lowering declines (a dtype
+//! or op it lacks), is refused when the plan is built, with the step and the reason
+//! ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this
+//! backend are lowered without op recovery, so softmax, the norms, pooling and LSTMs arrive as
+//! kernels and prims.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
@@ -147,6 +149,19 @@ impl Backend for VulkanBackend {
         // The memory plan: temporaries not live at the same time share memory. Not the arena's
         // members, nor the results of `dim_values` steps (written once, when a run's memory
         // is made, and read by every replay).
+        // By buffer: written by the host (inputs, `dim_values` results), returned.
+        let n = program.buffers.len();
+        let mut host_written = vec![false; n];
+        for (b, buf) in program.buffers.iter() {
+            host_written[b.index()] = matches!(buf.kind, BufferKind::Input(_));
+        }
+        for (_, l) in &sizes_only {
+            host_written[l.out.index()] = true;
+        }
+        let mut output = vec![false; n];
+        for (_, b) in &program.outputs {
+            output[b.index()] = true;
+        }
         let mut lifetimes = crate::kernel::memory::lifetimes(program);
         // Lifetimes are the steps': each kernel a library step is written as must fall in the
         // lifetimes of the buffers it touches (extended where one would not).
@@ -158,7 +173,7 @@ impl Backend for VulkanBackend {
             });
         }
         for (b, life) in lifetimes.iter_mut().enumerate() {
-            if arena[b] || sizes_only.iter().any(|(_, l)| l.out.index() == b) {
+            if arena[b] || host_written[b] {
                 *life = None;
             }
         }
@@ -178,11 +193,7 @@ impl Backend for VulkanBackend {
             resident
         );
         // Constants the program returns, read back from the host's copy.
-        let returned = consts
-            .iter()
-            .enumerate()
-            .map(|(b, t)| t.as_ref().filter(|_| program.outputs.iter().any(|(_, o)| o.index() == b)).cloned())
-            .collect();
+        let returned = consts.iter().enumerate().map(|(b, t)| t.as_ref().filter(|_| output[b]).cloned()).collect();
         Ok(Box::new(VulkanExecutable {
             ctx,
             kernels,
@@ -191,6 +202,8 @@ impl Backend for VulkanBackend {
             sizes_only,
             consts: const_bufs,
             returned,
+            host_written,
+            output,
             lifetimes,
             explanation,
             resident,
@@ -356,6 +369,10 @@ pub struct VulkanExecutable {
     consts: Vec<Option<Buffer>>,
     /// The constants the program returns (by buffer), read back from the host's copy.
     returned: Vec<Option<Arc<Tensor>>>,
+    /// By buffer: whether the host writes it (inputs, `dim_values` results), and whether
+    /// the program returns it.
+    host_written: Vec<bool>,
+    output: Vec<bool>,
     lifetimes: Vec<Option<Lifetime>>,
     explanation: String,
     resident: usize,
@@ -394,14 +411,7 @@ impl VulkanExecutable {
         // With staging: device-local memory, and a host-visible copy of every input, output
         // and `dim_values` result.
         let host = !self.staging;
-        let staged = |b: usize| {
-            let buf = &p.buffers[BufferId::new(b)];
-            self.staging
-                && self.consts[b].is_none()
-                && (matches!(buf.kind, BufferKind::Input(_))
-                    || p.outputs.iter().any(|(_, o)| o.index() == b)
-                    || self.sizes_only.iter().any(|(_, l)| l.out.index() == b))
-        };
+        let staged = |b: usize| self.staging && self.consts[b].is_none() && (self.host_written[b] || self.output[b]);
         for b in (0..bufs.len()).filter(|&b| staged(b)) {
             need = need.saturating_add(bytes_of(b) as u64);
         }
@@ -476,23 +486,6 @@ impl VulkanExecutable {
         for b in (0..bufs.len()).filter(|&b| staged(b)) {
             staging[b] = Some(Buffer::new(ctx, bytes_of(b)).map_err(invalid)?);
         }
-        for (step, l) in &self.sizes_only {
-            let at = |error| RunError::Step { step: *step, error };
-            let shape = sizes.shape(p, l.out).map_err(at)?;
-            let symbols =
-                p.symbols.iter().zip(&sizes.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
-            let t = eval_library_with(l.op, &l.attrs, &[], p.buffers[l.out].dtype, &shape, symbols)
-                .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
-            let src = t.bytes();
-            let (dst, at) = match (&staging[l.out.index()], arena_at[l.out.index()]) {
-                (Some(s), _) => (Some(s), 0),
-                (None, Some(at)) => (arena.as_ref(), at as usize),
-                (None, None) => (bufs[l.out.index()].as_ref(), 0),
-            };
-            let dst = dst.ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
-            // SAFETY: a new buffer no submission uses yet.
-            unsafe { dst.bytes_mut()[at..at + src.len()].copy_from_slice(src) };
-        }
         let mut table_bufs = Vec::with_capacity(self.kernels.len());
         let mut status = Vec::with_capacity(self.kernels.len());
         for (k, table) in self.kernels.iter().zip(tables) {
@@ -530,6 +523,18 @@ impl VulkanExecutable {
             cmd: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
         };
+        for (step, l) in &self.sizes_only {
+            let at = |error| RunError::Step { step: *step, error };
+            let shape = sizes.shape(p, l.out).map_err(at)?;
+            let symbols =
+                p.symbols.iter().zip(&sizes.symbols).filter_map(|(s, v)| v.map(|v| (s.to_string(), v))).collect();
+            let t = eval_library_with(l.op, &l.attrs, &[], p.buffers[l.out].dtype, &shape, symbols)
+                .map_err(|error| at(ExecError::Library { what: l.op.name(), error }))?;
+            let src = t.bytes();
+            let (dst, at) = run.host(l.out).ok_or_else(|| invalid(format!("{} has no memory", l.out)))?;
+            // SAFETY: a new buffer no submission uses yet.
+            unsafe { dst.bytes_mut()[at..at + src.len()].copy_from_slice(src) };
+        }
         // SAFETY: create infos outlive their calls; `DeviceRun::drop` destroys what was made;
         // the recorded commands name only buffers the run keeps.
         unsafe {
@@ -556,11 +561,8 @@ impl VulkanExecutable {
                 d.create_fence(&vk::FenceCreateInfo::default(), None).map_err(|e| invalid(call("vkCreateFence")(e)))?;
             d.begin_command_buffer(run.cmd, &vk::CommandBufferBeginInfo::default())
                 .map_err(|e| invalid(call("vkBeginCommandBuffer")(e)))?;
-            let host_written = |b: BufferId| {
-                matches!(p.buffers[b].kind, BufferKind::Input(_)) || self.sizes_only.iter().any(|(_, l)| l.out == b)
-            };
             if self.staging {
-                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, true, host_written));
+                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, true, &self.host_written, &self.output));
                 device::record_barrier(
                     ctx,
                     run.cmd,
@@ -644,7 +646,7 @@ impl VulkanExecutable {
             if self.staging {
                 let copies = (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_READ);
                 device::record_barrier(ctx, run.cmd, shader_writes, copies);
-                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, false, host_written));
+                device::record_copies(ctx, run.cmd, &run.transfers(p, lens, false, &self.host_written, &self.output));
                 let copied = (vk::PipelineStageFlags::TRANSFER, vk::AccessFlags::TRANSFER_WRITE);
                 device::record_barrier(ctx, run.cmd, copied, host_reads);
             } else {

@@ -527,7 +527,8 @@ impl Cx<'_> {
                 self.b.select(ty, None, by_zero, zero, r).map_err(failed)
             }
             Div | Rem => {
-                // Division by zero is an error; `x / -1` wraps (`MIN / -1` is `MIN`), `x % -1` is 0.
+                // Division by zero is an error; `x / -1` wraps (`MIN / -1` is `MIN`), `x % -1` is
+                // 0.
                 let zero = self.scalar(dt, Scalar::Int(0));
                 let by_zero = self.b.i_equal(t, None, b, zero).map_err(failed)?;
                 self.flag(by_zero, Status::DivisionByZero)?;
