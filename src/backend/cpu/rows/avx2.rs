@@ -624,8 +624,8 @@ pub(super) unsafe fn softmax(x: &[f32], y: &mut [f32], stream: bool) {
     if stream && n <= SCRATCH {
         // The terms go to a scratch row that stays in L1, so that the output is written
         // once: writing them to `y` first would read every output line from memory.
-        let mut scratch = std::mem::MaybeUninit::<[f32; SCRATCH]>::uninit();
-        let sp = scratch.as_mut_ptr().cast::<f32>();
+        let mut scratch = std::mem::MaybeUninit::<[f32; super::scratch_len(SCRATCH)]>::uninit();
+        let [sp, _] = super::scratch_rows(scratch.as_mut_ptr().cast::<f32>(), SCRATCH, [x.as_ptr(), yp]);
         let r = _mm256_set1_ps(1.0 / exp_sum::<true>(x, max, sp, false));
         // Only lanes below `n`, which exp_sum wrote, are loaded.
         write_row(yp, n, true, |i, m| _mm256_mul_ps(load(sp.wrapping_offset(i), m), r));
@@ -662,9 +662,9 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
         return;
     }
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-    let mut scratch = std::mem::MaybeUninit::<[f32; 2 * SCRATCH]>::uninit();
-    let sp = scratch.as_mut_ptr().cast::<f32>();
-    let terms = |i: usize| if stream { sp.add(i % 2 * SCRATCH) } else { yp.add(i * n) };
+    let mut scratch = std::mem::MaybeUninit::<[f32; super::scratch_len(SCRATCH)]>::uninit();
+    let sp = super::scratch_rows(scratch.as_mut_ptr().cast::<f32>(), SCRATCH, [xp, yp]);
+    let terms = |i: usize| if stream { sp[i % 2] } else { yp.add(i * n) };
     // A row's output: its terms `t` times `r = 1 / sum`, in place unless streamed.
     let scaled = |t: *const f32, r: __m256| move |i: isize, m| _mm256_mul_ps(load(t.wrapping_offset(i), m), r);
     let out = |i: usize| {
@@ -675,6 +675,11 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
             o.in_place()
         }
     };
+    // Stores of the previous row's output against loads of this row and the next; in place,
+    // loads of the previous row's terms against stores of this row's.
+    let (g, n4) = (super::page_gap(yp, xp), 4 * n as isize);
+    let gaps = [g - n4, g - 2 * n4, -n4];
+    let rot = super::rotation(n / LINE * LINE, &gaps[..if stream { 2 } else { 3 }]);
     let mut max = row_max(&x[..n]);
     let (mut r_prev, mut carry) = (_mm256_setzero_ps(), None);
     for i in 0..rows {
@@ -685,6 +690,7 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
             next: xp.add((i + 1).min(rows - 1) * n),
             ahead: Some(xp.wrapping_add((i + 2) * n)),
             prefetch_y: (!stream).then(|| yp.add((i + 1) * n)),
+            rot,
         };
         let prev = (i > 0).then(|| (out(i - 1), scaled(terms(i - 1), r_prev)));
         let (sum, next_max) = if stream {
@@ -720,6 +726,8 @@ pub(super) unsafe fn log_softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream
         let (rx, maxv, lsev) = (xp.add(r * n), _mm256_set1_ps(max), _mm256_set1_ps(lse));
         move |i: isize, m| _mm256_sub_ps(_mm256_sub_ps(load(rx.wrapping_offset(i), m), maxv), lsev)
     };
+    let (g, n4) = (super::page_gap(yp, xp), 4 * n as isize);
+    let rot = super::rotation(n / LINE * LINE, &[g - n4, g - 2 * n4]);
     let mut max = row_max(&x[..n]);
     let (mut max_prev, mut lse_prev) = (0.0, 0.0);
     let mut carry = None;
@@ -731,6 +739,7 @@ pub(super) unsafe fn log_softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream
             next: xp.add((i + 1).min(rows - 1) * n),
             ahead: prefetch.then(|| xp.wrapping_add((i + 2) * n)),
             prefetch_y: (prefetch && !stream).then(|| yp.add(i * n)),
+            rot,
         };
         let prev = (i > 0).then(|| (RowOut::new(yp.add((i - 1) * n), n, stream), logs(i - 1, max_prev, lse_prev)));
         let (sum, next_max) = if stream {
@@ -759,6 +768,9 @@ struct Row {
     ahead: Option<*const f32>,
     /// The output row the next pass writes, prefetched for writing.
     prefetch_y: Option<*mut f32>,
+    /// The previous row's line written alongside element `i`'s is the one at `i + rot`,
+    /// wrapped into the row's whole lines (`super::rotation`).
+    rot: usize,
 }
 
 impl Row {
@@ -790,7 +802,7 @@ unsafe fn exp_pass<const TERMS: bool, const STREAM: bool>(
 ) -> (f32, f32) {
     let whole = n / LINE * LINE;
     let (s, mx) = match &prev {
-        Some((o, f)) => exp_loop::<TERMS>(row, whole, |i| o.line::<STREAM>(i, f)),
+        Some((o, f)) => exp_loop::<TERMS>(row, whole, |i| o.line::<STREAM>(super::rotated(i, row.rot, whole), f)),
         None => exp_loop::<TERMS>(row, whole, |_| {}),
     };
     let (mut sum, mut mx) = (tree_sum(s), _mm256_max_ps(mx[0], mx[1]));

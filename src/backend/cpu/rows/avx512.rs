@@ -466,8 +466,8 @@ pub(super) unsafe fn softmax(x: &[f32], y: &mut [f32], stream: bool) {
     if stream && n <= SCRATCH {
         // The terms go to a scratch row that stays in L1, so that the output is written
         // once: writing them to `y` first would read every output line from memory.
-        let mut scratch = std::mem::MaybeUninit::<[f32; SCRATCH]>::uninit();
-        let sp = scratch.as_mut_ptr().cast::<f32>();
+        let mut scratch = std::mem::MaybeUninit::<[f32; super::scratch_len(SCRATCH)]>::uninit();
+        let [sp, _] = super::scratch_rows(scratch.as_mut_ptr().cast::<f32>(), SCRATCH, [x.as_ptr(), yp]);
         let r = _mm512_set1_ps(1.0 / exp_sum::<true>(x, max, sp, false));
         // Only lanes below `n`, which exp_sum wrote, are loaded.
         write_row(yp, n, true, |i, m| _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sp.add(i)), r));
@@ -506,9 +506,14 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
         return;
     }
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-    let mut scratch = std::mem::MaybeUninit::<[f32; 2 * SCRATCH]>::uninit();
-    let sp = scratch.as_mut_ptr().cast::<f32>();
-    let terms = |i: usize| if stream { sp.add(i % 2 * SCRATCH) } else { yp.add(i * n) };
+    let mut scratch = std::mem::MaybeUninit::<[f32; super::scratch_len(SCRATCH)]>::uninit();
+    let sp = super::scratch_rows(scratch.as_mut_ptr().cast::<f32>(), SCRATCH, [xp, yp]);
+    let terms = |i: usize| if stream { sp[i % 2] } else { yp.add(i * n) };
+    // Stores of the previous row's output against loads of this row and the next; in place,
+    // loads of the previous row's terms against stores of this row's.
+    let (g, n4) = (super::page_gap(yp, xp), 4 * n as isize);
+    let gaps = [g - n4, g - 2 * n4, -n4];
+    let rot = super::rotation(n / W * W, &gaps[..if stream { 2 } else { 3 }]);
     let mut max = row_max(&x[..n]);
     let mut r_prev = _mm512_setzero_ps();
     let mut carry = None;
@@ -523,6 +528,7 @@ pub(super) unsafe fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream: bo
             prev: (i > 0).then(|| Prev::Scale { terms: terms(i - 1).cast_const(), r: r_prev }),
             prev_y: yp.wrapping_add((i.max(1) - 1) * n),
             stream,
+            rot,
         };
         let (sum, next_max) = pass.run(n, &mut carry);
         max = next_max;
@@ -550,6 +556,8 @@ pub(super) unsafe fn log_softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream
     }
     let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
     let prefetch = n <= PREFETCH_MAX;
+    let (g, n4) = (super::page_gap(yp, xp), 4 * n as isize);
+    let rot = super::rotation(n / W * W, &[g - n4, g - 2 * n4]);
     let mut max = row_max(&x[..n]);
     let (mut max_prev, mut lse_prev) = (0.0, 0.0);
     let mut carry = None;
@@ -568,6 +576,7 @@ pub(super) unsafe fn log_softmax_rows(x: &[f32], y: &mut [f32], n: usize, stream
             }),
             prev_y: yp.wrapping_add((i.max(1) - 1) * n),
             stream,
+            rot,
         };
         let (sum, next_max) = pass.run(n, &mut carry);
         (max_prev, lse_prev) = (max, (sum as f64).ln() as f32);
@@ -606,6 +615,9 @@ struct Pass {
     prev_y: *mut f32,
     /// Streaming stores for the previous row's output ([`RowOut`]).
     stream: bool,
+    /// The previous row's vector written alongside element `i`'s is the one at `i + rot`,
+    /// wrapped into the whole vectors (`super::rotation`).
+    rot: usize,
 }
 
 impl Pass {
@@ -666,7 +678,7 @@ impl Pass {
             Some(m) => _mm512_mask_add_ps(*s, m, *s, e),
         };
         if self.prev.is_some() && mask.is_none() {
-            out.full(i, |p| self.prev_vec(p, 0xffff));
+            out.full(super::rotated(i, self.rot, out.n / W * W), |p| self.prev_vec(p, 0xffff));
         }
     }
 

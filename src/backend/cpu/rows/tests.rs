@@ -542,3 +542,104 @@ fn last_level_cache_is_reported_in_a_plausible_range() {
     let bytes = crate::backend::cpu::last_level_cache_bytes();
     assert!((256 << 10..=4 << 30).contains(&bytes), "{bytes} bytes");
 }
+
+/// The page-offset rules of the pipelined passes: a gap at a page boundary is rotated half
+/// a page away where the row allows it (and as far as it allows otherwise), gaps already far
+/// from a boundary are left alone, and the scratch rows lie inside their area, half a page
+/// apart, away from both the input and the output.
+#[test]
+fn rotations_and_scratch_rows_keep_off_page_boundaries() {
+    assert_eq!(rotation(1024, &[0]), 512);
+    assert_eq!(rotation(1024, &[2048]), 0, "a gap half a page from a boundary stays");
+    assert_eq!(rotation(1024, &[-4096 * 7 - 2048]), 0);
+    assert_eq!(rotation(64, &[0]), 48, "as far as 64 elements allow: 192 bytes");
+    assert_eq!(rotation(16, &[0]), 0, "one line: nothing to rotate");
+    assert_eq!(rotation(0, &[0]), 0);
+    // Two gaps a quarter page apart: the best rotation leaves both at least 1536 bytes off.
+    let rot = rotation(2048, &[0, 1024]);
+    let apart = |d: isize| (d.rem_euclid(4096) as usize).min(4096 - d.rem_euclid(4096) as usize);
+    assert!(apart(4 * rot as isize) >= 1536 && apart(1024 + 4 * rot as isize) >= 1536, "rotation {rot}");
+    for (x_off, y_off) in [(0usize, 0usize), (0, 2048), (1024, 3072), (64, 128)] {
+        let mut area = vec![0f32; scratch_len(2048) + 1024];
+        let base = area.as_mut_ptr();
+        let (x, y) = ((4096 * 3 + x_off) as *const f32, (4096 * 9 + y_off) as *const f32);
+        let [a, b] = scratch_rows(base, 2048, [x, y]);
+        let (a, b) = (a as usize, b as usize);
+        assert!(a >= base as usize && b + 4 * 2048 <= base as usize + 4 * scratch_len(2048), "inside the area");
+        assert_eq!(b - a, 4 * 2048 + 2048, "half a page past the first row's end");
+        for r in [a, b] {
+            for p in [x as usize, y as usize] {
+                // 1024 bytes, less the area's start off a 64-byte boundary.
+                assert!(apart(r as isize - p as isize) >= 960, "scratch {x_off} {y_off}: {r:#x} near {p:#x}");
+            }
+        }
+    }
+}
+
+/// A matrix of `rows` rows of `n` whose first element is `x_page` bytes past a page
+/// boundary, and an output `y_page` bytes past one (`y_page % 4 == 0`), in one buffer:
+/// `(buffer, x's start, y's start)` as element indices.
+fn paged(rows: usize, n: usize, x_page: usize, y_page: usize) -> (Vec<f32>, usize, usize) {
+    let len = rows * n;
+    let pages = (4 * len).div_ceil(4096) + 1;
+    let buf = vec![0f32; 1024 + pages * 2048 + len + 2048];
+    let aligned = (4096 - buf.as_ptr() as usize % 4096) % 4096 / 4;
+    (buf, aligned + x_page / 4, aligned + pages * 1024 + y_page / 4)
+}
+
+/// softmax and log_softmax pipelined over rows whose input and output sit at page offsets
+/// that make the passes rotate their output lines (the input's rows and the output's at the
+/// same offset, one row apart, half a page apart, and others) give the one-row kernels' bits,
+/// streamed or not, through the dispatched kernel and (where the CPU has it) the AVX2 one:
+/// every line of every row is written once, wherever the rotation starts.
+#[test]
+fn rotated_row_passes_write_every_line() {
+    const STALE: f32 = -7.654_321e7;
+    let mut rotated_cases = 0;
+    for n in [16usize, 17, 33, 48, 64, 100, 512, 1000, 1024, 2048] {
+        let rows = 5;
+        let src: Vec<f32> = (0..rows * n).map(|i| ((i * 7919) % 2003) as f32 * 0.013 - 13.0).collect();
+        // The one-row kernels' bits: the dispatched ones', and the portable ones' (which the
+        // AVX2 kernels give).
+        let one_row = |f: &dyn Fn(&[f32], &mut [f32])| {
+            let mut want = vec![0f32; rows * n];
+            for (xr, yr) in src.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+                f(xr, yr);
+            }
+            want
+        };
+        let want = (one_row(&|x, y| softmax_into(x, y, false)), one_row(&|x, y| log_softmax_into(x, y, false)));
+        let portable = (one_row(&|x, y| softmax_row::<true>(x, y)), one_row(&|x, y| log_softmax_row::<true>(x, y)));
+        let row_bytes = 4 * n % 4096;
+        for (x_page, y_page) in [(0, 0), (0, row_bytes), (0, 2 * row_bytes % 4096), (0, 2048), (64, 0), (512, 3072)] {
+            let gap = y_page as isize - x_page as isize - 4 * n as isize;
+            if rotation(n / 16 * 16, &[gap, gap - 4 * n as isize]) > 0 {
+                rotated_cases += 1;
+            }
+            let (mut buf, xa, ya) = paged(rows, n, x_page, y_page);
+            buf[xa..xa + rows * n].copy_from_slice(&src);
+            let (x, y) = buf.split_at_mut(ya);
+            let (x, y) = (&x[xa..xa + rows * n], &mut y[..rows * n]);
+            type Kernel = unsafe fn(&[f32], &mut [f32], usize, bool);
+            let mut kernels: Vec<(&str, Kernel, &[f32])> =
+                vec![("softmax", softmax_rows_into, &want.0), ("log_softmax", log_softmax_rows_into, &want.1)];
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                kernels.push(("AVX2 softmax", avx2::softmax_rows, &portable.0));
+                kernels.push(("AVX2 log_softmax", avx2::log_softmax_rows, &portable.1));
+            }
+            for (what, kernel, want) in kernels {
+                for stream in [false, true] {
+                    y.fill(STALE);
+                    // SAFETY: the AVX2 kernels only where the CPU has AVX2 and FMA (above);
+                    // 0 < n <= SCRATCH; x and y hold whole rows.
+                    unsafe { kernel(x, y, n, stream) };
+                    store_fence();
+                    let how = format!("{what} of {rows} rows of {n}, x at page offset {x_page}, y at {y_page}");
+                    assert_same_rows(y, want, n, &format!("{how}, stream {stream}"));
+                }
+            }
+        }
+    }
+    assert!(rotated_cases >= 20, "{rotated_cases} placements rotate the output lines");
+}
