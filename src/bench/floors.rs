@@ -181,15 +181,23 @@ pub fn copy_floor_us(bytes_in: usize, bytes_out: usize, threads: usize) -> f64 {
 }
 
 /// The `gemm` crate's sgemm throughput at 1024³ on `threads` threads (GFLOP/s), called
-/// directly, on the current rayon pool.
+/// directly, on the current rayon pool; on the x86-64 baseline level, where ladder's f32
+/// products run its own kernel instead (`backend::cpu::packed`), that kernel's.
 pub fn gemm_peak_gflops(threads: usize) -> f64 {
     let n = 1024;
     let a = vec![0.5f32; n * n];
     let b = vec![0.25f32; n * n];
     let mut c = vec![0.0f32; n * n];
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let g = crate::backend::cpu::gemm::Gemm2d { m: n, n, k: n, a_rs: n, a_cs: 1, b_rs: n, b_cs: 1, ldc: n };
     let t = time(None, || {
         // SAFETY: row-major [n, n] operands of exactly that length.
+        if unsafe {
+            crate::backend::cpu::packed::baseline_gemm(&g, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, false, threads)
+        } {
+            return Ok(());
+        }
+        // SAFETY: as above.
         unsafe {
             gemm::gemm(
                 n,
@@ -278,6 +286,29 @@ fn fma_chains(iters: usize) -> (f32, usize) {
         if crate::backend::cpu::has_avx2() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             return (unsafe { avx2(iters) }, 12 * 8 * 2);
+        }
+        /// The baseline level has no fused multiply-add: a multiply and an add per step
+        /// (`mul_add` there is a call to `fmaf`).
+        #[target_feature(enable = "sse2")]
+        unsafe fn sse(iters: usize) -> f32 {
+            let (a, b) = (_mm_set1_ps(0.999_999), _mm_set1_ps(1e-7));
+            let mut acc = [_mm_set1_ps(1.0); 12];
+            for _ in 0..iters {
+                for c in acc.iter_mut() {
+                    *c = _mm_add_ps(_mm_mul_ps(*c, a), b);
+                }
+            }
+            let mut lanes = [0f32; 4];
+            let mut sum = 0.0;
+            for c in acc {
+                _mm_storeu_ps(lanes.as_mut_ptr(), c);
+                sum += lanes.iter().sum::<f32>();
+            }
+            sum
+        }
+        if crate::backend::cpu::isa::active() > crate::backend::cpu::isa::Isa::Portable {
+            // SAFETY: SSE2 is part of the x86-64 baseline.
+            return (unsafe { sse(iters) }, 12 * 4 * 2);
         }
     }
     #[cfg(target_arch = "aarch64")]

@@ -258,10 +258,12 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         let rates: Vec<String> =
             floors.gemm_measured().iter().map(|(t, g)| format!("{g:.0} GFLOP/s at {t} thread(s)")).collect();
         let rates = if rates.is_empty() { String::new() } else { format!(": {}", rates.join(", ")) };
+        let own = ladder::backend::cpu::packed::baseline();
+        let gemm = if own { "ladder's own SSE kernel's" } else { "the gemm crate's" };
         writeln!(
             out,
             "floor/t = floor_ratio (floor time / ladder time); floors: a copy of the io bytes, or the FLOPs at \
-             the gemm crate's 1024^3 sgemm rate{rates}"
+             {gemm} 1024^3 sgemm rate{rates}"
         )
         .map_err(Error::Stdout)?;
         if !floors.fma_measured().is_empty() {
@@ -276,14 +278,18 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<(), Error> {
         )
         .map_err(Error::Stdout)?;
         use ladder::backend::cpu::isa;
+        let products = if own {
+            "f32 products ladder's own SSE kernel (the gemm crate has only scalar code there)".to_string()
+        } else {
+            format!("the gemm crate {} (it detects the CPU itself)", isa::gemm_crate_isa().name())
+        };
         writeln!(
             out,
-            "paths: ladder's kernels {} (CPU {}, cap {}: {}); the gemm crate {} (it detects the CPU itself)",
+            "paths: ladder's kernels {} (CPU {}, cap {}: {}); {products}",
             isa::active().name(),
             isa::detected().name(),
             isa::max_isa().name(),
             isa::ENV,
-            isa::gemm_crate_isa().name()
         )
         .map_err(Error::Stdout)?;
         for m in results.iter().filter(|m| m.scores_bytes > 0) {

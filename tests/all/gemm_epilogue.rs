@@ -34,6 +34,19 @@ fn epilogues(p: &Program) -> Vec<String> {
 }
 
 /// Largest `|a - b| / (|b| + mean|b|)`; non-finite values must match exactly.
+/// The tolerance of [`max_rel`] for products: 1e-5 where the GEMM's terms are fused
+/// multiply-adds (one rounding each); at the x86-64 baseline level, which has no fused
+/// multiply-add, each product rounds before its add (as the `gemm` crate's and onnxruntime's
+/// SSE code do), which on these tests' rows of cancelling terms reaches 2.2e-5: 3e-5 there,
+/// still within `NUMERICS.md`'s `(n + 2) eps S` for contractions.
+fn product_tolerance() -> f64 {
+    if ladder::backend::cpu::packed::baseline() {
+        3e-5
+    } else {
+        1e-5
+    }
+}
+
 fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
     assert_eq!(a.shape(), b.shape());
     let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
@@ -87,7 +100,7 @@ fn bias_activation_residual_and_norm_run_in_the_gemm() {
             let want = reference.run(&inputs).unwrap();
             let got = plan.run(&inputs).unwrap();
             let err = max_rel(&got.outputs[0], &want.outputs[0]);
-            assert!(err <= 1e-5, "n={n} threads={threads}: max rel {err}");
+            assert!(err <= product_tolerance(), "n={n} threads={threads}: max rel {err}");
             // Adversarial rows: NaN, ±inf and zeros in x reach the epilogue through the GEMM.
             if n >= 4 {
                 let mut x = inputs[0].to_f64_vec();
@@ -99,7 +112,7 @@ fn bias_activation_residual_and_norm_run_in_the_gemm() {
                 let want = reference.run(&inputs).unwrap();
                 let got = plan.run(&inputs).unwrap();
                 let err = max_rel(&got.outputs[0], &want.outputs[0]);
-                assert!(err <= 1e-5, "n={n} threads={threads} adversarial: max rel {err}");
+                assert!(err <= product_tolerance(), "n={n} threads={threads} adversarial: max rel {err}");
             }
         }
     }
@@ -219,7 +232,7 @@ fn a_recovered_gelu_runs_in_the_gemm_after_its_epilogue() {
             let want = reference.run(&inputs).unwrap();
             let got = plan.run(&inputs).unwrap();
             let err = max_rel(&got.outputs[0], &want.outputs[0]);
-            assert!(err <= 1e-5, "n={n} threads={threads}: max rel {err}");
+            assert!(err <= product_tolerance(), "n={n} threads={threads}: max rel {err}");
         }
     }
 }
@@ -279,7 +292,7 @@ fn a_recovered_gelu_runs_on_the_rows_its_kernel_stores() {
                 let want = reference.run(&inputs).unwrap();
                 let got = plan.run(&inputs).unwrap();
                 let err = max_rel(&got.outputs[0], &want.outputs[0]);
-                assert!(err <= 1e-5, "width={width}{form} rows={rows} threads={threads}: max rel {err}");
+                assert!(err <= product_tolerance(), "width={width}{form} rows={rows} threads={threads}: max rel {err}");
                 // The kernel's own result is never stored: the plan needs no memory of its own.
                 assert_eq!(plan.memory_report(&inputs).unwrap().arena_bytes, 0, "{p}");
                 if rows == 5 {
@@ -397,7 +410,11 @@ fn constant_weights_are_packed_once_and_agree_with_the_reference() {
             for p in [&plan, &unpacked] {
                 let got = p.run(&inputs).unwrap();
                 let err = max_rel(&got.outputs[0], &want.outputs[0]);
-                assert!(err <= 1e-5, "n={n} threads={threads} packed={}: max rel {err}", p.packed_bytes() > 0);
+                assert!(
+                    err <= product_tolerance(),
+                    "n={n} threads={threads} packed={}: max rel {err}",
+                    p.packed_bytes() > 0
+                );
             }
         }
     }

@@ -366,7 +366,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// [`exp`] with fused multiply-adds (`FMA`) or a multiply and an add each step (the
 /// reduction's first product is exact either way).
 #[inline(always)]
-fn exp_with<const FMA: bool>(x: f32) -> f32 {
+pub(crate) fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = EXP_LN2_HI;
     const LN2_LO: f32 = EXP_LN2_LO;

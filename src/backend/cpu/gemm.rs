@@ -115,6 +115,16 @@ pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
         let _ = (g, a, b, col0, c);
         unreachable!("{} has no packed GEMM", Self::NAME)
     }
+    /// [`Element::gemm`] through ladder's own kernel where the `gemm` crate has only scalar
+    /// code (f32 on the x86-64 baseline level, `super::packed::baseline_gemm`); `false`,
+    /// having done nothing, elsewhere.
+    ///
+    /// # Safety
+    /// As [`Element::gemm`].
+    unsafe fn baseline_gemm(g: &Gemm2d, a: *const Self, b: *const Self, c: *mut Self, par: Parallelism) -> bool {
+        let _ = (g, a, b, c, par);
+        false
+    }
     /// The channel-blocked direct convolution (`super::conv_blocked`, f32 only) where it
     /// applies, with `scratch` for the packed weights (allocated here when shorter than
     /// `conv_blocked::packed_len`); `false`, having done nothing, where it does not. The
@@ -156,6 +166,15 @@ macro_rules! float_element {
                 const PACKED: bool = true;
                 unsafe fn gemm_packed(g: &Gemm2d, a: *const Self, b: &PackedB, col0: usize, c: *mut Self) {
                     $packed(g, a, b, col0, c)
+                }
+                unsafe fn baseline_gemm(g: &Gemm2d, a: *const Self, b: *const Self, c: *mut Self, par: Parallelism) -> bool {
+                    // f32 on the x86-64 baseline level: ladder's own kernel (`packed.rs`).
+                    let threads = match par {
+                        Parallelism::None => 1,
+                        Parallelism::Rayon(0) => rayon::current_num_threads(),
+                        Parallelism::Rayon(n) => n,
+                    };
+                    super::packed::baseline_gemm(g, a, b, c, 1.0, false, threads)
                 }
                 fn conv_blocked(
                     geom: &super::conv::ConvGeom,
@@ -209,6 +228,9 @@ macro_rules! float_element {
                 Ok(())
             }
             unsafe fn gemm(g: &Gemm2d, a: *const Self, b: *const Self, c: *mut Self, par: Parallelism) {
+                if Self::PACKED && Self::baseline_gemm(g, a, b, c, par) {
+                    return;
+                }
                 gemm::gemm(
                     g.m,
                     g.n,

@@ -438,6 +438,7 @@ const L: usize = 16;
 /// matches a pending store's in its low 12 bits is held back as if it read that store (4K
 /// aliasing), which a pass that stores a row while it loads another at the same page offset
 /// pays on every vector.
+#[cfg(target_arch = "x86_64")]
 const PAGE: usize = 4096;
 
 /// How far a pipelined row pass ([`avx512::softmax_rows`], `avx2::softmax_rows` and the
@@ -453,6 +454,7 @@ const PAGE: usize = 4096;
 /// offset: softmax of [4096, 1024] 4.0–4.2 ms on the AVX-512 path without the rotation, 1.5–1.7
 /// with it (1.4–1.7 at other offsets either way); log_softmax of [16384, 1024] 13.1 ms
 /// against 6.6.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn rotation(whole: usize, gaps: &[isize]) -> usize {
     let apart = |d: isize| {
         let d = d.rem_euclid(PAGE as isize) as usize;
@@ -464,12 +466,14 @@ pub(super) fn rotation(whole: usize, gaps: &[isize]) -> usize {
 }
 
 /// `a - b` in bytes (wrapping; only its page offset is used).
+#[cfg(target_arch = "x86_64")]
 pub(super) fn page_gap(a: *const f32, b: *const f32) -> isize {
     (a as usize).wrapping_sub(b as usize) as isize
 }
 
 /// `i + rot` wrapped into `0..whole` (`i < whole`, `rot < whole` or `whole` 0).
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 pub(super) fn rotated(i: usize, rot: usize, whole: usize) -> usize {
     let j = i + rot;
     if j >= whole {
@@ -483,6 +487,7 @@ pub(super) fn rotated(i: usize, rot: usize, whole: usize) -> usize {
 /// elements, the second half a page past the end of the first (so that storing one row's
 /// terms and loading the other's never meet at a page offset), and a page of slack to place
 /// them in.
+#[cfg(target_arch = "x86_64")]
 pub(super) const fn scratch_len(scratch: usize) -> usize {
     2 * scratch + (PAGE + PAGE / 2) / 4
 }
@@ -494,6 +499,7 @@ pub(super) const fn scratch_len(scratch: usize) -> usize {
 /// offset of the other row's term loaded next), wherever the stack put them against the
 /// input: `ladder bench`'s W2 (softmax of [4096, 1024], streamed, one thread, Zen 4) under
 /// the `avx2` cap took 14.7–15.2 ms, and 2.1–2.6 placed.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn scratch_rows(base: *mut f32, scratch: usize, avoid: [*const f32; 2]) -> [*mut f32; 2] {
     let second = scratch + PAGE / 2 / 4;
     let apart = |a: usize, b: usize| {

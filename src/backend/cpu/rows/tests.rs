@@ -548,6 +548,7 @@ fn last_level_cache_is_reported_in_a_plausible_range() {
 /// from a boundary are left alone, and the scratch rows lie inside their area, half a page
 /// apart, away from both the input and the output.
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn rotations_and_scratch_rows_keep_off_page_boundaries() {
     assert_eq!(rotation(1024, &[0]), 512);
     assert_eq!(rotation(1024, &[2048]), 0, "a gap half a page from a boundary stays");
@@ -579,6 +580,7 @@ fn rotations_and_scratch_rows_keep_off_page_boundaries() {
 /// A matrix of `rows` rows of `n` whose first element is `x_page` bytes past a page
 /// boundary, and an output `y_page` bytes past one (`y_page % 4 == 0`), in one buffer:
 /// `(buffer, x's start, y's start)` as element indices.
+#[cfg(target_arch = "x86_64")]
 fn paged(rows: usize, n: usize, x_page: usize, y_page: usize) -> (Vec<f32>, usize, usize) {
     let len = rows * n;
     let pages = (4 * len).div_ceil(4096) + 1;
@@ -593,6 +595,7 @@ fn paged(rows: usize, n: usize, x_page: usize, y_page: usize) -> (Vec<f32>, usiz
 /// streamed or not, through the dispatched kernel and (where the CPU has it) the AVX2 one:
 /// every line of every row is written once, wherever the rotation starts.
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn rotated_row_passes_write_every_line() {
     const STALE: f32 = -7.654_321e7;
     let mut rotated_cases = 0;
@@ -623,7 +626,6 @@ fn rotated_row_passes_write_every_line() {
             type Kernel = unsafe fn(&[f32], &mut [f32], usize, bool);
             let mut kernels: Vec<(&str, Kernel, &[f32])> =
                 vec![("softmax", softmax_rows_into, &want.0), ("log_softmax", log_softmax_rows_into, &want.1)];
-            #[cfg(target_arch = "x86_64")]
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 kernels.push(("AVX2 softmax", avx2::softmax_rows, &portable.0));
                 kernels.push(("AVX2 log_softmax", avx2::log_softmax_rows, &portable.1));
