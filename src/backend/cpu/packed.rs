@@ -452,7 +452,7 @@ pub(super) mod sse {
     use super::{PackedB, NR};
 
     /// Rows of `A` per micro-kernel call.
-    pub const MR: usize = 6;
+    const MR: usize = 6;
     /// Columns per micro-kernel call: a quarter panel, two 128-bit vectors.
     const SLICE: usize = 8;
     /// Values of `k` per micro-kernel call: the slice's panel rows stay in L1 while every
