@@ -91,4 +91,5 @@ mod train;
 mod vulkan;
 mod vulkan_dtypes;
 mod vulkan_f64;
+mod vulkan_gemm;
 mod vulkan_library;

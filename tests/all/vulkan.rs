@@ -355,13 +355,7 @@ fn kernels_binding_too_many_buffers_use_the_arena() {
     if !device("kernels_binding_too_many_buffers_use_the_arena") {
         return;
     }
-    let mut body = String::from("  %a0 = add(%x, %y)\n");
-    let mut outs = vec!["%a0".to_string()];
-    for k in 1..40 {
-        let op = ["mul", "add", "sub", "max"][k % 4];
-        body += &format!("  %a{k} = {op}(%a{}, %x)\n", k - 1);
-        outs.push(format!("%a{k}"));
-    }
+    let (mut body, mut outs) = wide_chain();
     body += "  %c = gt(%a7, %y)\n  %i = convert_element_type(%a3) {dtype=i64}\n";
     body += "  %h = convert_element_type(%a9) {dtype=f16}\n  %s = sum(%a39) {axes=[0]}\n";
     body += "  %m = reduce_max(%a20) {axes=[0]}\n";
@@ -384,6 +378,20 @@ fn kernels_binding_too_many_buffers_use_the_arena() {
         agree(&plan.run(&inputs).unwrap().outputs, &want, &format!("arena, n = {n}"));
     }
     clean("arena");
+}
+
+/// A chain of 40 elementwise ops of `%x` and `%y`, each result returned (`%a0` to `%a39`):
+/// one fused kernel writing more buffers than a shader binds, so they live in the run's arena.
+/// The graph's body and its returned values.
+pub(crate) fn wide_chain() -> (String, Vec<String>) {
+    let mut body = String::from("  %a0 = add(%x, %y)\n");
+    let mut outs = vec!["%a0".to_string()];
+    for k in 1..40 {
+        let op = ["mul", "add", "sub", "max"][k % 4];
+        body += &format!("  %a{k} = {op}(%a{}, %x)\n", k - 1);
+        outs.push(format!("%a{k}"));
+    }
+    (body, outs)
 }
 
 /// The memory plan: temporaries whose lifetimes do not meet share memory (buffers bound

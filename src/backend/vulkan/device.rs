@@ -76,6 +76,9 @@ pub struct Context {
     /// Whether it is a discrete GPU (its own memory, behind a bus): plans there keep their
     /// buffers in device-local memory and copy inputs and outputs through staging buffers.
     pub(super) discrete: bool,
+    /// Whether it is a CPU device (lavapipe, SwiftShader): plans there run the generated
+    /// kernels, not the library shaders, by default.
+    pub(super) cpu: bool,
 }
 
 // SAFETY: the handles are plain identifiers; Vulkan requires external synchronization only
@@ -319,6 +322,7 @@ impl Context {
             name,
             float64,
             discrete: props.device_type == vk::PhysicalDeviceType::DISCRETE_GPU,
+            cpu: props.device_type == vk::PhysicalDeviceType::CPU,
         }
     }
 
@@ -347,6 +351,16 @@ impl Context {
             Ok("1") => true,
             Ok("0") => false,
             _ => self.discrete,
+        }
+    }
+
+    /// Whether plans run the library shaders (`shaders.rs`) where they have one for a step:
+    /// `LADDER_VULKAN_LIBRARY=1` or `0` where set, else on every device but a CPU one.
+    pub(super) fn library_by_default(&self) -> bool {
+        match std::env::var("LADDER_VULKAN_LIBRARY").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => !self.cpu,
         }
     }
 }

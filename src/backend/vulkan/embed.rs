@@ -73,6 +73,9 @@ pub struct VulkanDevice {
     /// Whether plans keep device-local memory and stage inputs and outputs (`None`: the
     /// device's default, [`VulkanDevice::stages`]).
     staging: Option<bool>,
+    /// Whether plans run the library shaders (`None`: the device's default,
+    /// [`VulkanDevice::library_shaders`]).
+    library: Option<bool>,
 }
 
 impl VulkanDevice {
@@ -111,13 +114,13 @@ impl VulkanDevice {
                 Some(&ext.enabled_features),
             )
         };
-        Ok(VulkanDevice { ctx: Arc::new(ctx), staging: None })
+        Ok(VulkanDevice { ctx: Arc::new(ctx), staging: None, library: None })
     }
 
     /// Ladder's own device for this process (made on first use, as
     /// `CompileOptions::vulkan()` plans use it).
     pub fn process() -> Result<VulkanDevice, VulkanError> {
-        context().map(|ctx| VulkanDevice { ctx, staging: None })
+        context().map(|ctx| VulkanDevice { ctx, staging: None, library: None })
     }
 
     /// The device's name, as its driver reports it.
@@ -145,6 +148,22 @@ impl VulkanDevice {
     /// on a discrete GPU only (an integrated GPU or a CPU device shares the host's memory).
     pub fn stages(&self) -> bool {
         self.staging.unwrap_or_else(|| self.ctx.stages_by_default())
+    }
+
+    /// The same device, its plans running a step through a library shader where one computes
+    /// it (`true`: the tiled f32 GEMM for matmuls), or every step as generated kernels
+    /// (`false`).
+    pub fn with_library_shaders(mut self, on: bool) -> VulkanDevice {
+        self.library = Some(on);
+        self
+    }
+
+    /// Whether plans compiled on it run the library shaders: as
+    /// [`VulkanDevice::with_library_shaders`] set, else `LADDER_VULKAN_LIBRARY=1` or `0` where
+    /// set, else on a GPU only. The library GEMM stages tiles in workgroup memory, which a
+    /// GPU keeps on chip; a CPU device (lavapipe) runs the generated kernels faster.
+    pub fn library_shaders(&self) -> bool {
+        self.library.unwrap_or_else(|| self.ctx.library_by_default())
     }
 
     /// Whether an embedder made it ([`VulkanDevice::from_external`]).

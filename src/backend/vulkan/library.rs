@@ -6,9 +6,9 @@
 //!   [`ROWS`] × [`COLS`] output elements, each dot product summed in order over `k` (a sum
 //!   accumulator each: every loaded element of `a` and `b` feeds several products), then
 //!   kernels of one invocation per element for the rows and columns past the last whole
-//!   block, then the step's epilogue kernel as its own dispatch. Register blocking only: a
-//!   tiled shader with shared memory is the next step. Every float and integer dtype
-//!   ([`product_term`]).
+//!   block, then the step's epilogue kernel as its own dispatch. Register blocking only; a
+//!   device running library shaders takes the tiled GEMM shader for f32 instead
+//!   (`shaders.rs`). Every float and integer dtype ([`product_term`]).
 //! - `conv`: `library_nn.rs` (blocks of output channels per invocation, then the rest).
 //! - `cat`: a copy kernel per operand into its slab of the result.
 //! - `pad`: a kernel filling the result with the pad value (where any of it is padding),

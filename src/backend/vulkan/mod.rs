@@ -17,6 +17,10 @@
 //! backend are lowered without op recovery, so softmax, the norms, pooling and LSTMs arrive as
 //! kernels and prims.
 //!
+//! Library shaders (`shaders.rs`: WGSL in `shaders/`, built by `build.rs`) replace a step's
+//! generated kernels where the device runs them ([`VulkanDevice::library_shaders`]: GPUs, by
+//! default): an f32 `matmul` as the tiled GEMM.
+//!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
 //! kernel's size table and status word, the descriptor sets, and one command buffer recorded
@@ -50,6 +54,7 @@ pub mod floors;
 mod library;
 mod library_nn;
 mod memory;
+mod shaders;
 pub mod spirv;
 
 use std::any::Any;
@@ -65,12 +70,14 @@ use device::{call, Buffer};
 pub use device::{context, take_validation_messages, Context, VulkanError};
 pub use embed::{ExternalDevice, VulkanDevice};
 use memory::{filled, place, DeviceRun};
+pub use shaders::library_shaders;
+use shaders::Gemm;
 use spirv::{Shader, Status, LOCAL_SIZE};
 
 use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
 use crate::kernel::eval::{eval_library_with, tensor_from_bytes, ExecError};
 use crate::kernel::memory::Lifetime;
-use crate::kernel::{BufferId, BufferKind, LibraryCall, Program, Step};
+use crate::kernel::{BufferId, BufferKind, LibraryCall, MatmulCall, Program, Step};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorView};
 
@@ -87,16 +94,19 @@ impl Backend for VulkanBackend {
     }
 
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
-        let (ctx, staging) = match &self.device {
-            Some(d) => (Arc::clone(&d.ctx), d.stages()),
+        let (ctx, staging, library_shaders) = match &self.device {
+            Some(d) => (Arc::clone(&d.ctx), d.stages(), d.library_shaders()),
             None => {
                 let ctx = context().map_err(|e| BackendError::Unsupported(e.to_string()))?;
-                let staging = ctx.stages_by_default();
-                (ctx, staging)
+                let (staging, library) = (ctx.stages_by_default(), ctx.library_by_default());
+                (ctx, staging, library)
             }
         };
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
+        // The generated kernels (with their steps), and what runs, in order: the next
+        // generated kernel (`None`) or a library shader.
         let mut written = Vec::with_capacity(program.steps.len());
+        let mut order: Vec<Option<(usize, Gemm)>> = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
             // Values computed from the run's sizes alone: written by the host.
@@ -106,17 +116,37 @@ impl Backend for VulkanBackend {
                     continue;
                 }
             }
-            // Library steps are written as generated kernels (`library.rs`).
+            // An f32 matmul through the library GEMM (`shaders.rs`), then its epilogue kernel.
+            if let Some(gemm) = library_gemm(step, program, i).filter(|_| library_shaders) {
+                order.push(Some((i, gemm)));
+                if let Step::Matmul(MatmulCall { epilogue: Some(e), .. }) = step {
+                    written.push((i, (**e).clone()));
+                    order.push(None);
+                }
+                continue;
+            }
+            // Other library steps are written as generated kernels (`library.rs`).
             let ks = library::step_kernels(step, program, i)
                 .map_err(|why| BackendError::Unsupported(format!("step {i} is a {} call: {why}", step_kind(step))))?;
+            order.extend(ks.iter().map(|_| None));
             written.extend(ks.into_iter().map(|k| (i, k)));
         }
         let (shaders, arena) = place(&ctx, program, &written)?;
-        let mut kernels = Vec::with_capacity(shaders.len());
+        let mut kernels = Vec::with_capacity(order.len());
         // With staging, the host-visible copies device-local constants are uploaded from.
         let mut uploads: Vec<(Buffer, Option<usize>, usize)> = Vec::new();
-        for ((step, _), shader) in written.iter().zip(shaders) {
-            let (k, stagings) = KernelStep::new(&ctx, *step, shader, consts, staging)?;
+        let mut generated = written.iter().zip(shaders);
+        for next in order {
+            let (step, code) = match next {
+                Some((step, gemm)) => (step, Code::Gemm(gemm)),
+                None => {
+                    let ((step, _), shader) = generated.next().ok_or_else(|| {
+                        BackendError::Malformed("vulkan: fewer shaders than generated kernels".into())
+                    })?;
+                    (*step, Code::Generated(shader))
+                }
+            };
+            let (k, stagings) = KernelStep::new(&ctx, step, code, consts, staging)?;
             uploads.extend(stagings.into_iter().enumerate().map(|(i, h)| (h, Some(kernels.len()), i)));
             kernels.push(k);
         }
@@ -186,8 +216,13 @@ impl Backend for VulkanBackend {
             true => "device-local memory, inputs and outputs staged",
             false => "host-visible memory",
         };
+        let library = kernels.iter().filter(|k| matches!(k.code, Code::Gemm(_))).count();
+        let library_note = match library {
+            0 => String::new(),
+            n => format!(", {n} of them the library GEMM"),
+        };
         let explanation = format!(
-            "vulkan: {} kernels as compute shaders on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
+            "vulkan: {} kernels as compute shaders{library_note} on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
             kernels.len(),
             ctx.name,
             resident
@@ -313,24 +348,38 @@ impl Drop for Pipe {
 struct KernelStep {
     /// Its step in the program.
     step: usize,
-    shader: Shader,
+    code: Code,
     pipe: Pipe,
     /// The shader's pools of constants (`Shader::pools`), filled when the plan is made.
     pools: Vec<Buffer>,
 }
 
+/// What a dispatch runs: a generated kernel's shader, or a library shader (`shaders.rs`).
+enum Code {
+    Generated(Shader),
+    Gemm(Gemm),
+}
+
 impl KernelStep {
-    /// A pipeline for `shader` (of step `step`), its pools of constants filled (`consts`: the
+    /// A pipeline for `code` (of step `step`), its pools of constants filled (`consts`: the
     /// program's); with `staging`, the pools are device-local, returned with the host-visible
     /// copies to upload them from.
     fn new(
         ctx: &Arc<Context>,
         step: usize,
-        shader: Shader,
+        code: Code,
         consts: &[Option<Arc<Tensor>>],
         staging: bool,
     ) -> Result<(KernelStep, Vec<Buffer>), BackendError> {
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
+        let shader = match code {
+            Code::Generated(shader) => shader,
+            Code::Gemm(gemm) => {
+                // Its three buffers, the parameters and the status word.
+                let pipe = Pipe::from_words(ctx, gemm.words(), 5).map_err(failed)?;
+                return Ok((KernelStep { step, code: Code::Gemm(gemm), pipe, pools: Vec::new() }, Vec::new()));
+            }
+        };
         let pipe = Pipe::new(ctx, &shader).map_err(failed)?;
         let mut pools = Vec::with_capacity(shader.pools.len());
         let mut hosts = Vec::new();
@@ -351,7 +400,47 @@ impl KernelStep {
             pools.push(buf);
             hosts.extend(host);
         }
-        Ok((KernelStep { step, shader, pipe, pools }, hosts))
+        Ok((KernelStep { step, code: Code::Generated(shader), pipe, pools }, hosts))
+    }
+
+    /// The kernel's name (the generated kernel's, or the library step's).
+    fn name(&self) -> &str {
+        match &self.code {
+            Code::Generated(s) => &s.prepared.name,
+            Code::Gemm(g) => &g.name,
+        }
+    }
+
+    /// Whether it binds program buffer `b`.
+    fn binds(&self, b: BufferId) -> bool {
+        match &self.code {
+            Code::Generated(s) => s.buffers.contains(&b),
+            Code::Gemm(g) => g.buffers().contains(&b),
+        }
+    }
+
+    /// What is bound at bindings `0..`, before the size table and status word; `arena`: by
+    /// buffer, whether it lives in the run's arena.
+    fn bindings(&self, arena: &[bool]) -> Vec<spirv::Binding> {
+        match &self.code {
+            Code::Generated(s) => s.bindings.clone(),
+            Code::Gemm(g) => g
+                .buffers()
+                .iter()
+                .map(|&b| match arena[b.index()] {
+                    true => spirv::Binding::Arena,
+                    false => spirv::Binding::Buffer(b),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The library GEMM for step `i` of `p`, where it is an f32 matmul the shader computes.
+fn library_gemm(step: &Step, p: &Program, i: usize) -> Option<Gemm> {
+    match step {
+        Step::Matmul(m) => Gemm::new(m, p, format!("matmul{i}")),
+        _ => None,
     }
 }
 
@@ -422,12 +511,12 @@ impl VulkanExecutable {
         // A buffer a kernel binds must fit one binding: a limit of the device (lavapipe's is
         // 128 MiB), not a wrong program, so the run is refused as unsupported there.
         let too_large = |b: usize, what: String| {
-            let bound = self.kernels.iter().find(|k| k.shader.buffers.contains(&BufferId::new(b)));
+            let bound = self.kernels.iter().find(|k| k.binds(BufferId::new(b)));
             bound.map(|k| RunError::Step {
                 step: k.step,
                 error: ExecError::Unsupported {
                     backend: "Vulkan",
-                    kernel: k.shader.prepared.name.clone(),
+                    kernel: k.name().to_string(),
                     what: format!("{what} (more than the device binds at once, {max_range})"),
                 },
             })
@@ -488,20 +577,34 @@ impl VulkanExecutable {
         }
         let mut table_bufs = Vec::with_capacity(self.kernels.len());
         let mut status = Vec::with_capacity(self.kernels.len());
+        // Arena members' first elements (in storage elements of their dtype).
+        let first = |b: BufferId| {
+            let stride = u64::from(spirv::storage_stride(p.buffers[b].dtype));
+            arena_at[b.index()].map_or(0, |at| at / stride)
+        };
+        let mut gemm_params = Vec::with_capacity(self.kernels.len());
         for (k, table) in self.kernels.iter().zip(tables) {
-            let mut values = table.clone();
-            values.extend(k.shader.buffers.iter().map(|b| lens[b.index()] as i64));
-            // Arena members' first elements (in storage elements of their dtype).
-            values.extend(k.shader.buffers.iter().map(|b| {
-                let stride = u64::from(spirv::storage_stride(p.buffers[*b].dtype));
-                arena_at[b.index()].map_or(0, |at| (at / stride) as i64)
-            }));
-            let buf = Buffer::new(ctx, values.len() * 8).map_err(invalid)?;
+            let bytes: Vec<u8> = match &k.code {
+                Code::Generated(shader) => {
+                    let mut values = table.clone();
+                    values.extend(shader.buffers.iter().map(|b| lens[b.index()] as i64));
+                    values.extend(shader.buffers.iter().map(|&b| first(b) as i64));
+                    gemm_params.push(Vec::new());
+                    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+                }
+                Code::Gemm(g) => {
+                    let params = g.params(p, sizes, g.buffers().map(first)).map_err(|what| RunError::Step {
+                        step: k.step,
+                        error: ExecError::Unsupported { backend: "Vulkan", kernel: g.name.clone(), what },
+                    })?;
+                    let bytes = params.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                    gemm_params.push(params);
+                    bytes
+                }
+            };
+            let buf = Buffer::new(ctx, bytes.len()).map_err(invalid)?;
             // SAFETY: a new buffer.
-            let dst = unsafe { buf.bytes_mut() };
-            for (i, v) in values.iter().enumerate() {
-                dst[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
-            }
+            unsafe { buf.bytes_mut()[..bytes.len()].copy_from_slice(&bytes) };
             table_bufs.push(buf);
             status.push(Buffer::new(ctx, 4).map_err(invalid)?);
         }
@@ -581,8 +684,7 @@ impl VulkanExecutable {
                     )
                     .map_err(|e| invalid(call("vkAllocateDescriptorSets")(e)))?[0];
                 let mut infos: Vec<vk::DescriptorBufferInfo> = k
-                    .shader
-                    .bindings
+                    .bindings(&self.arena)
                     .iter()
                     .map(|binding| {
                         let buf = match binding {
@@ -614,23 +716,32 @@ impl VulkanExecutable {
                     })
                     .collect();
                 d.update_descriptor_sets(&writes, &[]);
-                let points = k.shader.points(&tables[i]);
-                if points <= 0 {
-                    continue;
-                }
-                let groups = (points as u64).div_ceil(u64::from(LOCAL_SIZE));
-                let max_x = u64::from(ctx.limits.max_compute_work_group_count[0].min(65_535));
-                let gx = groups.min(max_x);
-                let gy = groups.div_ceil(gx);
-                if gy > u64::from(ctx.limits.max_compute_work_group_count[1]) {
-                    return Err(invalid(format!(
-                        "kernel {} has {points} points, more than one dispatch holds",
-                        k.shader.prepared.name
-                    )));
-                }
+                let groups = match &k.code {
+                    Code::Generated(shader) => {
+                        let points = shader.points(&tables[i]);
+                        if points <= 0 {
+                            continue;
+                        }
+                        let groups = (points as u64).div_ceil(u64::from(LOCAL_SIZE));
+                        let max_x = u64::from(ctx.limits.max_compute_work_group_count[0].min(65_535));
+                        let gx = groups.min(max_x);
+                        let gy = groups.div_ceil(gx);
+                        if gy > u64::from(ctx.limits.max_compute_work_group_count[1]) {
+                            return Err(invalid(format!(
+                                "kernel {} has {points} points, more than one dispatch holds",
+                                k.name()
+                            )));
+                        }
+                        [gx as u32, gy as u32, 1]
+                    }
+                    Code::Gemm(_) => match Gemm::groups(&gemm_params[i], ctx.limits.max_compute_work_group_count) {
+                        Some(groups) => groups,
+                        None => continue,
+                    },
+                };
                 d.cmd_bind_pipeline(run.cmd, vk::PipelineBindPoint::COMPUTE, k.pipe.pipeline);
                 d.cmd_bind_descriptor_sets(run.cmd, vk::PipelineBindPoint::COMPUTE, k.pipe.layout, 0, &[set], &[]);
-                d.cmd_dispatch(run.cmd, gx as u32, gy as u32, 1);
+                d.cmd_dispatch(run.cmd, groups[0], groups[1], groups[2]);
                 d.cmd_pipeline_barrier(
                     run.cmd,
                     vk::PipelineStageFlags::COMPUTE_SHADER,
@@ -676,8 +787,11 @@ impl Executable for VulkanExecutable {
                 for k in &self.kernels {
                     let mut dims = Vec::new();
                     let at = |error| RunError::Step { step: k.step, error };
-                    k.shader.prepared.eval_dims(&lookup, &mut dims).map_err(at)?;
-                    k.shader.prepared.check(&dims, &|b| run.sizes.lens[b.index()]).map_err(at)?;
+                    // A library shader's parameters are computed when its commands are recorded.
+                    if let Code::Generated(shader) = &k.code {
+                        shader.prepared.eval_dims(&lookup, &mut dims).map_err(at)?;
+                        shader.prepared.check(&dims, &|b| run.sizes.lens[b.index()]).map_err(at)?;
+                    }
                     tables.push(dims);
                 }
                 Box::new(self.build(p, &run.sizes, &tables, max_run_bytes)?)
@@ -749,7 +863,7 @@ impl VulkanExecutable {
             let code = u32::from_ne_bytes(unsafe { s.bytes() }[..4].try_into().unwrap_or_default());
             let step = k.step;
             if code != 0 {
-                let kernel = k.shader.prepared.name.clone();
+                let kernel = k.name().to_string();
                 let error = if code == Status::DivisionByZero as u32 {
                     ExecError::Eval { kernel, error: crate::interp::EvalError::DivisionByZero }
                 } else if code == Status::Exponent as u32 {

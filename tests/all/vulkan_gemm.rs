@@ -1,0 +1,215 @@
+//! The library GEMM shader (`shaders/gemm_f32.wgsl`) against the reference (within the error
+//! bound of a sum in order: lavapipe's `fma` is not always fused): transposes,
+//! broadcast batch dims, sizes below, at and past its 64 x 64 tiles and its 16-value steps of
+//! `k`, empty sides, infinities, NaN, signed zeros and subnormals, more tiles or batch indices than one dispatch holds,
+//! operands in the run's arena; every library shader through `spirv-val`. Plans here run on
+//! the process's device with library shaders on (`VulkanDevice::with_library_shaders`), which
+//! a CPU device such as lavapipe leaves off by default. Skipped where there is no device, as
+//! in `vulkan.rs`.
+
+#![cfg(feature = "vulkan")]
+
+use ladder::backend::vulkan::{self, VulkanDevice};
+use ladder::models::Rng;
+use ladder::{compile, CompileOptions, Graph, Plan, Tensor};
+
+use crate::vulkan::{agree, clean, device, f32s, parse, spirv_val, wide_chain};
+
+/// The process's device with library shaders on.
+fn tiled() -> CompileOptions {
+    CompileOptions::vulkan_on(VulkanDevice::process().unwrap().with_library_shaders(true))
+}
+
+/// The plan of `g` with the library GEMM (its explanation says so), and the reference plan.
+fn plans(g: &Graph, what: &str) -> (Plan, Plan) {
+    let plan = compile(g, &tiled()).unwrap_or_else(|e| panic!("{what}: {e}\n{}", ladder::text::print(g)));
+    assert!(plan.explanation().contains("the library GEMM"), "{what}: {}", plan.explanation());
+    (plan, compile(g, &CompileOptions::reference()).unwrap())
+}
+
+/// Runs both plans on `inputs` (matmuls over at most `depth` values of `k`): NaN where the
+/// reference has NaN, the same infinities, and finite results within the bound of two sums of
+/// the same terms in the same order, each rounding once or twice per step:
+/// `(depth + 2) ε Σ|a b|` (the sums of absolute terms from the reference plan on the inputs'
+/// absolute values), plus a subnormal step per term. No validation message.
+fn check(plan: &Plan, reference: &Plan, inputs: &[Tensor], depth: usize, what: &str) {
+    let want = reference.run(inputs).unwrap_or_else(|e| panic!("{what}: reference: {e}")).outputs;
+    let got = plan.run(inputs).unwrap_or_else(|e| panic!("{what}: {e}")).outputs;
+    clean(what);
+    let absolute: Vec<Tensor> =
+        inputs.iter().map(|t| f32s(t.shape(), t.as_f32().unwrap().iter().map(|v| v.abs()).collect())).collect();
+    let magnitude = reference.run(&absolute).unwrap().outputs;
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (o, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{what}: output {o}");
+        let (gs, ws, ms) = (g.as_f32().unwrap(), w.as_f32().unwrap(), m.as_f32().unwrap());
+        for (i, ((&a, &b), &mag)) in gs.iter().zip(ws).zip(ms).enumerate() {
+            let bound = (depth as f32 + 2.0) * f32::EPSILON * mag + depth as f32 * f32::from_bits(1);
+            let ok = match (a.is_nan(), b.is_nan()) {
+                (_, true) => a.is_nan(),
+                (true, false) => false,
+                _ if b.is_infinite() => a == b,
+                _ => (a - b).abs() <= bound,
+            };
+            assert!(ok, "{what}: output {o}, element {i}: got {a}, want {b} (within {bound})");
+        }
+    }
+}
+
+/// Infinities, NaN, signed zeros, subnormal values. Not values whose products overflow: the
+/// reference's fused steps keep an infinite sum infinite past a huge finite product of the
+/// other sign, where a device that rounds the product first (lavapipe) adds two infinities
+/// and gets NaN.
+const SPECIAL: [f32; 7] = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0, 0.0, 1e-40, -1e-40];
+
+/// `shape` of uniform values in [-1, 1), a quarter of them from [`SPECIAL`] with `special`.
+fn values(rng: &mut Rng, shape: &[usize], special: bool) -> Tensor {
+    let n = shape.iter().product();
+    let v = (0..n)
+        .map(|_| match rng.below(8) {
+            0 | 1 if special => SPECIAL[rng.below(SPECIAL.len() as u64) as usize],
+            _ => rng.uniform_bits(24) as f32,
+        })
+        .collect();
+    f32s(shape, v)
+}
+
+/// Each library shader passes `spirv-val` for Vulkan 1.2 (naga validated it when it was built).
+#[test]
+fn library_shaders_pass_spirv_val() {
+    if !spirv_val() {
+        eprintln!("library_shaders_pass_spirv_val: skipped: no spirv-val");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ladder-library-shaders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shaders = vulkan::library_shaders();
+    assert!(!shaders.is_empty());
+    for (name, words) in shaders {
+        assert_eq!(words.first(), Some(&0x0723_0203), "{name}: not a SPIR-V module");
+        let path = dir.join(format!("{name}.spv"));
+        std::fs::write(&path, words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let out =
+            std::process::Command::new("spirv-val").args(["--target-env", "vulkan1.2"]).arg(&path).output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Matmuls with transposes and broadcast batch dims (three of them, one broadcast from each
+/// side) at sizes that change between runs of one plan, on random values and on special ones.
+#[test]
+fn the_library_gemm_matches_the_reference() {
+    if !device("the_library_gemm_matches_the_reference") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: f32[b, m, k], %b: f32[k, n], %c: f32[b, n, k], %d: f32[1, m, k], %e: f32[2, 1, b, m, k], %f: f32[1, 3, 1, k, n], %h: f32[n, m]) {
+  %x = matmul(%a, %b)
+  %y = matmul(%a, %c) {transpose_b=true}
+  %z = matmul(%d, %a) {transpose_b=true}
+  %w = matmul(%a, %d) {transpose_a=true}
+  %v = matmul(%e, %f)
+  %u = matmul(%a, %h) {transpose_a=true, transpose_b=true}
+  return %x, %y, %z, %w, %v, %u
+}",
+    );
+    let (plan, reference) = plans(&g, "matmuls");
+    let mut rng = Rng::new(21);
+    let sizes = [
+        (2, 3, 5, 4),
+        (1, 64, 16, 64),
+        (1, 65, 17, 63),
+        (2, 130, 33, 70),
+        (3, 1, 1, 1),
+        (2, 4, 0, 3),
+        (1, 0, 5, 4),
+        (2, 5, 3, 0),
+        (1, 7, 200, 129),
+        (2, 3, 5, 4),
+    ];
+    for (i, (b, m, k, n)) in sizes.into_iter().enumerate() {
+        let special = i % 2 == 1;
+        let inputs = [
+            values(&mut rng, &[b, m, k], special),
+            values(&mut rng, &[k, n], special),
+            values(&mut rng, &[b, n, k], special),
+            values(&mut rng, &[1, m, k], special),
+            values(&mut rng, &[2, 1, b, m, k], special),
+            values(&mut rng, &[1, 3, 1, k, n], special),
+            values(&mut rng, &[n, m], special),
+        ];
+        check(&plan, &reference, &inputs, k.max(m), &format!("b={b} m={m} k={k} n={n}, special values: {special}"));
+    }
+}
+
+/// More batch indices, and more row tiles, than one dispatch's 65,535 workgroups per
+/// dimension: workgroups loop over the rest.
+#[test]
+fn the_library_gemm_covers_more_than_one_dispatch_holds() {
+    if !device("the_library_gemm_covers_more_than_one_dispatch_holds") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: f32[b, 2, 3], %c: f32[b, 3, 2], %t: f32[m, 2], %s: f32[2, 1]) {
+  %x = matmul(%a, %c)
+  %y = matmul(%t, %s)
+  return %x, %y
+}",
+    );
+    let (plan, reference) = plans(&g, "large grids");
+    let mut rng = Rng::new(5);
+    let (b, m) = (70_000, 65_536 * 64 + 65);
+    let inputs = [
+        values(&mut rng, &[b, 2, 3], false),
+        values(&mut rng, &[b, 3, 2], false),
+        values(&mut rng, &[m, 2], true),
+        values(&mut rng, &[2, 1], false),
+    ];
+    check(&plan, &reference, &inputs, 3, &format!("b={b}, m={m}"));
+}
+
+/// Operands and results in the run's arena (a fused kernel writing more buffers than a shader
+/// binds put them there): the GEMM binds the arena and reads each at its offset.
+#[test]
+fn the_library_gemm_reads_and_writes_the_arena() {
+    if !device("the_library_gemm_reads_and_writes_the_arena") {
+        return;
+    }
+    let (mut body, mut outs) = wide_chain();
+    body += "  %p = matmul(%a39, %w)\n  %q = matmul(%a5, %a6) {transpose_b=true}\n";
+    outs.extend(["%p", "%q"].map(String::from));
+    let src =
+        format!("graph g(%x: f32[n, 4], %y: f32[n, 4], %w: f32[4, 3]) {{\n{body}  return {}\n}}\n", outs.join(", "));
+    let (plan, reference) = plans(&parse(&src), "arena");
+    assert!(plan.explanation().contains("share the run's arena"), "{}", plan.explanation());
+    let mut rng = Rng::new(8);
+    for n in [7usize, 1, 70, 0, 7] {
+        let inputs =
+            [values(&mut rng, &[n, 4], false), values(&mut rng, &[n, 4], false), values(&mut rng, &[4, 3], false)];
+        check(&plan, &reference, &inputs, n.max(4), &format!("arena, n = {n}"));
+    }
+}
+
+/// The default: library shaders on a GPU, generated kernels on a CPU device (where they are
+/// faster); `with_library_shaders` overrides it either way, and a plan compiled without them
+/// runs matmuls as generated kernels.
+#[test]
+fn library_shaders_default_to_gpus() {
+    if !device("library_shaders_default_to_gpus") {
+        return;
+    }
+    let d = VulkanDevice::process().unwrap();
+    if std::env::var_os("LADDER_VULKAN_LIBRARY").is_none() && d.name().contains("llvmpipe") {
+        assert!(!d.library_shaders(), "{}", d.name());
+    }
+    assert!(d.clone().with_library_shaders(true).library_shaders());
+    assert!(!d.clone().with_library_shaders(false).library_shaders());
+    let g = parse("graph g(%a: f32[3, 4], %b: f32[4, 5]) {\n  %x = matmul(%a, %b)\n  return %x\n}");
+    let plan = compile(&g, &CompileOptions::vulkan_on(d.with_library_shaders(false))).unwrap();
+    assert!(!plan.explanation().contains("library GEMM"), "{}", plan.explanation());
+    let reference = compile(&g, &CompileOptions::reference()).unwrap();
+    let mut rng = Rng::new(2);
+    let inputs = [values(&mut rng, &[3, 4], false), values(&mut rng, &[4, 5], false)];
+    agree(&plan.run(&inputs).unwrap().outputs, &reference.run(&inputs).unwrap().outputs, "generated");
+}
