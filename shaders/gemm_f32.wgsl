@@ -1,5 +1,9 @@
 // The tiled f32 GEMM: `c[z] = a[z] @ b[z]` for every batch index `z`, each matrix at any
-// strides (so either operand may be transposed, and batch dims may broadcast).
+// strides (so either operand may be transposed, and batch dims may broadcast); or, in image
+// mode, a 1-D or 2-D convolution as the product of its weights `[out channels, taps]` and the
+// input's patches `[taps, output positions]`, which the tile loads gather from the input
+// (with zeros for padding) instead of reading a matrix: each group of each batch element is
+// one batch index.
 //
 // A workgroup of 16 x 8 invocations computes a tile of 64 x 64 results, each invocation 8 rows
 // x 4 columns of it (rows `y + 8i`, columns `x + 16j`, so that neighbouring invocations read
@@ -14,6 +18,10 @@
 //  k, 6 b's stride in k, 7 b's column stride, 8, 9, 10 a's, b's and c's first element,
 //  11 batch dims (at most 4), then per batch dim, outermost first, at 12 + 3d: its extent,
 //  a's stride and b's stride (0 where the operand broadcasts). c is dense: [batch, m, n].
+//  24 image mode (1) or not (0); in image mode, b is an image [channels, height, width] (its
+//  first element at b's batch offset) and: 25 taps per channel (kernel height x width),
+//  26 kernel width, 27 output width, 28 input height, 29 input width, 30 and 31 the strides,
+//  32 and 33 the padding before (rows, columns), 34 and 35 the dilations.
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -29,6 +37,21 @@ const INVOCATIONS: u32 = 128u;
 // a's tile as [TK][TM], b's as [TK][TN].
 var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
+
+// The input element that tap `t` (its input channel, then kernel row and column, row-major)
+// reads for output position `q` (row-major) in image mode: 0 where it is padding.
+fn image(b0: u32, t: u32, q: u32) -> f32 {
+    let ih = p[28];
+    let iw = p[29];
+    let channel = t / p[25];
+    let tap = t % p[25];
+    let y = (q / p[27]) * p[30] + (tap / p[26]) * p[34];
+    let x = (q % p[27]) * p[31] + (tap % p[26]) * p[35];
+    if (y < p[32] || x < p[33] || y - p[32] >= ih || x - p[33] >= iw) {
+        return 0.0;
+    }
+    return b[b0 + (channel * ih + y - p[32]) * iw + x - p[33]];
+}
 
 // Stores the results of `row` at columns `col + 16j` (component j) that lie in the m x n
 // result starting at element `c0`.
@@ -124,7 +147,11 @@ fn main(
                         }
                         var v = 0.0;
                         if (col0 + col < n && k0 + kk < k) {
-                            v = b[b0 + (k0 + kk) * b_k + (col0 + col) * b_col];
+                            if (p[24] == 1u) {
+                                v = image(b0, k0 + kk, col0 + col);
+                            } else {
+                                v = b[b0 + (k0 + kk) * b_k + (col0 + col) * b_col];
+                            }
                         }
                         tb[kk * TN + col] = v;
                     }

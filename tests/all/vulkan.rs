@@ -68,6 +68,42 @@ pub(crate) fn agree(got: &[Tensor], want: &[Tensor], what: &str) {
     }
 }
 
+/// Runs both plans on `inputs` (products summed over at most `depth` terms: matmuls,
+/// convolutions): NaN where the
+/// reference has NaN, the same infinities, and finite results within the bound of two sums of
+/// the same terms in the same order, each rounding once or twice per step:
+/// `(depth + 2) ε Σ|a b|` (the sums of absolute terms from the reference plan on the inputs'
+/// absolute values), plus a subnormal step per term. No validation message.
+pub(crate) fn within_product_bound(
+    plan: &ladder::Plan,
+    reference: &ladder::Plan,
+    inputs: &[Tensor],
+    depth: usize,
+    what: &str,
+) {
+    let want = reference.run(inputs).unwrap_or_else(|e| panic!("{what}: reference: {e}")).outputs;
+    let got = plan.run(inputs).unwrap_or_else(|e| panic!("{what}: {e}")).outputs;
+    clean(what);
+    let absolute: Vec<Tensor> =
+        inputs.iter().map(|t| f32s(t.shape(), t.as_f32().unwrap().iter().map(|v| v.abs()).collect())).collect();
+    let magnitude = reference.run(&absolute).unwrap().outputs;
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (o, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{what}: output {o}");
+        let (gs, ws, ms) = (g.as_f32().unwrap(), w.as_f32().unwrap(), m.as_f32().unwrap());
+        for (i, ((&a, &b), &mag)) in gs.iter().zip(ws).zip(ms).enumerate() {
+            let bound = (depth as f32 + 2.0) * f32::EPSILON * mag + depth as f32 * f32::from_bits(1);
+            let ok = match (a.is_nan(), b.is_nan()) {
+                (_, true) => a.is_nan(),
+                (true, false) => false,
+                _ if b.is_infinite() => a == b,
+                _ => (a - b).abs() <= bound,
+            };
+            assert!(ok, "{what}: output {o}, element {i}: got {a}, want {b} (within {bound})");
+        }
+    }
+}
+
 /// Whether `spirv-val` can be run (a failure where `LADDER_REQUIRE_VULKAN=1` says it must).
 pub(crate) fn spirv_val() -> bool {
     let there = std::process::Command::new("spirv-val").arg("--version").output().is_ok();

@@ -1,4 +1,6 @@
-//! Convolution as a generated kernel of the kernel IR (see `library.rs`).
+//! Convolution as a generated kernel of the kernel IR (see `library.rs`). A device running
+//! library shaders takes the library GEMM for f32 1-D and 2-D convolutions instead
+//! (`shaders.rs`).
 //!
 //! One invocation per block of [`CHANNELS`] output channels at one output position `[batch,
 //! channel, spatial...]` (each input element it loads, with its padding checks, feeds a

@@ -19,7 +19,7 @@
 //!
 //! Library shaders (`shaders.rs`: WGSL in `shaders/`, built by `build.rs`) replace a step's
 //! generated kernels where the device runs them ([`VulkanDevice::library_shaders`]: GPUs, by
-//! default): an f32 `matmul` as the tiled GEMM.
+//! default): an f32 `matmul`, or 1-D or 2-D `conv`, as the tiled GEMM.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
@@ -77,7 +77,7 @@ use spirv::{Shader, Status, LOCAL_SIZE};
 use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
 use crate::kernel::eval::{eval_library_with, tensor_from_bytes, ExecError};
 use crate::kernel::memory::Lifetime;
-use crate::kernel::{BufferId, BufferKind, LibraryCall, MatmulCall, Program, Step};
+use crate::kernel::{BufferId, BufferKind, LibraryCall, Program, Step};
 use crate::ops::OpKind;
 use crate::tensor::{Tensor, TensorView};
 
@@ -116,11 +116,12 @@ impl Backend for VulkanBackend {
                     continue;
                 }
             }
-            // An f32 matmul through the library GEMM (`shaders.rs`), then its epilogue kernel.
-            if let Some(gemm) = library_gemm(step, program, i).filter(|_| library_shaders) {
+            // An f32 matmul or convolution through the library GEMM (`shaders.rs`), then the
+            // matmul's epilogue kernel or the convolution's post-op.
+            if let Some((gemm, after)) = shaders::for_step(step, program, i).filter(|_| library_shaders) {
                 order.push(Some((i, gemm)));
-                if let Step::Matmul(MatmulCall { epilogue: Some(e), .. }) = step {
-                    written.push((i, (**e).clone()));
+                if let Some(k) = after {
+                    written.push((i, k));
                     order.push(None);
                 }
                 continue;
@@ -219,7 +220,7 @@ impl Backend for VulkanBackend {
         let library = kernels.iter().filter(|k| matches!(k.code, Code::Gemm(_))).count();
         let library_note = match library {
             0 => String::new(),
-            n => format!(", {n} of them the library GEMM"),
+            n => format!(", {n} of them the library GEMM (matmuls and convolutions)"),
         };
         let explanation = format!(
             "vulkan: {} kernels as compute shaders{library_note} on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
@@ -433,14 +434,6 @@ impl KernelStep {
                 })
                 .collect(),
         }
-    }
-}
-
-/// The library GEMM for step `i` of `p`, where it is an f32 matmul the shader computes.
-fn library_gemm(step: &Step, p: &Program, i: usize) -> Option<Gemm> {
-    match step {
-        Step::Matmul(m) => Gemm::new(m, p, format!("matmul{i}")),
-        _ => None,
     }
 }
 

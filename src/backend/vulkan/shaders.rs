@@ -6,7 +6,12 @@
 //!   batch dims, up to [`BATCH_DIMS`] of them, symbolic sizes) as a tiled product staging its
 //!   operands' tiles in workgroup memory. Each result is summed over `k` in order with `fma`
 //!   from +0: the reference's rounding where the device fuses it (the generated kernels round
-//!   each product before adding it). A step's epilogue kernel runs after it as a generated kernel, as before.
+//!   each product before adding it). A step's epilogue kernel runs after it as a generated
+//!   kernel, as before. The same shader runs an f32 1-D or 2-D `conv` (any groups, strides,
+//!   dilations, zero padding, symbolic sizes) as the product of its weights and its input's
+//!   patches, gathered by the tile loads (implicit GEMM), in the reference's order (input
+//!   channel, then taps row-major); its bias-and-ReLU post-op runs after it as a generated
+//!   kernel.
 //!
 //! A library shader binds the step's buffers, then its parameters (u32 words the host
 //! computes from the run's sizes when it records the run's commands) and the status word,
@@ -15,7 +20,7 @@
 
 use crate::backend::Sizes;
 use crate::ir::DType;
-use crate::kernel::{BufferId, MatmulCall, Program};
+use crate::kernel::{BufferId, ConvCall, Kernel, MatmulCall, Program, Step};
 
 mod words {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
@@ -32,22 +37,102 @@ pub const BATCH_DIMS: usize = 4;
 const TILE: (u64, u64) = (64, 64);
 /// The values of `k` per tile.
 const TILE_K: u64 = 16;
+/// Below this many rows (a matmul's, a convolution's output channels per group) where it is
+/// static, a product stays generated kernels: a 64-row tile would be mostly idle (a depthwise
+/// convolution, one channel per group, ran 20 times slower on lavapipe through the shader).
+const MIN_ROWS: u64 = 16;
 
-/// An f32 matmul step as the library GEMM.
+/// Whether `rows` (a dim) may be small enough to leave most of a tile's rows idle.
+fn few(rows: &crate::ir::Dim) -> bool {
+    rows.as_const().is_some_and(|r| r < MIN_ROWS)
+}
+
+/// The library GEMM for step `i` of `p`, where it is an f32 matmul or convolution the shader
+/// computes, and the generated kernel that runs after it: the matmul's epilogue, or the
+/// convolution's post-op (where the device has no kernel for the post-op, the generated
+/// kernels run the whole step).
+pub(super) fn for_step(step: &Step, p: &Program, i: usize) -> Option<(Gemm, Option<Kernel>)> {
+    match step {
+        Step::Matmul(m) => Some((Gemm::new(m, p, format!("matmul{i}"))?, m.epilogue.as_deref().cloned())),
+        Step::Conv(c) => {
+            let name = format!("conv{i}");
+            let post = match &c.post {
+                Some(post) => Some(super::library::post_kernel(post, c.out, p, format!("{name}_post")).ok()?),
+                None => None,
+            };
+            Some((Gemm::conv(c, p, name)?, post))
+        }
+        _ => None,
+    }
+}
+
+/// Parameter words the GEMM shader reads (`shaders/gemm_f32.wgsl`).
+const PARAMS: usize = 36;
+/// Where image mode's parameters start.
+const IMAGE: usize = 24;
+
+/// An f32 matmul or convolution step as the library GEMM.
 #[derive(Clone, Debug)]
 pub(super) struct Gemm {
-    pub call: MatmulCall,
+    pub product: Product,
     pub name: String,
+}
+
+/// The step a [`Gemm`] computes.
+#[derive(Clone, Debug)]
+pub(super) enum Product {
+    Matmul(MatmulCall),
+    /// A 1-D or 2-D convolution, with its (begin) padding, strides and dilations per spatial
+    /// dim, 1-D ones as 2-D of height 1.
+    Conv {
+        call: ConvCall,
+        pad: [u64; 2],
+        stride: [u64; 2],
+        dilation: [u64; 2],
+    },
 }
 
 impl Gemm {
     /// The library GEMM for matmul `m` of `p` (named `name`), where the shader computes it:
-    /// f32 operands and result, at most [`BATCH_DIMS`] batch dims, no fused activation.
+    /// f32 operands and result, at most [`BATCH_DIMS`] batch dims, no fused activation, not
+    /// fewer than [`MIN_ROWS`] rows.
     pub fn new(m: &MatmulCall, p: &Program, name: String) -> Option<Gemm> {
         let f32s = [m.a, m.b, m.out].iter().all(|&b| p.buffers[b].dtype == DType::F32);
         let ranks = [m.a, m.b, m.out].map(|b| p.buffers[b].shape.rank());
         let shaped = ranks.iter().all(|&r| r >= 2) && ranks[2] - 2 <= BATCH_DIMS;
-        (f32s && shaped && m.activation.is_none()).then(|| Gemm { call: m.clone(), name })
+        let rows = shaped && !few(&p.buffers[m.out].shape.dims()[ranks[2] - 2]);
+        (f32s && rows && m.activation.is_none()).then(|| Gemm { product: Product::Matmul(m.clone()), name })
+    }
+
+    /// The library GEMM for convolution `c` of `p`, where the shader computes it: f32, 1-D
+    /// or 2-D, no folded pooling, attributes as the `conv` op takes them, not fewer than
+    /// [`MIN_ROWS`] output channels per group.
+    pub fn conv(c: &ConvCall, p: &Program, name: String) -> Option<Gemm> {
+        let f32s = [c.x, c.w, c.out].iter().all(|&b| p.buffers[b].dtype == DType::F32);
+        let rank = p.buffers[c.x].shape.rank();
+        let ranks = [c.w, c.out].iter().all(|&b| p.buffers[b].shape.rank() == rank);
+        if !f32s || !ranks || !(3..=4).contains(&rank) || c.pool.is_some() || c.groups < 1 {
+            return None;
+        }
+        let per_group = p.buffers[c.out].shape.dims()[1].as_const().map(|o| o / c.groups as u64);
+        if per_group.is_some_and(|o| o < MIN_ROWS) {
+            return None;
+        }
+        let n = rank - 2;
+        // Per spatial dim (`empty`: each where the list is empty), each at least `min`, as
+        // [height, width] (height 1 and its defaults for 1-D).
+        let dims = |v: &[i64], len: usize, min: i64, empty: u64| -> Option<[u64; 2]> {
+            let v: Vec<u64> = match v.len() {
+                0 => vec![empty; len],
+                l if l == len && v.iter().all(|&x| x >= min) => v.iter().map(|&x| x as u64).collect(),
+                _ => return None,
+            };
+            Some(if n == 1 { [empty, v[0]] } else { [v[0], v[1]] })
+        };
+        let pad = dims(&c.padding, 2 * n, 0, 0)?;
+        let (stride, dilation) = (dims(&c.stride, n, 1, 1)?, dims(&c.dilation, n, 1, 1)?);
+        let product = Product::Conv { call: c.clone(), pad, stride, dilation };
+        Some(Gemm { product, name })
     }
 
     /// The SPIR-V module.
@@ -55,16 +140,25 @@ impl Gemm {
         words::GEMM_F32
     }
 
-    /// The buffers bound at bindings 0, 1, 2: `a`, `b` and the result.
+    /// The buffers bound at bindings 0, 1, 2: `a`, `b` and the result (a convolution's
+    /// weights, input and result).
     pub fn buffers(&self) -> [BufferId; 3] {
-        [self.call.a, self.call.b, self.call.out]
+        match &self.product {
+            Product::Matmul(m) => [m.a, m.b, m.out],
+            Product::Conv { call, .. } => [call.w, call.x, call.out],
+        }
     }
 
     /// The shader's parameters for a run with `sizes` (layout: `shaders/gemm_f32.wgsl`), each
     /// operand's first element at `first` (0, or its element offset in the run's arena); why
     /// not, where an index the shader would form does not fit 32 bits.
     pub fn params(&self, p: &Program, sizes: &Sizes, first: [u64; 3]) -> Result<Vec<u32>, String> {
-        let m = &self.call;
+        let m = match &self.product {
+            Product::Matmul(m) => m,
+            Product::Conv { call, pad, stride, dilation } => {
+                return conv_params(call, (pad, stride, dilation), p, sizes, first);
+            }
+        };
         let shape = |b: BufferId| sizes.shape(p, b).map_err(|e| e.to_string());
         let (a, b, out) = (shape(m.a)?, shape(m.b)?, shape(m.out)?);
         let u = |v: &[usize], i: usize| v[i] as u64;
@@ -110,10 +204,7 @@ impl Gemm {
             cols + TILE.1,
             depth + TILE_K,
         ];
-        if let Some(big) = reach.iter().chain(&params).find(|&&v| v > u64::from(u32::MAX)) {
-            return Err(format!("an index of {big} (the library GEMM indexes with 32 bits)"));
-        }
-        Ok(params.into_iter().map(|v| v as u32).collect())
+        narrow(params, &reach)
     }
 
     /// The workgroups to dispatch for `params` (workgroups loop over what one dispatch of at
@@ -126,4 +217,71 @@ impl Gemm {
         }
         Some([0, 1, 2].map(|i| want[i].min(u64::from(most[i].min(65_535))) as u32))
     }
+}
+
+/// `params` padded to [`PARAMS`] words, or why not: a value, or an index the shader forms
+/// (at most the largest of `reach`), past 32 bits.
+fn narrow(mut params: Vec<u64>, reach: &[u64]) -> Result<Vec<u32>, String> {
+    if let Some(big) = reach.iter().chain(&params).find(|&&v| v > u64::from(u32::MAX)) {
+        return Err(format!("an index of {big} (the library GEMM indexes with 32 bits)"));
+    }
+    params.resize(PARAMS, 0);
+    Ok(params.into_iter().map(|v| v as u32).collect())
+}
+
+/// The GEMM shader's parameters in image mode for convolution `c` (its padding, strides and
+/// dilations as [`Product::Conv`] holds them): weights `[out channels, channels × taps]` times
+/// the input's patches `[channels × taps, output positions]`, one batch index per batch
+/// element and group.
+fn conv_params(
+    c: &ConvCall,
+    (pad, stride, dilation): (&[u64; 2], &[u64; 2], &[u64; 2]),
+    p: &Program,
+    sizes: &Sizes,
+    first: [u64; 3],
+) -> Result<Vec<u32>, String> {
+    let shape = |b: BufferId| -> Result<Vec<u64>, String> {
+        let s = sizes.shape(p, b).map_err(|e| e.to_string())?;
+        // 1-D as 2-D of height 1.
+        let mut s: Vec<u64> = s.into_iter().map(|d| d as u64).collect();
+        if s.len() == 3 {
+            s.insert(2, 1);
+        }
+        Ok(s)
+    };
+    let (x, w, out) = (shape(c.x)?, shape(c.w)?, shape(c.out)?);
+    let groups = c.groups as u64;
+    let per_group = out[1] / groups;
+    let taps = w[2] * w[3];
+    let depth = w[1] * taps;
+    let positions = out[2] * out[3];
+    let image = x[2] * x[3];
+    // m, n, k, batch; a's strides (rows, k); b's (unused: image mode); first elements; two
+    // batch dims: the batch element (weights shared) and the group.
+    let mut params =
+        vec![per_group, positions, depth, out[0] * groups, depth, 1, 0, 1, first[0], first[1], first[2], 2];
+    params.extend([out[0], 0, x[1] * image, groups, per_group * depth, w[1] * image]);
+    params.resize(IMAGE, 0);
+    let kernel = [taps, w[3], out[3], x[2], x[3]];
+    params.extend([1].into_iter().chain(kernel).chain([
+        stride[0],
+        stride[1],
+        pad[0],
+        pad[1],
+        dilation[0],
+        dilation[1],
+    ]));
+    let less = |v: u64| v.saturating_sub(1);
+    let reach = [
+        first[0] + out[1] * depth,
+        first[1] + x[0] * x[1] * image,
+        first[2] + out[0] * out[1] * positions,
+        // An output position's input coordinates before the padding is taken off.
+        less(out[2]).saturating_mul(stride[0]).saturating_add(less(w[2]).saturating_mul(dilation[0])),
+        less(out[3]).saturating_mul(stride[1]).saturating_add(less(w[3]).saturating_mul(dilation[1])),
+        per_group + TILE.0,
+        positions + TILE.1,
+        depth + TILE_K,
+    ];
+    narrow(params, &reach)
 }
