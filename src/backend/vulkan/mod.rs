@@ -137,6 +137,7 @@ impl Backend for VulkanBackend {
         // With staging, the host-visible copies device-local constants are uploaded from.
         let mut uploads: Vec<(Buffer, Option<usize>, usize)> = Vec::new();
         let mut generated = written.iter().zip(shaders);
+        let mut gemm_pipe = None;
         for next in order {
             let (step, code) = match next {
                 Some((step, gemm)) => (step, Code::Gemm(gemm)),
@@ -147,7 +148,7 @@ impl Backend for VulkanBackend {
                     (*step, Code::Generated(shader))
                 }
             };
-            let (k, stagings) = KernelStep::new(&ctx, step, code, consts, staging)?;
+            let (k, stagings) = KernelStep::new(&ctx, step, code, (consts, staging), &mut gemm_pipe)?;
             uploads.extend(stagings.into_iter().enumerate().map(|(i, h)| (h, Some(kernels.len()), i)));
             kernels.push(k);
         }
@@ -350,7 +351,8 @@ struct KernelStep {
     /// Its step in the program.
     step: usize,
     code: Code,
-    pipe: Pipe,
+    /// Its pipeline (the library GEMM's is one for every step of a plan that runs it).
+    pipe: Arc<Pipe>,
     /// The shader's pools of constants (`Shader::pools`), filled when the plan is made.
     pools: Vec<Buffer>,
 }
@@ -364,24 +366,28 @@ enum Code {
 impl KernelStep {
     /// A pipeline for `code` (of step `step`), its pools of constants filled (`consts`: the
     /// program's); with `staging`, the pools are device-local, returned with the host-visible
-    /// copies to upload them from.
+    /// copies to upload them from. `gemm`: the plan's library GEMM pipeline, made on first use.
     fn new(
         ctx: &Arc<Context>,
         step: usize,
         code: Code,
-        consts: &[Option<Arc<Tensor>>],
-        staging: bool,
+        (consts, staging): (&[Option<Arc<Tensor>>], bool),
+        gemm: &mut Option<Arc<Pipe>>,
     ) -> Result<(KernelStep, Vec<Buffer>), BackendError> {
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
         let shader = match code {
             Code::Generated(shader) => shader,
-            Code::Gemm(gemm) => {
-                // Its three buffers, the parameters and the status word.
-                let pipe = Pipe::from_words(ctx, gemm.words(), 5).map_err(failed)?;
-                return Ok((KernelStep { step, code: Code::Gemm(gemm), pipe, pools: Vec::new() }, Vec::new()));
+            Code::Gemm(g) => {
+                let pipe = match gemm {
+                    Some(pipe) => Arc::clone(pipe),
+                    // Its three buffers, the parameters and the status word.
+                    None => Arc::new(Pipe::from_words(ctx, g.words(), 5).map_err(failed)?),
+                };
+                *gemm = Some(Arc::clone(&pipe));
+                return Ok((KernelStep { step, code: Code::Gemm(g), pipe, pools: Vec::new() }, Vec::new()));
             }
         };
-        let pipe = Pipe::new(ctx, &shader).map_err(failed)?;
+        let pipe = Arc::new(Pipe::new(ctx, &shader).map_err(failed)?);
         let mut pools = Vec::with_capacity(shader.pools.len());
         let mut hosts = Vec::new();
         for pool in &shader.pools {
