@@ -90,6 +90,7 @@ fn main(
     let b_k = p[6];
     let b_col = p[7];
     let dims = p[11];
+    let image_mode = p[24] == 1u;
     let tiles_m = (m + TM - 1u) / TM;
     let tiles_n = (n + TN - 1u) / TN;
     for (var z = group.z; z < batch; z += groups.z) {
@@ -147,7 +148,7 @@ fn main(
                         }
                         var v = 0.0;
                         if (col0 + col < n && k0 + kk < k) {
-                            if (p[24] == 1u) {
+                            if (image_mode) {
                                 v = image(b0, k0 + kk, col0 + col);
                             } else {
                                 v = b[b0 + (k0 + kk) * b_k + (col0 + col) * b_col];
