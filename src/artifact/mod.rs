@@ -295,16 +295,13 @@ fn writer() -> String {
 }
 
 fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Native => "native",
-        Mode::Reference => "reference",
-    }
+    mode.name()
 }
 
 /// The rung an artifact of `mode` stores.
 fn rung_of(mode: Mode) -> Rung {
     match mode {
-        Mode::Native => Rung::Recovered,
+        Mode::Native | Mode::Shaders => Rung::Recovered,
         Mode::Reference => Rung::Simplified,
     }
 }
@@ -440,7 +437,8 @@ impl Meta {
                     mode = Some(match value {
                         "native" => Mode::Native,
                         "reference" => Mode::Reference,
-                        _ => return Err(bad(format!("unknown mode `{value}` (native or reference)"))),
+                        "shaders" => Mode::Shaders,
+                        _ => return Err(bad(format!("unknown mode `{value}` (native, reference or shaders)"))),
                     })
                 }
                 "rung" => rung = Some((line, value.to_string())),

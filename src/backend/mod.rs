@@ -64,6 +64,15 @@ pub trait Backend: Send + Sync {
     /// Its name, as `--backend` spells it.
     fn name(&self) -> &'static str;
 
+    /// The lowering its programs take (`recover`: whether the options allow recovery): the
+    /// native one, whose recovered and kept ops its library kernels run, by default.
+    fn mode(&self, recover: bool) -> crate::pipeline::Mode {
+        match recover {
+            true => crate::pipeline::Mode::Native,
+            false => crate::pipeline::Mode::Reference,
+        }
+    }
+
     /// Prepares `program` to run: compiles its kernels, readies its library steps and places
     /// its buffers. `consts` holds, per buffer of the program, the data of a constant buffer
     /// (`None` for every other buffer).

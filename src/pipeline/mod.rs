@@ -49,6 +49,11 @@ pub enum Mode {
     Native,
     /// The reference plan's: every high-level op decomposed to prims, nothing recovered.
     Reference,
+    /// A device's library shaders' (the Vulkan backend's, where it runs them): every
+    /// high-level op decomposed to prims, as in the reference plan, then recovery puts back
+    /// only [`Mode::SHADER_OPS`], the ops the device has a library shader for; every other
+    /// op stays prims, which its generated kernels run.
+    Shaders,
 }
 
 impl Mode {
@@ -56,7 +61,33 @@ impl Mode {
     pub fn keep(self) -> &'static [crate::ops::OpKind] {
         match self {
             Mode::Native => crate::ops::library::kept(),
+            Mode::Reference | Mode::Shaders => &[],
+        }
+    }
+
+    /// The row ops a device's library shaders run whole (`shaders/rows_f32.wgsl`).
+    pub const SHADER_OPS: &'static [crate::ops::OpKind] = &[
+        crate::ops::OpKind::Softmax,
+        crate::ops::OpKind::LogSoftmax,
+        crate::ops::OpKind::LayerNorm,
+        crate::ops::OpKind::RmsNorm,
+    ];
+
+    /// The ops recovery puts back in this mode (none in the reference mode).
+    pub fn recovers(self) -> &'static [crate::ops::OpKind] {
+        match self {
+            Mode::Native => crate::ops::library::recoverable(),
             Mode::Reference => &[],
+            Mode::Shaders => Mode::SHADER_OPS,
+        }
+    }
+
+    /// Its name (what an artifact's `mode` line holds).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Reference => "reference",
+            Mode::Shaders => "shaders",
         }
     }
 }
@@ -260,7 +291,7 @@ pub fn lower_partial_with(
 /// is verified at its rung first.
 pub fn resume(g: &Graph, mode: Mode, epilogue: Epilogue, until: Rung) -> Result<Lowering, PipelineError> {
     let stage = match mode {
-        Mode::Native => Stage::Recovered,
+        Mode::Native | Mode::Shaders => Stage::Recovered,
         Mode::Reference => Stage::Prims,
     };
     crate::passes::lower::check("input", g, stage)?;
@@ -313,9 +344,9 @@ impl Lowering {
                 self.simplified = Some(crate::passes::lower::simplified(graph, self.mode.keep())?);
             }
             Rung::Recovered => {
-                if self.mode == Mode::Native {
+                if self.mode != Mode::Reference {
                     let simplified = self.simplified.as_ref().expect("the simplified rung is reached first");
-                    self.recovered = Some(crate::recover::recover(simplified)?);
+                    self.recovered = Some(crate::recover::recover_only(simplified, self.mode.recovers())?);
                 }
             }
             Rung::Kernels => self.scheduled = Some(crate::sched::schedule_explained(self.graph())?),

@@ -190,7 +190,13 @@ impl Recovered {
 
 /// Recovers every rule's op in `g` (a simplified prims graph).
 pub fn recover(g: &Graph) -> Result<Recovered, LowerError> {
-    let rules = rules();
+    recover_only(g, recoverable())
+}
+
+/// Recovers the ops of `ops` in `g` (a simplified prims graph): the rules for other ops are
+/// not tried (a backend without kernels for them leaves their prims to its generated code).
+pub fn recover_only(g: &Graph, ops: &[OpKind]) -> Result<Recovered, LowerError> {
+    let rules: Vec<Rule> = rules().into_iter().filter(|r| ops.contains(&r.op)).collect();
     let users = users(g);
     let mut forms: HashMap<String, Option<Graph>> = HashMap::new();
     let mut matches = Vec::new();

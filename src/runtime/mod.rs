@@ -159,12 +159,19 @@ impl CompileOptions {
         }
     }
 
-    /// The Vulkan backend: the prims as lowered (no recovery: softmax and the norms stay
-    /// generated kernels, which it runs), each kernel a compute shader on the process's
-    /// Vulkan device. Compiling fails with [`CompileError::Unsupported`] where there is no
-    /// device, or the program has a step the backend does not run yet.
+    /// The Vulkan backend: each kernel a compute shader on the process's Vulkan device. The
+    /// prims as lowered, where the device runs no library shaders (softmax and the norms stay
+    /// generated kernels); where it does, the row ops it has shaders for recovered
+    /// ([`Mode::Shaders`]; `recover: false` keeps them prims). Compiling fails with
+    /// [`CompileError::Unsupported`] where there is no device, or the program has a step the
+    /// backend does not run yet.
     pub fn vulkan() -> CompileOptions {
-        CompileOptions { backend: BackendKind::Vulkan, pack_weights: false, ..CompileOptions::reference() }
+        CompileOptions {
+            backend: BackendKind::Vulkan,
+            pack_weights: false,
+            recover: true,
+            ..CompileOptions::reference()
+        }
     }
 
     /// [`CompileOptions::vulkan`] on `device`: an embedder's own Vulkan device
@@ -401,7 +408,7 @@ pub fn compile(g: &Graph, options: &CompileOptions) -> Result<Plan, CompileError
         plan.guards = graph_guards(g);
         return Ok(plan);
     };
-    let mode = if options.recover { Mode::Native } else { Mode::Reference };
+    let mode = backend.mode(options.recover);
     let lowering = crate::pipeline::lower(g, mode, Rung::Kernels).map_err(pipeline_error)?;
     finish(plan, lowering, backend)
 }

@@ -108,7 +108,7 @@ fn every_corpus_model_runs_from_its_artifact_as_from_the_model() {
 #[test]
 fn an_artifact_round_trips_byte_for_byte() {
     let g = ladder::models::example_encoder().unwrap();
-    for mode in [Mode::Native, Mode::Reference] {
+    for mode in [Mode::Native, Mode::Reference, Mode::Shaders] {
         let a = Artifact::lower(&g, mode, "encoder").unwrap();
         let bytes = a.to_bytes();
         let b = Artifact::from_bytes(&bytes, &Limits::default()).unwrap();
@@ -128,7 +128,7 @@ fn an_artifact_keeps_the_inputs_its_model_writes() {
     let g = parse(&std::fs::read_to_string(root().join("tests/artifacts/v1/inplace.lad")).unwrap());
     let x = Tensor::from_f32(&[3], vec![1.0, 2.0, 3.0]).unwrap();
     let y = Tensor::from_f32(&[3], vec![10.0, 20.0, 30.0]).unwrap();
-    for mode in [Mode::Native, Mode::Reference] {
+    for mode in [Mode::Native, Mode::Reference, Mode::Shaders] {
         let a = round_trip(&Artifact::lower(&g, mode, "inplace").unwrap());
         assert_eq!(a.epilogue.mutations.len(), 1);
         for options in [native(1), interp()] {

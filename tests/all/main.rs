@@ -93,3 +93,4 @@ mod vulkan_dtypes;
 mod vulkan_f64;
 mod vulkan_gemm;
 mod vulkan_library;
+mod vulkan_rows;

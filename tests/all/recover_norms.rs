@@ -490,7 +490,7 @@ fn kernels_meet_the_tolerance_table_on_random_rows() {
 }
 
 /// Rows that stress each kernel's special cases, `n` elements each.
-fn adversarial_rows(n: usize) -> Vec<Vec<f32>> {
+pub(crate) fn adversarial_rows(n: usize) -> Vec<Vec<f32>> {
     let inf = f32::INFINITY;
     let fill = |f: &dyn Fn(usize) -> f32| (0..n).map(f).collect::<Vec<f32>>();
     vec![

@@ -14,12 +14,14 @@
 //! convolution of an input of symbolic size, ...), or a kernel the lowering declines (a dtype
 //! or op it lacks), is refused when the plan is built, with the step and the reason
 //! ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this
-//! backend are lowered without op recovery, so softmax, the norms, pooling and LSTMs arrive as
-//! kernels and prims.
+//! backend are lowered without op recovery (softmax, the norms, pooling and LSTMs arrive as
+//! kernels and prims), but for the row ops where the device runs library shaders
+//! ([`crate::pipeline::Mode::Shaders`]).
 //!
 //! Library shaders (`shaders.rs`: WGSL in `shaders/`, built by `build.rs`) replace a step's
 //! generated kernels where the device runs them ([`VulkanDevice::library_shaders`]: GPUs, by
-//! default): an f32 `matmul`, or 1-D or 2-D `conv`, as the tiled GEMM.
+//! default): an f32 `matmul`, or 1-D or 2-D `conv`, as the tiled GEMM; a recovered f32
+//! softmax, log_softmax, layer_norm or rms_norm as the row shader.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
@@ -54,6 +56,7 @@ pub mod floors;
 mod library;
 mod library_nn;
 mod memory;
+mod pipe;
 mod shaders;
 pub mod spirv;
 
@@ -70,8 +73,9 @@ use device::{call, Buffer};
 pub use device::{context, take_validation_messages, Context, VulkanError};
 pub use embed::{ExternalDevice, VulkanDevice};
 use memory::{filled, place, DeviceRun};
+use pipe::Pipe;
 pub use shaders::library_shaders;
-use shaders::Gemm;
+use shaders::Library;
 use spirv::{Shader, Status, LOCAL_SIZE};
 
 use super::{Backend, BackendError, Executable, Fallback, RunError, RunState};
@@ -93,6 +97,19 @@ impl Backend for VulkanBackend {
         "vulkan"
     }
 
+    /// The prims, and, where the device runs library shaders, the row ops it has shaders for
+    /// recovered ([`crate::pipeline::Mode::Shaders`]).
+    fn mode(&self, recover: bool) -> crate::pipeline::Mode {
+        let library = match &self.device {
+            Some(d) => d.library_shaders(),
+            None => context().is_ok_and(|c| c.library_by_default()),
+        };
+        match recover && library {
+            true => crate::pipeline::Mode::Shaders,
+            false => crate::pipeline::Mode::Reference,
+        }
+    }
+
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
         let (ctx, staging, library_shaders) = match &self.device {
             Some(d) => (Arc::clone(&d.ctx), d.stages(), d.library_shaders()),
@@ -106,7 +123,7 @@ impl Backend for VulkanBackend {
         // The generated kernels (with their steps), and what runs, in order: the next
         // generated kernel (`None`) or a library shader.
         let mut written = Vec::with_capacity(program.steps.len());
-        let mut order: Vec<Option<(usize, Gemm)>> = Vec::with_capacity(program.steps.len());
+        let mut order: Vec<Option<(usize, Library)>> = Vec::with_capacity(program.steps.len());
         let mut sizes_only = Vec::new();
         for (i, step) in program.steps.iter().enumerate() {
             // Values computed from the run's sizes alone: written by the host.
@@ -116,10 +133,10 @@ impl Backend for VulkanBackend {
                     continue;
                 }
             }
-            // An f32 matmul or convolution through the library GEMM (`shaders.rs`), then the
-            // matmul's epilogue kernel or the convolution's post-op.
-            if let Some((gemm, after)) = shaders::for_step(step, program, i).filter(|_| library_shaders) {
-                order.push(Some((i, gemm)));
+            // An f32 matmul or convolution through the library GEMM, a row op through the row
+            // shader (`shaders.rs`), then the matmul's epilogue kernel or the step's post-op.
+            if let Some((library, after)) = shaders::for_step(step, program, i).filter(|_| library_shaders) {
+                order.push(Some((i, library)));
                 if let Some(k) = after {
                     written.push((i, k));
                     order.push(None);
@@ -137,10 +154,10 @@ impl Backend for VulkanBackend {
         // With staging, the host-visible copies device-local constants are uploaded from.
         let mut uploads: Vec<(Buffer, Option<usize>, usize)> = Vec::new();
         let mut generated = written.iter().zip(shaders);
-        let mut gemm_pipe = None;
+        let mut pipes = Vec::new();
         for next in order {
             let (step, code) = match next {
-                Some((step, gemm)) => (step, Code::Gemm(gemm)),
+                Some((step, library)) => (step, Code::Library(library)),
                 None => {
                     let ((step, _), shader) = generated.next().ok_or_else(|| {
                         BackendError::Malformed("vulkan: fewer shaders than generated kernels".into())
@@ -148,7 +165,7 @@ impl Backend for VulkanBackend {
                     (*step, Code::Generated(shader))
                 }
             };
-            let (k, stagings) = KernelStep::new(&ctx, step, code, (consts, staging), &mut gemm_pipe)?;
+            let (k, stagings) = KernelStep::new(&ctx, step, code, (consts, staging), &mut pipes)?;
             uploads.extend(stagings.into_iter().enumerate().map(|(i, h)| (h, Some(kernels.len()), i)));
             kernels.push(k);
         }
@@ -218,11 +235,15 @@ impl Backend for VulkanBackend {
             true => "device-local memory, inputs and outputs staged",
             false => "host-visible memory",
         };
-        let library = kernels.iter().filter(|k| matches!(k.code, Code::Gemm(_))).count();
-        let library_note = match library {
-            0 => String::new(),
-            n => format!(", {n} of them the library GEMM (matmuls and convolutions)"),
+        let library = |shader: &str| {
+            kernels.iter().filter(|k| matches!(&k.code, Code::Library(l) if l.shader() == shader)).count()
         };
+        let notes = [("gemm_f32", "the library GEMM (matmuls and convolutions)"), ("rows_f32", "the row shader")];
+        let mut library_note = String::new();
+        for (shader, what) in notes.into_iter().filter(|(shader, _)| library(shader) > 0) {
+            let of_them = if library_note.is_empty() { " of them" } else { "" };
+            library_note += &format!(", {}{of_them} {what}", library(shader));
+        }
         let explanation = format!(
             "vulkan: {} kernels as compute shaders{library_note} on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
             kernels.len(),
@@ -268,85 +289,6 @@ pub fn step_kernels(program: &Program, step: usize) -> Result<Vec<crate::kernel:
     library::step_kernels(s, program, step)
 }
 
-/// A compiled shader's pipeline objects.
-struct Pipe {
-    ctx: Arc<Context>,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    module: vk::ShaderModule,
-    pipeline: vk::Pipeline,
-    bindings: u32,
-}
-
-// SAFETY: handles only; used under the run states' sequencing.
-unsafe impl Send for Pipe {}
-unsafe impl Sync for Pipe {}
-
-impl Pipe {
-    fn new(ctx: &Arc<Context>, shader: &Shader) -> Result<Pipe, VulkanError> {
-        Pipe::from_words(ctx, &shader.words, shader.bindings.len() as u32 + 2)
-    }
-
-    /// The pipeline of a compute shader (`words`, entry point `main`) whose storage buffers
-    /// are bindings `0..bindings` of set 0.
-    fn from_words(ctx: &Arc<Context>, words: &[u32], bindings: u32) -> Result<Pipe, VulkanError> {
-        let d = &ctx.device;
-        let slots: Vec<vk::DescriptorSetLayoutBinding> = (0..bindings)
-            .map(|b| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let mut pipe = Pipe {
-            ctx: Arc::clone(ctx),
-            set_layout: vk::DescriptorSetLayout::null(),
-            layout: vk::PipelineLayout::null(),
-            module: vk::ShaderModule::null(),
-            pipeline: vk::Pipeline::null(),
-            bindings,
-        };
-        // SAFETY: each create info outlives its call; `Drop` destroys whatever was made.
-        unsafe {
-            pipe.set_layout = d
-                .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&slots), None)
-                .map_err(call("vkCreateDescriptorSetLayout"))?;
-            let layouts = [pipe.set_layout];
-            pipe.layout = d
-                .create_pipeline_layout(&vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts), None)
-                .map_err(call("vkCreatePipelineLayout"))?;
-            pipe.module = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
-                .map_err(call("vkCreateShaderModule"))?;
-            let stage = vk::PipelineShaderStageCreateInfo::default()
-                .stage(vk::ShaderStageFlags::COMPUTE)
-                .module(pipe.module)
-                .name(c"main");
-            let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(pipe.layout)];
-            pipe.pipeline = d
-                .create_compute_pipelines(vk::PipelineCache::null(), &info, None)
-                .map_err(|(_, e)| call("vkCreateComputePipelines")(e))?[0];
-        }
-        Ok(pipe)
-    }
-}
-
-impl Drop for Pipe {
-    fn drop(&mut self) {
-        let d = &self.ctx.device;
-        // SAFETY: no run state outlives its executable's pipes (they hold the executable's
-        // buffers' users only during `run`); destroying a null handle is allowed.
-        unsafe {
-            d.destroy_pipeline(self.pipeline, None);
-            d.destroy_shader_module(self.module, None);
-            d.destroy_pipeline_layout(self.layout, None);
-            d.destroy_descriptor_set_layout(self.set_layout, None);
-        }
-    }
-}
-
 struct KernelStep {
     /// Its step in the program.
     step: usize,
@@ -360,31 +302,36 @@ struct KernelStep {
 /// What a dispatch runs: a generated kernel's shader, or a library shader (`shaders.rs`).
 enum Code {
     Generated(Shader),
-    Gemm(Gemm),
+    Library(Library),
 }
 
 impl KernelStep {
     /// A pipeline for `code` (of step `step`), its pools of constants filled (`consts`: the
     /// program's); with `staging`, the pools are device-local, returned with the host-visible
-    /// copies to upload them from. `gemm`: the plan's library GEMM pipeline, made on first use.
+    /// copies to upload them from. `pipes`: the plan's library shader pipelines by shader,
+    /// each made on first use.
     fn new(
         ctx: &Arc<Context>,
         step: usize,
         code: Code,
         (consts, staging): (&[Option<Arc<Tensor>>], bool),
-        gemm: &mut Option<Arc<Pipe>>,
+        pipes: &mut Vec<(&'static str, Arc<Pipe>)>,
     ) -> Result<(KernelStep, Vec<Buffer>), BackendError> {
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
         let shader = match code {
             Code::Generated(shader) => shader,
-            Code::Gemm(g) => {
-                let pipe = match gemm {
-                    Some(pipe) => Arc::clone(pipe),
-                    // Its three buffers, the parameters and the status word.
-                    None => Arc::new(Pipe::from_words(ctx, g.words(), 5).map_err(failed)?),
+            Code::Library(l) => {
+                let pipe = match pipes.iter().find(|(s, _)| *s == l.shader()) {
+                    Some((_, pipe)) => Arc::clone(pipe),
+                    None => {
+                        // Its buffers, the parameters and the status word.
+                        let bindings = l.buffers().len() as u32 + 2;
+                        let pipe = Arc::new(Pipe::from_words(ctx, l.words(), bindings).map_err(failed)?);
+                        pipes.push((l.shader(), Arc::clone(&pipe)));
+                        pipe
+                    }
                 };
-                *gemm = Some(Arc::clone(&pipe));
-                return Ok((KernelStep { step, code: Code::Gemm(g), pipe, pools: Vec::new() }, Vec::new()));
+                return Ok((KernelStep { step, code: Code::Library(l), pipe, pools: Vec::new() }, Vec::new()));
             }
         };
         let pipe = Arc::new(Pipe::new(ctx, &shader).map_err(failed)?);
@@ -414,7 +361,7 @@ impl KernelStep {
     fn name(&self) -> &str {
         match &self.code {
             Code::Generated(s) => &s.prepared.name,
-            Code::Gemm(g) => &g.name,
+            Code::Library(l) => l.name(),
         }
     }
 
@@ -422,7 +369,7 @@ impl KernelStep {
     fn binds(&self, b: BufferId) -> bool {
         match &self.code {
             Code::Generated(s) => s.buffers.contains(&b),
-            Code::Gemm(g) => g.buffers().contains(&b),
+            Code::Library(l) => l.buffers().contains(&b),
         }
     }
 
@@ -431,7 +378,7 @@ impl KernelStep {
     fn bindings(&self, arena: &[bool]) -> Vec<spirv::Binding> {
         match &self.code {
             Code::Generated(s) => s.bindings.clone(),
-            Code::Gemm(g) => g
+            Code::Library(l) => l
                 .buffers()
                 .iter()
                 .map(|&b| match arena[b.index()] {
@@ -581,23 +528,24 @@ impl VulkanExecutable {
             let stride = u64::from(spirv::storage_stride(p.buffers[b].dtype));
             arena_at[b.index()].map_or(0, |at| at / stride)
         };
-        let mut gemm_params = Vec::with_capacity(self.kernels.len());
+        let mut library_params = Vec::with_capacity(self.kernels.len());
         for (k, table) in self.kernels.iter().zip(tables) {
             let bytes: Vec<u8> = match &k.code {
                 Code::Generated(shader) => {
                     let mut values = table.clone();
                     values.extend(shader.buffers.iter().map(|b| lens[b.index()] as i64));
                     values.extend(shader.buffers.iter().map(|&b| first(b) as i64));
-                    gemm_params.push(Vec::new());
+                    library_params.push(Vec::new());
                     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
                 }
-                Code::Gemm(g) => {
-                    let params = g.params(p, sizes, g.buffers().map(first)).map_err(|what| RunError::Step {
+                Code::Library(l) => {
+                    let first: Vec<u64> = l.buffers().into_iter().map(first).collect();
+                    let params = l.params(p, sizes, &first).map_err(|what| RunError::Step {
                         step: k.step,
-                        error: ExecError::Unsupported { backend: "Vulkan", kernel: g.name.clone(), what },
+                        error: ExecError::Unsupported { backend: "Vulkan", kernel: l.name().to_string(), what },
                     })?;
                     let bytes = params.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                    gemm_params.push(params);
+                    library_params.push(params);
                     bytes
                 }
             };
@@ -733,7 +681,7 @@ impl VulkanExecutable {
                         }
                         [gx as u32, gy as u32, 1]
                     }
-                    Code::Gemm(_) => match Gemm::groups(&gemm_params[i], ctx.limits.max_compute_work_group_count) {
+                    Code::Library(l) => match l.groups(&library_params[i], ctx.limits.max_compute_work_group_count) {
                         Some(groups) => groups,
                         None => continue,
                     },

@@ -12,23 +12,142 @@
 //!   patches, gathered by the tile loads (implicit GEMM), in the reference's order (input
 //!   channel, then taps row-major); its bias-and-ReLU post-op runs after it as a generated
 //!   kernel.
+//! - [`Rows`] (`shaders/rows_f32.wgsl`): a recovered f32 `softmax`, `log_softmax`,
+//!   `layer_norm` or `rms_norm` over the last axis (plans for a device with library shaders
+//!   recover those four: [`crate::pipeline::Mode::Shaders`]), one workgroup per row reducing
+//!   in workgroup memory, each op computed as its prims decomposition computes it, with
+//!   ladder's own `exp` and `ln` (`src/backend/cpu/math.rs`); a post-op runs after it as a
+//!   generated kernel.
+//!
+//! Every library shader's module is given the `SignedZeroInfNanPreserve` mode for f32 when a
+//! plan first loads it (naga does not write it), as the generated kernels have: without it a
+//! driver may assume that no value is NaN or infinite.
 //!
 //! A library shader binds the step's buffers, then its parameters (u32 words the host
 //! computes from the run's sizes when it records the run's commands) and the status word,
 //! in the generated kernels' layout; an operand living in the run's arena is bound as the
 //! arena, at its element offset there.
 
+use std::sync::OnceLock;
+
 use crate::backend::Sizes;
 use crate::ir::DType;
-use crate::kernel::{BufferId, ConvCall, Kernel, MatmulCall, Program, Step};
+use crate::kernel::{BufferId, ConvCall, Kernel, LibraryCall, MatmulCall, Program, Step};
+use crate::ops::OpKind;
 
 mod words {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 }
 
-/// Every library shader's SPIR-V by name: what tests validate with `spirv-val`.
+/// Every library shader's SPIR-V by name, as plans load it (NaN-preserving): what tests
+/// validate with `spirv-val`.
 pub fn library_shaders() -> Vec<(&'static str, &'static [u32])> {
-    vec![("gemm_f32", words::GEMM_F32)]
+    vec![("gemm_f32", gemm_words()), ("rows_f32", rows_words())]
+}
+
+fn gemm_words() -> &'static [u32] {
+    static WORDS: OnceLock<Vec<u32>> = OnceLock::new();
+    WORDS.get_or_init(|| preserving(words::GEMM_F32))
+}
+
+fn rows_words() -> &'static [u32] {
+    static WORDS: OnceLock<Vec<u32>> = OnceLock::new();
+    WORDS.get_or_init(|| preserving(words::ROWS_F32))
+}
+
+/// `words` (a module naga wrote at build time, which `build.rs` validated) with the
+/// `SignedZeroInfNanPreserve` execution mode for 32-bit floats on every entry point (the
+/// capability and `SPV_KHR_float_controls` declared).
+fn preserving(words: &[u32]) -> Vec<u32> {
+    use rspirv::binary::Assemble;
+    use rspirv::dr::{Instruction, Operand};
+    use rspirv::spirv::{Capability, ExecutionMode, Op};
+    let mut module = rspirv::dr::load_words(words).expect("build.rs wrote a valid module");
+    module.capabilities.push(Instruction::new(
+        Op::Capability,
+        None,
+        None,
+        vec![Operand::Capability(Capability::SignedZeroInfNanPreserve)],
+    ));
+    module.extensions.push(Instruction::new(
+        Op::Extension,
+        None,
+        None,
+        vec![Operand::LiteralString("SPV_KHR_float_controls".into())],
+    ));
+    let entries: Vec<u32> = module.entry_points.iter().filter_map(|e| e.operands.get(1)?.id_ref_any()).collect();
+    for entry in entries {
+        module.execution_modes.push(Instruction::new(
+            Op::ExecutionMode,
+            None,
+            None,
+            vec![
+                Operand::IdRef(entry),
+                Operand::ExecutionMode(ExecutionMode::SignedZeroInfNanPreserve),
+                Operand::LiteralBit32(32),
+            ],
+        ));
+    }
+    module.assemble()
+}
+
+/// A step as a library shader.
+#[derive(Clone, Debug)]
+pub(super) enum Library {
+    Gemm(Gemm),
+    Rows(Rows),
+}
+
+impl Library {
+    /// The step's name in reports.
+    pub fn name(&self) -> &str {
+        match self {
+            Library::Gemm(g) => &g.name,
+            Library::Rows(r) => &r.name,
+        }
+    }
+
+    /// The shader's name (one pipeline per shader per plan).
+    pub fn shader(&self) -> &'static str {
+        match self {
+            Library::Gemm(_) => "gemm_f32",
+            Library::Rows(_) => "rows_f32",
+        }
+    }
+
+    /// The SPIR-V module.
+    pub fn words(&self) -> &'static [u32] {
+        match self {
+            Library::Gemm(_) => gemm_words(),
+            Library::Rows(_) => rows_words(),
+        }
+    }
+
+    /// The buffers bound at bindings `0..`, before the parameters and the status word.
+    pub fn buffers(&self) -> Vec<BufferId> {
+        match self {
+            Library::Gemm(g) => g.buffers().to_vec(),
+            Library::Rows(r) => r.buffers().to_vec(),
+        }
+    }
+
+    /// The parameters for a run with `sizes`, each bound buffer's first element at `first`
+    /// (0, or its element offset in the run's arena), or why not.
+    pub fn params(&self, p: &Program, sizes: &Sizes, first: &[u64]) -> Result<Vec<u32>, String> {
+        match self {
+            Library::Gemm(g) => g.params(p, sizes, [first[0], first[1], first[2]]),
+            Library::Rows(r) => r.params(p, sizes, [first[0], first[1], first[2], first[3]]),
+        }
+    }
+
+    /// The workgroups to dispatch for `params` (at most `most` per dimension), or `None`
+    /// where there is nothing to compute.
+    pub fn groups(&self, params: &[u32], most: [u32; 3]) -> Option<[u32; 3]> {
+        match self {
+            Library::Gemm(_) => Gemm::groups(params, most),
+            Library::Rows(_) => Rows::groups(params, most),
+        }
+    }
 }
 
 /// Batch dims the GEMM shader's parameters hold.
@@ -51,18 +170,100 @@ fn few(rows: &crate::ir::Dim) -> bool {
 /// computes, and the generated kernel that runs after it: the matmul's epilogue, or the
 /// convolution's post-op (where the device has no kernel for the post-op, the generated
 /// kernels run the whole step).
-pub(super) fn for_step(step: &Step, p: &Program, i: usize) -> Option<(Gemm, Option<Kernel>)> {
+pub(super) fn for_step(step: &Step, p: &Program, i: usize) -> Option<(Library, Option<Kernel>)> {
+    let post = |post: &Option<crate::kernel::ChannelPost>, out: BufferId, name: &str| match post {
+        Some(post) => super::library::post_kernel(post, out, p, format!("{name}_post")).ok().map(Some),
+        None => Some(None),
+    };
     match step {
-        Step::Matmul(m) => Some((Gemm::new(m, p, format!("matmul{i}"))?, m.epilogue.as_deref().cloned())),
+        Step::Matmul(m) => {
+            Some((Library::Gemm(Gemm::new(m, p, format!("matmul{i}"))?), m.epilogue.as_deref().cloned()))
+        }
         Step::Conv(c) => {
             let name = format!("conv{i}");
-            let post = match &c.post {
-                Some(post) => Some(super::library::post_kernel(post, c.out, p, format!("{name}_post")).ok()?),
-                None => None,
-            };
-            Some((Gemm::conv(c, p, name)?, post))
+            let after = post(&c.post, c.out, &name)?;
+            Some((Library::Gemm(Gemm::conv(c, p, name)?), after))
+        }
+        Step::Library(l) => {
+            let name = format!("{}{i}", l.op.name());
+            let after = post(&l.post, l.out, &name)?;
+            Some((Library::Rows(Rows::new(l, p, name)?), after))
         }
         _ => None,
+    }
+}
+
+/// Parameter words the row shader reads (`shaders/rows_f32.wgsl`).
+const ROW_PARAMS: usize = 9;
+
+/// A recovered f32 row op over the last axis as the row shader.
+#[derive(Clone, Debug)]
+pub(super) struct Rows {
+    pub call: LibraryCall,
+    pub name: String,
+}
+
+impl Rows {
+    /// The row shader for library call `l` of `p` (named `name`), where it computes it: one
+    /// of [`crate::pipeline::Mode::SHADER_OPS`] over the last axis, f32 operands, a weight
+    /// and bias (where given) of the row's length.
+    pub fn new(l: &LibraryCall, p: &Program, name: String) -> Option<Rows> {
+        let most = match l.op {
+            OpKind::Softmax | OpKind::LogSoftmax => 1,
+            OpKind::RmsNorm => 2,
+            OpKind::LayerNorm => 3,
+            _ => return None,
+        };
+        let f32s = l.args.iter().chain([&l.out]).all(|&b| p.buffers[b].dtype == DType::F32);
+        let x = p.buffers[l.args.first().copied()?].shape.dims();
+        let rank = x.len() as i64;
+        let last = matches!(l.attrs.get("axis"), Some(crate::ir::AttrValue::Int(a)) if *a == -1 || *a == rank - 1);
+        let params = l.args[1..].iter().all(|&b| {
+            let s = p.buffers[b].shape.dims();
+            s.len() == 1 && x.last() == s.first()
+        });
+        (f32s && rank >= 1 && last && l.args.len() <= most && params && p.buffers[l.out].shape.dims() == x)
+            .then(|| Rows { call: l.clone(), name })
+    }
+
+    /// The buffers bound at bindings 0 to 3: x, the weight, the bias and y (x where there
+    /// is no weight or bias: bound, not read).
+    pub fn buffers(&self) -> [BufferId; 4] {
+        let a = &self.call.args;
+        [a[0], a.get(1).copied().unwrap_or(a[0]), a.get(2).copied().unwrap_or(a[0]), self.call.out]
+    }
+
+    /// The shader's parameters for a run with `sizes` (layout: `shaders/rows_f32.wgsl`), each
+    /// buffer's first element at `first`; why not, where an index does not fit 32 bits.
+    pub fn params(&self, p: &Program, sizes: &Sizes, first: [u64; 4]) -> Result<Vec<u32>, String> {
+        let x = sizes.shape(p, self.call.args[0]).map_err(|e| e.to_string())?;
+        let n = x.last().copied().unwrap_or(1) as u64;
+        let numel: u64 = x.iter().map(|&d| d as u64).product();
+        let rows = numel.checked_div(n).unwrap_or(0);
+        let op = match self.call.op {
+            OpKind::Softmax => 0,
+            OpKind::LogSoftmax => 1,
+            OpKind::LayerNorm => 2,
+            _ => 3,
+        };
+        let flags = (self.call.args.len() > 1) as u64 | ((self.call.args.len() > 2) as u64) << 1;
+        let eps = match self.call.op {
+            OpKind::LayerNorm | OpKind::RmsNorm => (self.call.attrs.float("eps") as f32).to_bits(),
+            _ => 0,
+        };
+        let params = vec![op, rows, n, flags, u64::from(eps), first[0], first[1], first[2], first[3]];
+        // A row's index runs to the start of the row after the last, and the loop's counters
+        // past the row by up to a workgroup.
+        let reach = [first[0] + numel, first[1] + n, first[2] + n, first[3] + numel, n + 64, rows + 65_536];
+        let mut words = narrow(params, &reach)?;
+        words.truncate(ROW_PARAMS);
+        Ok(words)
+    }
+
+    /// One workgroup per row, up to `most` (and 65,535) of them, looping past that.
+    pub fn groups(params: &[u32], most: [u32; 3]) -> Option<[u32; 3]> {
+        let (rows, n) = (params[1], params[2]);
+        (rows > 0 && n > 0).then(|| [rows.min(most[0].min(65_535)), 1, 1])
     }
 }
 
@@ -133,11 +334,6 @@ impl Gemm {
         let (stride, dilation) = (dims(&c.stride, n, 1, 1)?, dims(&c.dilation, n, 1, 1)?);
         let product = Product::Conv { call: c.clone(), pad, stride, dilation };
         Some(Gemm { product, name })
-    }
-
-    /// The SPIR-V module.
-    pub fn words(&self) -> &'static [u32] {
-        words::GEMM_F32
     }
 
     /// The buffers bound at bindings 0, 1, 2: `a`, `b` and the result (a convolution's
@@ -223,7 +419,7 @@ impl Gemm {
 /// (at most the largest of `reach`), past 32 bits.
 fn narrow(mut params: Vec<u64>, reach: &[u64]) -> Result<Vec<u32>, String> {
     if let Some(big) = reach.iter().chain(&params).find(|&&v| v > u64::from(u32::MAX)) {
-        return Err(format!("an index of {big} (the library GEMM indexes with 32 bits)"));
+        return Err(format!("an index of {big} (library shaders index with 32 bits)"));
     }
     params.resize(PARAMS, 0);
     Ok(params.into_iter().map(|v| v as u32).collect())
