@@ -1,6 +1,7 @@
 //! Arbitrary bytes as a differential test of the Vulkan backend: the `interp_cpu` target's
 //! cases (an op byte, `ladder::numerics` structure bytes, then further data sets) compiled for
-//! the process's Vulkan device (lavapipe will do) and checked against the op's precise
+//! the process's Vulkan device (lavapipe will do), with its library shaders off and on, and
+//! checked against the op's precise
 //! interpreter reference under the tolerance table. A program with a step the device lacks is
 //! refused when it compiles and is not a finding; a wrong result, a validation message or any
 //! other compile or run error panics with a ready-to-paste file test. The check is

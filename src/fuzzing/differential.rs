@@ -65,6 +65,10 @@ pub enum Target {
     Cpu,
     /// `CompileOptions::vulkan()`: compute shaders on the process's Vulkan device.
     Vulkan,
+    /// The process's Vulkan device with its library shaders on (`VulkanDevice::
+    /// with_library_shaders`, which a CPU device leaves off): f32 matmuls and convolutions
+    /// through the GEMM shader, the recovered row ops through the row shader.
+    VulkanLibrary,
 }
 
 /// A graph lowered and compiled once: what every data set of its structure runs.
@@ -90,6 +94,12 @@ impl Compiled {
         let options = match target {
             Target::Cpu => CompileOptions::native_cpu(1).map_err(|e| format!("cpu backend: {e}")),
             Target::Vulkan => Ok(CompileOptions::vulkan()),
+            #[cfg(feature = "vulkan")]
+            Target::VulkanLibrary => crate::backend::vulkan::VulkanDevice::process()
+                .map(|d| CompileOptions::vulkan_on(d.with_library_shaders(true)))
+                .map_err(|e| format!("vulkan: {e}")),
+            #[cfg(not(feature = "vulkan"))]
+            Target::VulkanLibrary => Ok(CompileOptions::vulkan()),
         };
         let mut refused = false;
         let plan = match &lowering {
@@ -154,10 +164,17 @@ impl PlanCache {
     }
 
     /// The process-wide cache of [`GLOBAL_CACHE_ENTRIES`] Vulkan plans that [`check_vulkan`]
-    /// uses.
+    /// uses (and [`PlanCache::global_vulkan_library`], with library shaders).
     pub fn global_vulkan() -> &'static PlanCache {
         static GLOBAL: OnceLock<PlanCache> = OnceLock::new();
         GLOBAL.get_or_init(|| PlanCache::for_target(GLOBAL_CACHE_ENTRIES, Target::Vulkan))
+    }
+
+    /// The process-wide cache of [`GLOBAL_CACHE_ENTRIES`] plans for [`Target::VulkanLibrary`]
+    /// that [`check_vulkan`] uses.
+    pub fn global_vulkan_library() -> &'static PlanCache {
+        static GLOBAL: OnceLock<PlanCache> = OnceLock::new();
+        GLOBAL.get_or_init(|| PlanCache::for_target(GLOBAL_CACHE_ENTRIES, Target::VulkanLibrary))
     }
 
     /// The backend its plans are compiled for.
@@ -223,6 +240,8 @@ pub struct DiffOutcome {
     pub compiled: bool,
     /// The target declined the program ([`Compiled::refused`]): no data set was run.
     pub refused: bool,
+    /// The plan runs a Vulkan library shader (its explanation names one).
+    pub library: bool,
 }
 
 /// The fuzz target's check: [`check_native_with`] on the process-wide cache, panicking with
@@ -251,8 +270,11 @@ pub fn check_vulkan(data: &[u8]) {
     if let Err(e) = device {
         panic!("the interp_vulkan target needs a Vulkan device: {e}");
     }
-    if let Err(f) = check_native_with(data, PlanCache::global_vulkan()) {
-        panic!("{f}");
+    // With the device's library shaders off (a CPU device's default) and on.
+    for cache in [PlanCache::global_vulkan(), PlanCache::global_vulkan_library()] {
+        if let Err(f) = check_native_with(data, cache) {
+            panic!("{:?}: {f}", cache.target());
+        }
     }
 }
 
@@ -276,6 +298,10 @@ pub fn check_native_with(data: &[u8], cache: &PlanCache) -> Result<DiffOutcome, 
     let key = crate::text::print(&case.graph);
     let (compiled, fresh) = cache.get_or_compile(&key, &case.graph);
     outcome.compiled = fresh;
+    outcome.library = compiled.plan.as_ref().is_ok_and(|p| {
+        let e = p.explanation();
+        e.contains("the library GEMM") || e.contains("the row shader")
+    });
     if compiled.refused {
         outcome.refused = true;
         return Ok(outcome);

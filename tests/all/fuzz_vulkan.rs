@@ -1,7 +1,8 @@
 //! The `interp_vulkan` fuzz target's check (`ladder::fuzzing::check_vulkan`) bounded: the
 //! `interp_cpu` seed corpus and generated inputs on the Vulkan device against the interpreter.
 //! Programs the device lacks a step for are refused (counted, not run); every one it accepts
-//! must agree with the reference on every data set. Skipped, saying so, where no device
+//! must agree with the reference on every data set, with the device's library shaders off (a
+//! CPU device's default) and on (`Target::VulkanLibrary`). Skipped, saying so, where no device
 //! exists, unless `LADDER_REQUIRE_VULKAN=1`.
 
 #![cfg(feature = "vulkan")]
@@ -28,6 +29,8 @@ struct Tally {
     refused: usize,
     ran: usize,
     data_sets: usize,
+    /// Programs that ran a library shader.
+    library: usize,
 }
 
 impl Tally {
@@ -41,6 +44,7 @@ impl Tally {
         } else {
             self.ran += 1;
             self.data_sets += o.passed;
+            self.library += o.library as usize;
         }
     }
 }
@@ -57,25 +61,29 @@ fn generated_cases_agree_with_the_interpreter_on_the_device() {
     if !device("generated_cases_agree_with_the_interpreter_on_the_device") {
         return;
     }
-    let cache = PlanCache::for_target(64, Target::Vulkan);
-    let mut tally = Tally::default();
-    for structure in 0..40u64 {
-        for variant in 0..2u64 {
-            let mut bytes = seeded_bytes(0x7C1 << 40 | structure, 1 + STRUCTURE_BYTES + 2 * DATA_SET_BYTES);
-            if variant > 0 {
-                let noise = seeded_bytes(0xDA7A << 40 | structure << 8 | variant, 2 * DATA_SET_BYTES);
-                bytes[1 + STRUCTURE_BYTES..].copy_from_slice(&noise);
+    for target in [Target::Vulkan, Target::VulkanLibrary] {
+        let cache = PlanCache::for_target(64, target);
+        let mut tally = Tally::default();
+        for structure in 0..40u64 {
+            for variant in 0..2u64 {
+                let mut bytes = seeded_bytes(0x7C1 << 40 | structure, 1 + STRUCTURE_BYTES + 2 * DATA_SET_BYTES);
+                if variant > 0 {
+                    let noise = seeded_bytes(0xDA7A << 40 | structure << 8 | variant, 2 * DATA_SET_BYTES);
+                    bytes[1 + STRUCTURE_BYTES..].copy_from_slice(&noise);
+                }
+                tally.add(check(&bytes, &cache, &format!("{target:?}: structure {structure} variant {variant}")));
             }
-            tally.add(check(&bytes, &cache, &format!("structure {structure} variant {variant}")));
         }
+        println!("fuzz_vulkan {target:?}: {tally:?}, {:?}", cache.stats());
+        // The device runs most of the op set's programs (pointwise, reductions, matmuls,
+        // gathers): a change that made it refuse them all would pass every check above
+        // vacuously.
+        assert!(tally.ran * 2 >= tally.inputs, "{target:?}: the device ran too few: {tally:?}");
+        assert!(tally.data_sets > tally.ran, "{target:?}: several data sets per program: {tally:?}");
+        assert_eq!(tally.library > 0, target == Target::VulkanLibrary, "{target:?}: {tally:?}");
+        let stats = cache.stats();
+        assert!(stats.compiles <= 40, "{target:?}: a data mutation recompiled: {stats:?}");
     }
-    println!("fuzz_vulkan: {tally:?}, {:?}", cache.stats());
-    // The device runs most of the op set's programs (pointwise, reductions, matmuls, gathers):
-    // a change that made it refuse them all would pass every check above vacuously.
-    assert!(tally.ran * 2 >= tally.inputs, "the device ran too few: {tally:?}");
-    assert!(tally.data_sets > tally.ran, "several data sets per program: {tally:?}");
-    let stats = cache.stats();
-    assert!(stats.compiles <= 40, "a data mutation recompiled: {stats:?}");
 }
 
 #[test]
@@ -84,11 +92,14 @@ fn the_interp_cpu_seed_corpus_agrees_on_the_device() {
         return;
     }
     let paths = crate::common::seed_corpus("interp_cpu");
-    let cache = PlanCache::for_target(64, Target::Vulkan);
-    let mut tally = Tally::default();
-    for path in &paths {
-        tally.add(check(&std::fs::read(path).unwrap(), &cache, &path.display().to_string()));
+    for target in [Target::Vulkan, Target::VulkanLibrary] {
+        let cache = PlanCache::for_target(64, target);
+        let mut tally = Tally::default();
+        for path in &paths {
+            tally.add(check(&std::fs::read(path).unwrap(), &cache, &format!("{target:?}: {}", path.display())));
+        }
+        println!("fuzz_vulkan seeds {target:?}: {tally:?}");
+        assert!(tally.ran * 2 >= tally.inputs, "{target:?}: the device ran too few seeds: {tally:?}");
+        assert_eq!(tally.library > 0, target == Target::VulkanLibrary, "{target:?}: {tally:?}");
     }
-    println!("fuzz_vulkan seeds: {tally:?}");
-    assert!(tally.ran * 2 >= tally.inputs, "the device ran too few seeds: {tally:?}");
 }
