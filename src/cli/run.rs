@@ -45,7 +45,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub precise: bool,
     /// With `--backend cpu`: run softmax, log_softmax, layer_norm, rms_norm, gelu, silu, sigmoid
-    /// and attention as generated kernels instead of recovering them into library kernels (to compare the two).
+    /// and attention as generated kernels instead of recovering them into library kernels (to
+    /// compare the two); with `--backend vulkan`, softmax, log_softmax, layer_norm and rms_norm
+    /// instead of the row shader, where the device runs library shaders.
     #[arg(long)]
     pub no_recover: bool,
 }
@@ -102,7 +104,7 @@ pub fn compile_options(
             limits: super::model::limits(),
             ..CompileOptions::reference()
         },
-        BackendKind::Vulkan => CompileOptions { limits: super::model::limits(), ..CompileOptions::vulkan() },
+        BackendKind::Vulkan => CompileOptions { limits: super::model::limits(), recover, ..CompileOptions::vulkan() },
     })
 }
 

@@ -113,7 +113,8 @@ pub struct CompileOptions {
     /// Recover the ops of `crate::ops::library::recoverable` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
-    /// native mode; `--no-recover` turns it off there.
+    /// native mode; `--no-recover` turns it off there. On the Vulkan backend, the row ops its
+    /// library shaders run, where the device runs them (`Backend::mode`).
     pub recover: bool,
     /// In native mode, pack each f32 matmul's constant right operand (a weight) once, when
     /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`), and
