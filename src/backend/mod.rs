@@ -66,10 +66,10 @@ pub trait Backend: Send + Sync {
 
     /// The lowering its programs take (`recover`: whether the options allow recovery): the
     /// native one, whose recovered and kept ops its library kernels run, by default.
-    fn mode(&self, recover: bool) -> crate::pipeline::Mode {
+    fn mode(&self, recover: bool) -> crate::recover::Mode {
         match recover {
-            true => crate::pipeline::Mode::Native,
-            false => crate::pipeline::Mode::Reference,
+            true => crate::recover::Mode::Native,
+            false => crate::recover::Mode::Reference,
         }
     }
 

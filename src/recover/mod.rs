@@ -45,7 +45,10 @@
 
 mod activation;
 mod attention;
+mod mode;
 mod norm;
+
+pub use mode::Mode;
 
 use std::collections::HashMap;
 use std::fmt::Write;

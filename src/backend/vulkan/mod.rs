@@ -16,7 +16,7 @@
 //! ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this
 //! backend are lowered without op recovery (softmax, the norms, pooling and LSTMs arrive as
 //! kernels and prims), but for the row ops where the device runs library shaders
-//! ([`crate::pipeline::Mode::Shaders`]).
+//! ([`crate::recover::Mode::Shaders`]).
 //!
 //! Library shaders (`shaders.rs`: WGSL in `shaders/`, built by `build.rs`) replace a step's
 //! generated kernels where the device runs them ([`VulkanDevice::library_shaders`]: GPUs, by
@@ -98,15 +98,15 @@ impl Backend for VulkanBackend {
     }
 
     /// The prims, and, where the device runs library shaders, the row ops it has shaders for
-    /// recovered ([`crate::pipeline::Mode::Shaders`]).
-    fn mode(&self, recover: bool) -> crate::pipeline::Mode {
+    /// recovered ([`crate::recover::Mode::Shaders`]).
+    fn mode(&self, recover: bool) -> crate::recover::Mode {
         let library = match &self.device {
             Some(d) => d.library_shaders(),
             None => context().is_ok_and(|c| c.library_by_default()),
         };
         match recover && library {
-            true => crate::pipeline::Mode::Shaders,
-            false => crate::pipeline::Mode::Reference,
+            true => crate::recover::Mode::Shaders,
+            false => crate::recover::Mode::Reference,
         }
     }
 

@@ -14,7 +14,7 @@
 //!   kernel.
 //! - [`Rows`] (`shaders/rows_f32.wgsl`): a recovered f32 `softmax`, `log_softmax`,
 //!   `layer_norm` or `rms_norm` over the last axis (plans for a device with library shaders
-//!   recover those four: [`crate::pipeline::Mode::Shaders`]), one workgroup per row reducing
+//!   recover those four: [`crate::recover::Mode::Shaders`]), one workgroup per row reducing
 //!   in workgroup memory, each op computed as its prims decomposition computes it, with
 //!   ladder's own `exp` and `ln` (`src/backend/cpu/math.rs`); a post-op runs after it as a
 //!   generated kernel.
@@ -205,7 +205,7 @@ pub(super) struct Rows {
 
 impl Rows {
     /// The row shader for library call `l` of `p` (named `name`), where it computes it: one
-    /// of [`crate::pipeline::Mode::SHADER_OPS`] over the last axis, f32 operands, a weight
+    /// of [`crate::recover::Mode::SHADER_OPS`] over the last axis, f32 operands, a weight
     /// and bias (where given) of the row's length.
     pub fn new(l: &LibraryCall, p: &Program, name: String) -> Option<Rows> {
         let most = match l.op {
