@@ -560,11 +560,6 @@ fn row_kernels_meet_the_tolerance_table_around_vector_lengths() {
         };
         parse(&format!("graph one({sig}) {{\n  %y = {op}({args}) {{{attrs}}}\n  return %y\n}}"))
     };
-    let params = |n: usize, count: usize| {
-        let w = Tensor::from_f32(&[n], (0..n).map(|i| [1.0, -2.5, 0.0, 1e-3, 3e4, 0.75][i % 6]).collect()).unwrap();
-        let b = Tensor::from_f32(&[n], (0..n).map(|i| (i % 5) as f32 - 2.0).collect()).unwrap();
-        [w, b].into_iter().take(count).collect::<Vec<_>>()
-    };
     let mut compared = 0;
     for (oi, &(op, attrs, count, kind)) in ops.iter().enumerate() {
         for n in [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 1023, 1024, 2049] {
@@ -586,6 +581,14 @@ fn row_kernels_meet_the_tolerance_table_around_vector_lengths() {
         }
     }
     eprintln!("{compared} cases compared");
+}
+
+/// The first `count` of a weight and a bias for rows of `n`: ones, signs, zeros, small and
+/// large values.
+pub(crate) fn params(n: usize, count: usize) -> Vec<Tensor> {
+    let w = Tensor::from_f32(&[n], (0..n).map(|i| [1.0, -2.5, 0.0, 1e-3, 3e4, 0.75][i % 6]).collect()).unwrap();
+    let b = Tensor::from_f32(&[n], (0..n).map(|i| (i % 5) as f32 - 2.0).collect()).unwrap();
+    [w, b].into_iter().take(count).collect()
 }
 
 #[test]

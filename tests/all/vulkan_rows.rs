@@ -14,7 +14,7 @@ use ladder::gen::Source;
 use ladder::numerics::{compare, random_data, CompareCtx};
 use ladder::{compile, CompileOptions, DType, Graph, OpKind, Plan, Tensor};
 
-use crate::recover_norms::adversarial_rows;
+use crate::recover_norms::{adversarial_rows, params};
 use crate::vulkan::{agree, clean, device, parse, wide_chain};
 
 /// The process's device with library shaders on.
@@ -54,13 +54,6 @@ fn row_plan(g: &Graph, rows: usize, what: &str) -> Plan {
     let says = [format!(", {rows} of them the row shader"), format!(", {rows} the row shader")];
     assert!(says.iter().any(|s| e.contains(s.as_str())), "{what}: {e}");
     plan
-}
-
-/// The weight and bias of a row of `n`: ones, signs, zeros, small and large values.
-fn params(n: usize, count: usize) -> Vec<Tensor> {
-    let w = Tensor::from_f32(&[n], (0..n).map(|i| [1.0, -2.5, 0.0, 1e-3, 3e4, 0.75][i % 6]).collect()).unwrap();
-    let b = Tensor::from_f32(&[n], (0..n).map(|i| (i % 5) as f32 - 2.0).collect()).unwrap();
-    [w, b].into_iter().take(count).collect()
 }
 
 /// `plan` against the precise interpreter running `g` on `inputs`, under `kind`'s tolerance;

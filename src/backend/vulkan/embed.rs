@@ -151,8 +151,8 @@ impl VulkanDevice {
     }
 
     /// The same device, its plans running a step through a library shader where one computes
-    /// it (`true`: the tiled f32 GEMM for matmuls), or every step as generated kernels
-    /// (`false`).
+    /// it (`true`: the tiled f32 GEMM for matmuls and convolutions, the row shader for the row
+    /// ops, which its plans then recover), or every step as generated kernels (`false`).
     pub fn with_library_shaders(mut self, on: bool) -> VulkanDevice {
         self.library = Some(on);
         self
@@ -160,8 +160,9 @@ impl VulkanDevice {
 
     /// Whether plans compiled on it run the library shaders: as
     /// [`VulkanDevice::with_library_shaders`] set, else `LADDER_VULKAN_LIBRARY=1` or `0` where
-    /// set, else on a GPU only. The library GEMM stages tiles in workgroup memory, which a
-    /// GPU keeps on chip; a CPU device (lavapipe) runs the generated kernels faster.
+    /// set, else on a GPU only. The library shaders stage tiles and reductions in workgroup
+    /// memory, which a GPU keeps on chip; a CPU device (lavapipe) runs the generated kernels
+    /// faster.
     pub fn library_shaders(&self) -> bool {
         self.library.unwrap_or_else(|| self.ctx.library_by_default())
     }

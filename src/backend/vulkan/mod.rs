@@ -92,6 +92,17 @@ pub struct VulkanBackend {
     pub device: Option<VulkanDevice>,
 }
 
+impl VulkanBackend {
+    /// The device its plans run on, with its settings (the process's own, with the defaults,
+    /// where none was given).
+    fn device(&self) -> Result<VulkanDevice, VulkanError> {
+        match &self.device {
+            Some(d) => Ok(d.clone()),
+            None => VulkanDevice::process(),
+        }
+    }
+}
+
 impl Backend for VulkanBackend {
     fn name(&self) -> &'static str {
         "vulkan"
@@ -100,25 +111,15 @@ impl Backend for VulkanBackend {
     /// The prims, and, where the device runs library shaders, the row ops it has shaders for
     /// recovered ([`crate::recover::Mode::Shaders`]).
     fn mode(&self, recover: bool) -> crate::recover::Mode {
-        let library = match &self.device {
-            Some(d) => d.library_shaders(),
-            None => context().is_ok_and(|c| c.library_by_default()),
-        };
-        match recover && library {
+        match recover && self.device().is_ok_and(|d| d.library_shaders()) {
             true => crate::recover::Mode::Shaders,
             false => crate::recover::Mode::Reference,
         }
     }
 
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
-        let (ctx, staging, library_shaders) = match &self.device {
-            Some(d) => (Arc::clone(&d.ctx), d.stages(), d.library_shaders()),
-            None => {
-                let ctx = context().map_err(|e| BackendError::Unsupported(e.to_string()))?;
-                let (staging, library) = (ctx.stages_by_default(), ctx.library_by_default());
-                (ctx, staging, library)
-            }
-        };
+        let device = self.device().map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        let (ctx, staging, library_shaders) = (Arc::clone(&device.ctx), device.stages(), device.library_shaders());
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
         // The generated kernels (with their steps), and what runs, in order: the next
         // generated kernel (`None`) or a library shader.

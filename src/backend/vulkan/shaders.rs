@@ -42,17 +42,17 @@ mod words {
 /// Every library shader's SPIR-V by name, as plans load it (NaN-preserving): what tests
 /// validate with `spirv-val`.
 pub fn library_shaders() -> Vec<(&'static str, &'static [u32])> {
-    vec![("gemm_f32", gemm_words()), ("rows_f32", rows_words())]
+    SHADERS.iter().map(|&(name, _)| (name, loaded(name))).collect()
 }
 
-fn gemm_words() -> &'static [u32] {
-    static WORDS: OnceLock<Vec<u32>> = OnceLock::new();
-    WORDS.get_or_init(|| preserving(words::GEMM_F32))
-}
+/// Each library shader's name and the module `build.rs` wrote for it.
+const SHADERS: [(&str, &[u32]); 2] = [("gemm_f32", words::GEMM_F32), ("rows_f32", words::ROWS_F32)];
 
-fn rows_words() -> &'static [u32] {
-    static WORDS: OnceLock<Vec<u32>> = OnceLock::new();
-    WORDS.get_or_init(|| preserving(words::ROWS_F32))
+/// Library shader `name`'s module as plans load it ([`preserving`], made once).
+fn loaded(name: &str) -> &'static [u32] {
+    static LOADED: [OnceLock<Vec<u32>>; SHADERS.len()] = [const { OnceLock::new() }; SHADERS.len()];
+    let i = SHADERS.iter().position(|&(n, _)| n == name).expect("a library shader's name");
+    LOADED[i].get_or_init(|| preserving(SHADERS[i].1))
 }
 
 /// `words` (a module naga wrote at build time, which `build.rs` validated) with the
@@ -117,10 +117,7 @@ impl Library {
 
     /// The SPIR-V module.
     pub fn words(&self) -> &'static [u32] {
-        match self {
-            Library::Gemm(_) => gemm_words(),
-            Library::Rows(_) => rows_words(),
-        }
+        loaded(self.shader())
     }
 
     /// The buffers bound at bindings `0..`, before the parameters and the status word.
@@ -255,9 +252,7 @@ impl Rows {
         // A row's index runs to the start of the row after the last, and the loop's counters
         // past the row by up to a workgroup.
         let reach = [first[0] + numel, first[1] + n, first[2] + n, first[3] + numel, n + 64, rows + 65_536];
-        let mut words = narrow(params, &reach)?;
-        words.truncate(ROW_PARAMS);
-        Ok(words)
+        narrow(params, &reach, ROW_PARAMS)
     }
 
     /// One workgroup per row, up to `most` (and 65,535) of them, looping past that.
@@ -400,7 +395,7 @@ impl Gemm {
             cols + TILE.1,
             depth + TILE_K,
         ];
-        narrow(params, &reach)
+        narrow(params, &reach, PARAMS)
     }
 
     /// The workgroups to dispatch for `params` (workgroups loop over what one dispatch of at
@@ -415,13 +410,13 @@ impl Gemm {
     }
 }
 
-/// `params` padded to [`PARAMS`] words, or why not: a value, or an index the shader forms
+/// `params` padded to `words` words, or why not: a value, or an index the shader forms
 /// (at most the largest of `reach`), past 32 bits.
-fn narrow(mut params: Vec<u64>, reach: &[u64]) -> Result<Vec<u32>, String> {
+fn narrow(mut params: Vec<u64>, reach: &[u64], words: usize) -> Result<Vec<u32>, String> {
     if let Some(big) = reach.iter().chain(&params).find(|&&v| v > u64::from(u32::MAX)) {
         return Err(format!("an index of {big} (library shaders index with 32 bits)"));
     }
-    params.resize(PARAMS, 0);
+    params.resize(words, 0);
     Ok(params.into_iter().map(|v| v as u32).collect())
 }
 
@@ -479,5 +474,5 @@ fn conv_params(
         positions + TILE.1,
         depth + TILE_K,
     ];
-    narrow(params, &reach)
+    narrow(params, &reach, PARAMS)
 }
