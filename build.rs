@@ -1,6 +1,8 @@
 //! Builds the library shaders: each `shaders/NAME.wgsl` becomes SPIR-V 1.3 (naga, at build time,
 //! no system tool), checked by naga's validator, and is written to `$OUT_DIR/shaders.rs` as
 //! `pub static NAME: &[u32]` (words, so the module is the same on any host's byte order).
+//! A line `// include: lib/FILE.wgsl` in a shader is replaced by that file's text (WGSL has no
+//! imports; `shaders/lib/` holds what several shaders share, and is not built on its own).
 //! Without the `vulkan` feature nothing is built.
 
 fn main() {
@@ -42,10 +44,34 @@ mod shaders {
         std::fs::write(&target, out).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
     }
 
+    /// The text of `path` with each `// include: FILE` line replaced by the text of `FILE`
+    /// (relative to `shaders/`, itself without includes).
+    fn expand(path: &Path) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let dir = path.parent().expect("a shader's directory");
+        let mut out = String::new();
+        for line in read(path).lines() {
+            match line.trim().strip_prefix("// include:") {
+                Some(name) => {
+                    let lib = dir.join(name.trim());
+                    println!("cargo:rerun-if-changed={}", lib.display());
+                    let _ = writeln!(out, "// ---- {} ----", name.trim());
+                    out += &read(&lib);
+                    let _ = writeln!(out, "// ---- end of {} ----", name.trim());
+                }
+                None => {
+                    out += line;
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
     /// One WGSL file as SPIR-V; a parse or validation error fails the build, naming the file
     /// and the place.
     fn compile(path: &Path) -> Vec<u32> {
-        let source = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let source = expand(path);
         let shown = path.display().to_string();
         let module = naga::front::wgsl::parse_str(&source)
             .unwrap_or_else(|e| panic!("{}", e.emit_to_string_with_path(&source, &shown)));

@@ -113,7 +113,9 @@ fn artifact_info(args: &InfoArgs, out: &mut dyn Write) -> Result<(), Error> {
     let mode = match a.mode {
         ladder::pipeline::Mode::Native => "native (recovered rung)",
         ladder::pipeline::Mode::Reference => "reference (simplified rung)",
-        ladder::pipeline::Mode::Shaders => "shaders (recovered rung: the row ops a device's library shaders run)",
+        ladder::pipeline::Mode::Shaders => {
+            "shaders (recovered rung: the row ops and attention a device's library shaders run)"
+        }
     };
     let w = |out: &mut dyn Write, line: String| writeln!(out, "{line}").map_err(Error::Stdout);
     if args.json {

@@ -67,7 +67,7 @@ pub enum Target {
     Vulkan,
     /// The process's Vulkan device with its library shaders on (`VulkanDevice::
     /// with_library_shaders`, which a CPU device leaves off): f32 matmuls and convolutions
-    /// through the GEMM shader, the recovered row ops through the row shader.
+    /// through the GEMM shader, the recovered row ops and attention through theirs.
     VulkanLibrary,
 }
 
@@ -300,7 +300,7 @@ pub fn check_native_with(data: &[u8], cache: &PlanCache) -> Result<DiffOutcome, 
     outcome.compiled = fresh;
     outcome.library = compiled.plan.as_ref().is_ok_and(|p| {
         let e = p.explanation();
-        e.contains("the library GEMM") || e.contains("the row shader")
+        ["the library GEMM", "the row shader", "the attention shader"].iter().any(|s| e.contains(s))
     });
     if compiled.refused {
         outcome.refused = true;

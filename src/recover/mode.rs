@@ -27,12 +27,16 @@ impl Mode {
         }
     }
 
-    /// The row ops a device's library shaders run whole (`shaders/rows_f32.wgsl`).
+    /// The ops a device's library shaders run whole: the row ops (`shaders/rows_f32.wgsl`)
+    /// and attention (`shaders/attention_f32.wgsl`). Recovery writes them as the shaders take
+    /// them (f32; the row ops over the last axis), and must go on doing so: a plan with a step
+    /// the device has no kernel for is refused.
     pub const SHADER_OPS: &'static [crate::ops::OpKind] = &[
         crate::ops::OpKind::Softmax,
         crate::ops::OpKind::LogSoftmax,
         crate::ops::OpKind::LayerNorm,
         crate::ops::OpKind::RmsNorm,
+        crate::ops::OpKind::ScaledDotProductAttention,
     ];
 
     /// The ops recovery puts back in this mode (none in the reference mode).

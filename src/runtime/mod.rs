@@ -113,8 +113,8 @@ pub struct CompileOptions {
     /// Recover the ops of `crate::ops::library::recoverable` (softmax, log_softmax, layer_norm,
     /// rms_norm, gelu, silu, sigmoid, attention) from their prims and run them through library
     /// kernels. Off in the reference mode (which runs the prims exactly as lowered), on in
-    /// native mode; `--no-recover` turns it off there. On the Vulkan backend, the row ops its
-    /// library shaders run, where the device runs them (`Backend::mode`).
+    /// native mode; `--no-recover` turns it off there. On the Vulkan backend, the row ops and
+    /// attention its library shaders run, where the device runs them (`Backend::mode`).
     pub recover: bool,
     /// In native mode, pack each f32 matmul's constant right operand (a weight) once, when
     /// the plan is built, for ladder's own GEMM kernel (`crate::backend::cpu::packed`), and
@@ -162,7 +162,7 @@ impl CompileOptions {
 
     /// The Vulkan backend: each kernel a compute shader on the process's Vulkan device. The
     /// prims as lowered, where the device runs no library shaders (softmax and the norms stay
-    /// generated kernels); where it does, the row ops it has shaders for recovered
+    /// generated kernels); where it does, the row ops and attention it has shaders for recovered
     /// ([`Mode::Shaders`]; `recover: false` keeps them prims). Compiling fails with
     /// [`CompileError::Unsupported`] where there is no device, or the program has a step the
     /// backend does not run yet.

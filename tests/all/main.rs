@@ -89,6 +89,7 @@ mod text_roundtrip;
 mod tiered;
 mod train;
 mod vulkan;
+mod vulkan_attention;
 mod vulkan_dtypes;
 mod vulkan_f64;
 mod vulkan_gemm;

@@ -15,13 +15,14 @@
 //! or op it lacks), is refused when the plan is built, with the step and the reason
 //! ([`crate::CompileError::Unsupported`]), never run partly on the host. Plans for this
 //! backend are lowered without op recovery (softmax, the norms, pooling and LSTMs arrive as
-//! kernels and prims), but for the row ops where the device runs library shaders
-//! ([`crate::recover::Mode::Shaders`]).
+//! kernels and prims), but for the row ops and attention where the device runs library
+//! shaders ([`crate::recover::Mode::Shaders`]).
 //!
 //! Library shaders (`shaders.rs`: WGSL in `shaders/`, built by `build.rs`) replace a step's
 //! generated kernels where the device runs them ([`VulkanDevice::library_shaders`]: GPUs, by
 //! default): an f32 `matmul`, or 1-D or 2-D `conv`, as the tiled GEMM; a recovered f32
-//! softmax, log_softmax, layer_norm or rms_norm as the row shader.
+//! softmax, log_softmax, layer_norm or rms_norm as the row shader; a recovered f32
+//! `scaled_dot_product_attention` as the attention shader.
 //!
 //! How it runs: constants are copied to device buffers when the plan is built. A run state
 //! ([`crate::backend::RunState::device`]) keeps, per set of sizes, the memory (below), each
@@ -108,8 +109,8 @@ impl Backend for VulkanBackend {
         "vulkan"
     }
 
-    /// The prims, and, where the device runs library shaders, the row ops it has shaders for
-    /// recovered ([`crate::recover::Mode::Shaders`]).
+    /// The prims, and, where the device runs library shaders, the row ops and attention it
+    /// has shaders for recovered ([`crate::recover::Mode::Shaders`]).
     fn mode(&self, recover: bool) -> crate::recover::Mode {
         match recover && self.device().is_ok_and(|d| d.library_shaders()) {
             true => crate::recover::Mode::Shaders,
@@ -134,8 +135,8 @@ impl Backend for VulkanBackend {
                     continue;
                 }
             }
-            // An f32 matmul or convolution through the library GEMM, a row op through the row
-            // shader (`shaders.rs`), then the matmul's epilogue kernel or the step's post-op.
+            // An f32 matmul or convolution through the library GEMM, a row op or attention
+            // through its shader (`shaders.rs`), then the matmul's epilogue kernel or the step's post-op.
             if let Some((library, after)) = shaders::for_step(step, program, i).filter(|_| library_shaders) {
                 order.push(Some((i, library)));
                 if let Some(k) = after {
@@ -239,7 +240,11 @@ impl Backend for VulkanBackend {
         let library = |shader: &str| {
             kernels.iter().filter(|k| matches!(&k.code, Code::Library(l) if l.shader() == shader)).count()
         };
-        let notes = [("gemm_f32", "the library GEMM (matmuls and convolutions)"), ("rows_f32", "the row shader")];
+        let notes = [
+            ("gemm_f32", "the library GEMM (matmuls and convolutions)"),
+            ("rows_f32", "the row shader"),
+            ("attention_f32", "the attention shader"),
+        ];
         let mut library_note = String::new();
         for (shader, what) in notes.into_iter().filter(|(shader, _)| library(shader) > 0) {
             let of_them = if library_note.is_empty() { " of them" } else { "" };

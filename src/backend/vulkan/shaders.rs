@@ -18,6 +18,13 @@
 //!   in workgroup memory, each op computed as its prims decomposition computes it, with
 //!   ladder's own `exp` and `ln` (`src/backend/cpu/math.rs`); a post-op runs after it as a
 //!   generated kernel.
+//! - [`Attention`] (`shaders/attention_f32.wgsl`): a recovered f32
+//!   `scaled_dot_product_attention` (causal or not, safe softmax or not, an optional f32 or bool
+//!   mask broadcast to the scores through strides, any D and Dv) as an online softmax over
+//!   tiles of keys, the op's edge cases as its decomposition gives them: by row below
+//!   [`BLOCK_ROWS`] query rows (a workgroup per row, its invocations splitting each tile of
+//!   keys), by block from there (a workgroup per 64 rows of a head, one per invocation, each
+//!   tile of keys and values staged in workgroup memory once for all 64), chosen per run.
 //!
 //! Every library shader's module is given the `SignedZeroInfNanPreserve` mode for f32 when a
 //! plan first loads it (naga does not write it), as the generated kernels have: without it a
@@ -46,7 +53,8 @@ pub fn library_shaders() -> Vec<(&'static str, &'static [u32])> {
 }
 
 /// Each library shader's name and the module `build.rs` wrote for it.
-const SHADERS: [(&str, &[u32]); 2] = [("gemm_f32", words::GEMM_F32), ("rows_f32", words::ROWS_F32)];
+const SHADERS: [(&str, &[u32]); 3] =
+    [("attention_f32", words::ATTENTION_F32), ("gemm_f32", words::GEMM_F32), ("rows_f32", words::ROWS_F32)];
 
 /// Library shader `name`'s module as plans load it ([`preserving`], made once).
 fn loaded(name: &str) -> &'static [u32] {
@@ -96,6 +104,7 @@ fn preserving(words: &[u32]) -> Vec<u32> {
 pub(super) enum Library {
     Gemm(Gemm),
     Rows(Rows),
+    Attention(Attention),
 }
 
 impl Library {
@@ -104,6 +113,7 @@ impl Library {
         match self {
             Library::Gemm(g) => &g.name,
             Library::Rows(r) => &r.name,
+            Library::Attention(a) => &a.name,
         }
     }
 
@@ -112,6 +122,7 @@ impl Library {
         match self {
             Library::Gemm(_) => "gemm_f32",
             Library::Rows(_) => "rows_f32",
+            Library::Attention(_) => "attention_f32",
         }
     }
 
@@ -125,6 +136,7 @@ impl Library {
         match self {
             Library::Gemm(g) => g.buffers().to_vec(),
             Library::Rows(r) => r.buffers().to_vec(),
+            Library::Attention(a) => a.buffers().to_vec(),
         }
     }
 
@@ -134,6 +146,7 @@ impl Library {
         match self {
             Library::Gemm(g) => g.params(p, sizes, [first[0], first[1], first[2]]),
             Library::Rows(r) => r.params(p, sizes, [first[0], first[1], first[2], first[3]]),
+            Library::Attention(a) => a.params(p, sizes, [first[0], first[1], first[2], first[3], first[4]]),
         }
     }
 
@@ -143,6 +156,7 @@ impl Library {
         match self {
             Library::Gemm(_) => Gemm::groups(params, most),
             Library::Rows(_) => Rows::groups(params, most),
+            Library::Attention(_) => Attention::groups(params, most),
         }
     }
 }
@@ -184,7 +198,11 @@ pub(super) fn for_step(step: &Step, p: &Program, i: usize) -> Option<(Library, O
         Step::Library(l) => {
             let name = format!("{}{i}", l.op.name());
             let after = post(&l.post, l.out, &name)?;
-            Some((Library::Rows(Rows::new(l, p, name)?), after))
+            let library = match l.op {
+                OpKind::ScaledDotProductAttention => Library::Attention(Attention::new(l, p, name)?),
+                _ => Library::Rows(Rows::new(l, p, name)?),
+            };
+            Some((library, after))
         }
         _ => None,
     }
@@ -260,6 +278,157 @@ impl Rows {
         let (rows, n) = (params[1], params[2]);
         (rows > 0 && n > 0).then(|| [rows.min(most[0].min(65_535)), 1, 1])
     }
+}
+
+/// Parameter words the attention shader reads (`shaders/attention_f32.wgsl`).
+const ATTENTION_PARAMS: usize = 15 + 2 * MASK_DIMS;
+/// The mask's batch dims the attention shader's parameters hold (after merging).
+const MASK_DIMS: usize = 8;
+/// Query rows and keys per tile of the attention shader, and its most output columns per pass.
+const ATTENTION_TILE: u64 = 64;
+const ATTENTION_COLUMNS: u64 = 256;
+/// From this many query rows on, the attention shader runs by block (64 rows per workgroup
+/// sharing each tile of keys and values in workgroup memory), below it by row (a workgroup per
+/// row, its invocations splitting the keys: decoding's one query row keeps them all busy).
+const BLOCK_ROWS: u64 = 32;
+
+/// A recovered f32 `scaled_dot_product_attention` as the attention shader.
+#[derive(Clone, Debug)]
+pub(super) struct Attention {
+    pub call: LibraryCall,
+    pub name: String,
+}
+
+impl Attention {
+    /// The attention shader for library call `l` of `p` (named `name`), where it computes it:
+    /// f32 q, k, v and result of one rank (at least 2), an f32 or bool mask of at most
+    /// [`MASK_DIMS`] + 1 dims (its batch dims and the leading ones it broadcasts over take at
+    /// most [`MASK_DIMS`] after merging). Recovery writes no other call but one with a mask of
+    /// more dims (`recover/attention.rs`), so a plan for a device with library shaders refuses
+    /// no recovered attention but that.
+    pub fn new(l: &LibraryCall, p: &Program, name: String) -> Option<Attention> {
+        let [q, k, v, ref mask @ ..] = l.args[..] else { return None };
+        let f32s = [q, k, v, l.out].iter().all(|&b| p.buffers[b].dtype == DType::F32);
+        let rank = p.buffers[q].shape.rank();
+        let ranks = [k, v, l.out].iter().all(|&b| p.buffers[b].shape.rank() == rank);
+        let mask = match mask {
+            [] => true,
+            &[m] => {
+                let (dtype, r) = (p.buffers[m].dtype, p.buffers[m].shape.rank());
+                matches!(dtype, DType::F32 | DType::Bool) && r <= rank && r <= MASK_DIMS + 1
+            }
+            _ => false,
+        };
+        (f32s && rank >= 2 && ranks && mask).then(|| Attention { call: l.clone(), name })
+    }
+
+    /// The buffers bound at bindings 0 to 4: q, k, v, the mask (q where there is none: bound,
+    /// not read) and y.
+    pub fn buffers(&self) -> [BufferId; 5] {
+        let a = &self.call.args;
+        [a[0], a[1], a[2], a.get(3).copied().unwrap_or(a[0]), self.call.out]
+    }
+
+    /// The shader's parameters for a run with `sizes` (layout: `shaders/attention_f32.wgsl`),
+    /// each buffer's first element (a bool mask's first word) at `first`; why not, where the
+    /// operands' shapes do not agree, the mask does not broadcast to the scores, or an index
+    /// does not fit 32 bits.
+    pub fn params(&self, p: &Program, sizes: &Sizes, first: [u64; 5]) -> Result<Vec<u32>, String> {
+        let shape = |b: BufferId| -> Result<Vec<u64>, String> {
+            Ok(sizes.shape(p, b).map_err(|e| e.to_string())?.into_iter().map(|d| d as u64).collect())
+        };
+        let a = &self.call.args;
+        let (q, k, v) = (shape(a[0])?, shape(a[1])?, shape(a[2])?);
+        let r = q.len();
+        let batch = &q[..r - 2];
+        let (l, d, s, dv) = (q[r - 2], q[r - 1], k[r - 2], v[r - 1]);
+        if k[..r - 2] != *batch || v[..r - 2] != *batch || k[r - 1] != d || v[r - 2] != s {
+            return Err(format!("attention operands {q:?}, {k:?}, {v:?}"));
+        }
+        let nb: u64 = batch.iter().product();
+        let attrs = &self.call.attrs;
+        let scale = match attrs.float("scale") {
+            x if x.is_nan() => 1.0 / (d as f64).sqrt(),
+            x => x,
+        } as f32;
+        let (causal, safe) = (attrs.bool("causal"), attrs.bool("safe_softmax"));
+        let mut flags = (causal as u64) << 2 | (safe as u64) << 3 | ((l >= BLOCK_ROWS) as u64) << 4;
+        // The mask's strides along L and S, its batch dims (size, stride) innermost first, and
+        // the last element it reaches.
+        let (mut row, mut col, mut dims, mut mask_reach) = (0, 0, Vec::new(), 0);
+        if let Some(&m) = a.get(3) {
+            let bool_mask = p.buffers[m].dtype == DType::Bool;
+            flags |= 1 | (bool_mask as u64) << 1;
+            let shape = shape(m)?;
+            let strides = mask_strides(&shape, batch, l, s)?;
+            (row, col) = (strides[r - 2], strides[r - 1]);
+            dims = merged(batch, &strides[..r - 2]);
+            if dims.len() > MASK_DIMS {
+                return Err(format!("a mask of shape {shape:?} over {} batch dims", dims.len()));
+            }
+            let last: u64 = dims.iter().map(|&(n, st)| n.saturating_sub(1) * st).sum::<u64>()
+                + l.saturating_sub(1) * row
+                + s.saturating_sub(1) * col;
+            mask_reach = if bool_mask { last.max(first[3] + last / 4) } else { first[3] + last };
+        }
+        let mut params = vec![nb, l, s, d, dv, flags, u64::from(scale.to_bits())];
+        params.extend(first[..3].iter().chain([&first[3], &first[4]]).copied());
+        params.extend([row, col, dims.len() as u64]);
+        params.extend(dims.iter().flat_map(|&(n, st)| [n, st]));
+        // Rows run to the last one past a dispatch's workgroups, keys and columns past their
+        // extents by a tile and a pass.
+        let reach = [
+            first[0] + nb * l * d,
+            first[1] + nb * s * d,
+            first[2] + nb * s * dv,
+            first[4] + nb * l * dv,
+            mask_reach,
+            nb * l + 65_536,
+            s + ATTENTION_TILE,
+            dv + ATTENTION_COLUMNS,
+        ];
+        narrow(params, &reach, ATTENTION_PARAMS)
+    }
+
+    /// One workgroup per query row, or per block of 64 of a batch element's, up to `most`
+    /// (and 65,535) of them, looping past that.
+    pub fn groups(params: &[u32], most: [u32; 3]) -> Option<[u32; 3]> {
+        let (nb, l) = (u64::from(params[0]), u64::from(params[1]));
+        let groups = if params[5] & 16 != 0 { nb * l.div_ceil(ATTENTION_TILE) } else { nb * l };
+        (groups > 0 && params[4] > 0).then(|| [groups.min(u64::from(most[0].min(65_535))) as u32, 1, 1])
+    }
+}
+
+/// The element strides of a mask of `shape` broadcast to the scores `[batch..., l, s]` (numpy
+/// rules), 0 along the dims it broadcasts; why not, where it does not broadcast.
+fn mask_strides(shape: &[u64], batch: &[u64], l: u64, s: u64) -> Result<Vec<u64>, String> {
+    let target: Vec<u64> = batch.iter().copied().chain([l, s]).collect();
+    let bad = || format!("a mask of shape {shape:?} does not broadcast to the scores {target:?}");
+    let off = target.len().checked_sub(shape.len()).ok_or_else(bad)?;
+    let mut strides = vec![0; target.len()];
+    let mut numel = 1u64;
+    for (i, &n) in shape.iter().enumerate().rev() {
+        if n != target[off + i] && n != 1 {
+            return Err(bad());
+        }
+        strides[off + i] = if n == 1 { 0 } else { numel };
+        numel = numel.checked_mul(n).ok_or_else(bad)?;
+    }
+    Ok(strides)
+}
+
+/// The batch dims `sizes` with their `strides`, innermost first, size-1 dims dropped and
+/// neighbours merged where one stride walks both (both 0, or the outer's stride the inner's
+/// extent), so that a mask broadcast over leading dims takes one dim for them.
+fn merged(sizes: &[u64], strides: &[u64]) -> Vec<(u64, u64)> {
+    let mut dims: Vec<(u64, u64)> = Vec::new();
+    for (&n, &st) in sizes.iter().zip(strides).rev().filter(|&(&n, _)| n != 1) {
+        match dims.last_mut() {
+            Some((inner, inner_st)) if st == *inner_st * *inner || (st == 0 && *inner_st == 0) => *inner *= n,
+            _ => dims.push((n, st)),
+        }
+    }
+    dims
 }
 
 /// Parameter words the GEMM shader reads (`shaders/gemm_f32.wgsl`).
