@@ -8,6 +8,9 @@
 //! whole process.
 
 // Helpers shared by the modules below.
+#[cfg(feature = "vulkan")]
+#[path = "../shared/attention_cases.rs"]
+mod attention_cases;
 mod common;
 mod decomp_exact;
 mod decomp_util;

@@ -13,157 +13,17 @@
 #![cfg(feature = "vulkan")]
 
 use ladder::backend::vulkan::VulkanDevice;
-use ladder::gen::Source;
 use ladder::models::Rng;
-use ladder::numerics::{compare, random_data, CompareCtx};
+use ladder::numerics::{compare, CompareCtx};
 use ladder::tensor::TensorData;
-use ladder::{compile, CompileOptions, DType, Graph, OpKind, Plan, Tensor};
+use ladder::{compile, CompileOptions, Graph, OpKind, Plan, Tensor};
 
+use crate::attention_cases::{floats, graph, inputs, mask_shapes, same_nonfinite, Case, MaskKind, Profile};
 use crate::vulkan::{agree, clean, device, parse, wide_chain};
 
 /// The process's device with library shaders on.
 fn shaders() -> CompileOptions {
     CompileOptions::vulkan_on(VulkanDevice::process().unwrap().with_library_shaders(true))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum MaskKind {
-    Float,
-    Bool,
-}
-
-#[derive(Clone, Debug)]
-struct Case {
-    batch: Vec<usize>,
-    l: usize,
-    s: usize,
-    d: usize,
-    dv: usize,
-    causal: bool,
-    safe: bool,
-    scale: &'static str,
-    mask: Option<(MaskKind, Vec<usize>)>,
-}
-
-impl Case {
-    fn new(batch: &[usize], (l, s, d, dv): (usize, usize, usize, usize)) -> Case {
-        Case { batch: batch.to_vec(), l, s, d, dv, causal: false, safe: true, scale: "nan", mask: None }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Profile {
-    /// Uniform in [-1, 1); float masks with some -inf.
-    Plain,
-    /// Plain with NaN, +inf and -inf sprinkled over q, k, v and float masks.
-    Spiky,
-    /// q and k near 2^50, so scores reach 1e30 (float masks too).
-    Huge,
-    /// The generator's profiles (huge, tiny, denormal, NaN, ±inf, logits), from its bytes.
-    Generator,
-}
-
-fn dims(prefix: &[usize], x: usize, y: usize) -> Vec<usize> {
-    prefix.iter().copied().chain([x, y]).collect()
-}
-
-fn list(d: &[usize]) -> String {
-    d.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
-}
-
-fn graph(c: &Case) -> Graph {
-    let mut sig = format!(
-        "%q: f32[{}], %k: f32[{}], %v: f32[{}]",
-        list(&dims(&c.batch, c.l, c.d)),
-        list(&dims(&c.batch, c.s, c.d)),
-        list(&dims(&c.batch, c.s, c.dv))
-    );
-    let mut args = "%q, %k, %v".to_string();
-    if let Some((kind, shape)) = &c.mask {
-        let dt = if *kind == MaskKind::Bool { "bool" } else { "f32" };
-        sig += &format!(", %m: {dt}[{}]", list(shape));
-        args += ", %m";
-    }
-    parse(&format!(
-        "graph att({sig}) {{\n  %y = scaled_dot_product_attention({args}) {{causal={}, scale={}, safe_softmax={}}}\n  return %y\n}}",
-        c.causal, c.scale, c.safe
-    ))
-}
-
-fn floats(rng: &mut Rng, profile: Profile, shape: &[usize], magnitude: f32) -> Tensor {
-    let n: usize = shape.iter().product();
-    let data = (0..n)
-        .map(|_| {
-            let x = rng.uniform_bits(24) as f32;
-            match profile {
-                Profile::Spiky if rng.below(40) == 0 => {
-                    [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3) as usize]
-                }
-                Profile::Huge => x * magnitude,
-                _ => x,
-            }
-        })
-        .collect();
-    Tensor::from_f32(shape, data).unwrap()
-}
-
-fn inputs(c: &Case, profile: Profile, seed: u64) -> Vec<Tensor> {
-    let shapes = [dims(&c.batch, c.l, c.d), dims(&c.batch, c.s, c.d), dims(&c.batch, c.s, c.dv)];
-    let mut rng = Rng::new(seed);
-    let mut out: Vec<Tensor> = if profile == Profile::Generator {
-        let bytes = ladder::gen::seeded_bytes(seed, 64);
-        let mut src = Source::new(&bytes);
-        shapes.iter().map(|sh| random_data(&mut src, DType::F32, sh)).collect()
-    } else {
-        let qk = if profile == Profile::Huge { 2f32.powi(50) } else { 1.0 };
-        let values = if profile == Profile::Huge { Profile::Plain } else { profile };
-        vec![
-            floats(&mut rng, profile, &shapes[0], qk),
-            floats(&mut rng, profile, &shapes[1], qk),
-            floats(&mut rng, values, &shapes[2], 1.0),
-        ]
-    };
-    if let Some((kind, shape)) = &c.mask {
-        let n: usize = shape.iter().product();
-        let last = shape.last().copied().unwrap_or(1).max(1);
-        // Every seventh mask row attends to nothing.
-        let dead = |i: usize| (i / last) % 7 == 3;
-        out.push(match kind {
-            MaskKind::Bool => {
-                let bits = (0..n).map(|i| !dead(i) && rng.below(5) != 0).collect();
-                Tensor::new(shape.clone(), TensorData::Bool(bits)).unwrap()
-            }
-            MaskKind::Float if profile == Profile::Generator => {
-                let bytes = ladder::gen::seeded_bytes(seed ^ 0x5eed, 64);
-                random_data(&mut Source::new(&bytes), DType::F32, shape)
-            }
-            MaskKind::Float => {
-                let mut v = floats(&mut rng, profile, shape, 1e30).to_f64_vec();
-                for (i, x) in v.iter_mut().enumerate() {
-                    if dead(i) || rng.below(6) == 0 {
-                        *x = f64::NEG_INFINITY;
-                    } else if profile != Profile::Huge {
-                        *x *= 3.0;
-                    }
-                }
-                Tensor::from_f32(shape, v.into_iter().map(|x| x as f32).collect()).unwrap()
-            }
-        });
-    }
-    out
-}
-
-/// The mask shapes that broadcast to the scores `[batch..., l, s]`: the full shape, `[l, s]`,
-/// `[s]`, ones for the batch dims, and per leading dim `[b, 1, ..., 1, s]` and `[b, ..., l, 1]`.
-fn mask_shapes(batch: &[usize], l: usize, s: usize) -> Vec<Vec<usize>> {
-    let mut shapes = vec![vec![l, s], vec![s], dims(batch, l, s)];
-    shapes.push(dims(&vec![1; batch.len()], l, s));
-    if let Some((&first, rest)) = batch.split_first() {
-        let b: Vec<usize> = std::iter::once(first).chain(rest.iter().map(|_| 1)).collect();
-        shapes.push(dims(&b, 1, s));
-        shapes.push(dims(&b, l, 1));
-    }
-    shapes
 }
 
 /// The plan of `c` on the device, whose explanation says the attention shader runs it.
@@ -173,23 +33,6 @@ fn shader_plan(g: &Graph, what: &str) -> Plan {
     let says = [", 1 of them the attention shader", ", 1 the attention shader"];
     assert!(says.iter().any(|s| e.contains(s)), "{what}: the attention shader does not run it: {e}");
     plan
-}
-
-/// The interpreter's NaN and infinity pattern: NaN exactly where it is NaN; where it is ±inf
-/// the same infinity or NaN (a 0 weight in f32 meeting an infinite value, where f64 kept a
-/// tiny one); finite where it is finite.
-fn same_nonfinite(want: &Tensor, got: &Tensor) -> Result<(), String> {
-    for (i, (w, g)) in want.to_f64_vec().into_iter().zip(got.to_f64_vec()).enumerate() {
-        let ok = match () {
-            _ if w.is_nan() => g.is_nan(),
-            _ if w.is_infinite() => g == w || g.is_nan(),
-            _ => g.is_finite(),
-        };
-        if !ok {
-            return Err(format!("element {i}: reference {w}, device {g}"));
-        }
-    }
-    Ok(())
 }
 
 /// `plan` on `ins` against the precise interpreter running `g`: the tolerance table, and

@@ -3,6 +3,8 @@
 //! its process, so it stays out of `tests/all`. A module per area, as there: run one with
 //! `cargo test --test alloc -- runtime_alloc::`.
 
+#[path = "../shared/attention_cases.rs"]
+mod attention_cases;
 mod counting;
 
 mod artifact_mapped;
