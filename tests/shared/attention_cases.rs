@@ -6,9 +6,9 @@
 
 use ladder::gen::Source;
 use ladder::models::Rng;
-use ladder::numerics::random_data;
+use ladder::numerics::{compare, random_data, CompareCtx};
 use ladder::tensor::TensorData;
-use ladder::{DType, Graph, Tensor};
+use ladder::{DType, Graph, OpKind, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum MaskKind {
@@ -179,4 +179,29 @@ pub(crate) fn mask_shapes(batch: &[usize], l: usize, s: usize) -> Vec<Vec<usize>
         shapes.push(dims(&b, l, 1));
     }
     shapes
+}
+
+/// The op on `ins` through the precise interpreter (the oracle).
+pub(crate) fn reference(g: &Graph, ins: &[Tensor]) -> Tensor {
+    let precise = ladder::interp::Options { precise: true, ..Default::default() };
+    ladder::interp::run(g, ins, &precise).unwrap().outputs.remove(0)
+}
+
+/// `got` (an implementation's result for `g` on `ins`) against `want` (the [`reference`]): the
+/// tolerance table; outside the generator's profile the exact non-finite pattern; for huge
+/// scores, which the table excuses, closeness too (the softmax is one-hot there).
+pub(crate) fn judge(g: &Graph, ins: &[Tensor], profile: Profile, want: &Tensor, got: &Tensor) -> Result<(), String> {
+    let ctx = CompareCtx { graph: g, node: g.outputs()[0].value, inputs: ins, output: "y" };
+    compare(OpKind::ScaledDotProductAttention, want, got, &ctx).map_err(|m| m.to_string())?;
+    if profile != Profile::Generator {
+        same_nonfinite(want, got)?;
+    }
+    if profile == Profile::Huge {
+        for (i, (w, g)) in want.to_f64_vec().into_iter().zip(got.to_f64_vec()).enumerate() {
+            if w.is_finite() && (w - g).abs() > 1e-3 {
+                return Err(format!("element {i}: reference {w}, got {g}"));
+            }
+        }
+    }
+    Ok(())
 }
