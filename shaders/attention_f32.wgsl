@@ -16,7 +16,9 @@
 // memory), and every invocation adds `weight * v[j, c]` over the tile's keys into the output
 // columns it owns (`c = lane + 64t`, `t < 4`: 256 columns per pass over the keys; a wider Dv
 // takes more passes, each computing the scores again). At the end each output is its sum
-// divided by `l`.
+// divided by `l`. The tile's maximum and sum are reductions over the workgroup
+// (`lib/reduce.wgsl`, in workgroup memory; or `lib/reduce_subgroup.wgsl`, on subgroup
+// operations, in the module for devices that have them).
 //
 // The op's edge cases, as its decomposition gives them: a NaN or +inf score anywhere in the row
 // (masked or not) makes the row NaN; a row whose scores are all -inf gives zeros with
@@ -71,24 +73,6 @@ var<workgroup> vt: array<f32, 2048>;
 const NEG_INF: u32 = 0xff800000u;
 const NAN: u32 = 0x7fc00000u;
 
-// The maximum over the workgroup of each lane's `v`, NaN if any is NaN.
-fn reduce_max_nan(lane: u32, v: f32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lane < s) {
-            let o = red[lane + s];
-            if (is_nan(o) || o > red[lane]) {
-                red[lane] = o;
-            }
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 // The mask's element offset of batch element `b`'s `[L, S]` scores.
 fn mask_base(b: u32) -> u32 {
     var at = 0u;
@@ -115,12 +99,12 @@ fn mask_bias(e: u32) -> f32 {
 fn main(
     @builtin(workgroup_id) group: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
+    at: Lane,
 ) {
     if ((p[5] & 16u) != 0u) {
-        by_block(group.x, groups.x, lane);
+        by_block(group.x, groups.x, at.index);
     } else {
-        by_row(group.x, groups.x, lane);
+        by_row(group.x, groups.x, at);
     }
 }
 
@@ -151,7 +135,8 @@ fn output(acc: f32, m: f32, l: f32, bad: bool) -> f32 {
     return select(o, bitcast<f32>(NAN), bad);
 }
 
-fn by_row(first: u32, step: u32, lane: u32) {
+fn by_row(first: u32, step: u32, at: Lane) {
+    let lane = at.index;
     let L = p[1];
     let S = p[2];
     let D = p[3];
@@ -187,7 +172,7 @@ fn by_row(first: u32, step: u32, lane: u32) {
                     }
                     s = finish_score(dot, i, j, m0 + j * p[13]);
                 }
-                let top = reduce_max_nan(lane, s);
+                let top = reduce_max(at, s);
                 // A NaN score makes the row NaN (whatever `max` makes of it); a +inf one does
                 // through its own weight, `exp(inf - inf)`.
                 bad = bad || is_nan(top);
@@ -200,7 +185,7 @@ fn by_row(first: u32, step: u32, lane: u32) {
                 }
                 wts[lane] = e;
                 // The sum's first barrier also makes every lane's weight visible.
-                l = l * alpha + reduce_sum(lane, e);
+                l = l * alpha + reduce_sum(at, e);
                 m = mn;
                 let n = min(WG, S - j0);
                 for (var t = 0u; t < CH; t++) {

@@ -1,7 +1,8 @@
 // The row ops over the last axis of f32 rows: softmax (op 0), log_softmax (1), layer_norm (2)
 // and rms_norm (3), `y[row] = op(x[row])`, each row of `n` elements computed by one
 // workgroup of 64 invocations (each reading elements `lane + 64i`) whose partial results are
-// reduced in workgroup memory by a tree. Workgroups loop over the rows past the dispatch
+// reduced in workgroup memory by a tree, or where the device has subgroup operations by each
+// subgroup and then across the subgroups' results (`lib/reduce*.wgsl`). Workgroups loop over the rows past the dispatch
 // (`num_workgroups`), so any number of rows fits one dispatch.
 //
 // Each op computes what its prims decomposition does, operation for operation, in f32; only
@@ -33,29 +34,15 @@ var<workgroup> red: array<f32, 64>;
 
 // include: lib/reduce.wgsl
 
-// The maximum over the workgroup of each lane's `v`, NaN ignored.
-fn reduce_max(lane: u32, v: f32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lane < s && red[lane + s] > red[lane]) {
-            red[lane] = red[lane + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 // include: lib/math.wgsl
 
 @compute @workgroup_size(64, 1, 1)
 fn main(
     @builtin(workgroup_id) group: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
+    at: Lane,
 ) {
+    let lane = at.index;
     let op = p[0];
     let rows = p[1];
     let n = p[2];
@@ -74,7 +61,7 @@ fn main(
                     m = v;
                 }
             }
-            m = reduce_max(lane, m);
+            m = reduce_max(at, m);
             var s = 0.0;
             for (var i = lane; i < n; i += WG) {
                 let e = exp_f32(x[x0 + i] - m);
@@ -83,7 +70,7 @@ fn main(
                     y[y0 + i] = e;
                 }
             }
-            s = reduce_sum(lane, s);
+            s = reduce_sum(at, s);
             if (op == 0u) {
                 // Each lane rescales the terms it wrote.
                 for (var i = lane; i < n; i += WG) {
@@ -102,7 +89,7 @@ fn main(
                 for (var i = lane; i < n; i += WG) {
                     s = s + x[x0 + i];
                 }
-                mean = reduce_sum(lane, s) / nf;
+                mean = reduce_sum(at, s) / nf;
             }
             // layer_norm: the squared deviations from the mean; rms_norm: the squares.
             var ss = 0.0;
@@ -110,7 +97,7 @@ fn main(
                 let d = x[x0 + i] - mean;
                 ss = ss + d * d;
             }
-            let r = 1.0 / sqrt(reduce_sum(lane, ss) / nf + eps);
+            let r = 1.0 / sqrt(reduce_sum(at, ss) / nf + eps);
             for (var i = lane; i < n; i += WG) {
                 var v = x[x0 + i];
                 if (op == 2u) {

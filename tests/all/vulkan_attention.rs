@@ -19,6 +19,7 @@ use ladder::{compile, CompileOptions, Graph, Plan, Tensor};
 
 use crate::attention_cases::{floats, graph, inputs, judge, mask_shapes, reference, Case, MaskKind, Profile};
 use crate::vulkan::{agree, clean, device, parse, wide_chain};
+use crate::vulkan_rows::{reduces_as, reductions, shaders_reducing};
 
 /// The process's device with library shaders on.
 fn shaders() -> CompileOptions {
@@ -27,7 +28,12 @@ fn shaders() -> CompileOptions {
 
 /// The plan of `c` on the device, whose explanation says the attention shader runs it.
 fn shader_plan(g: &Graph, what: &str) -> Plan {
-    let plan = compile(g, &shaders()).unwrap_or_else(|e| panic!("{what}: {e}\n{}", ladder::text::print(g)));
+    shader_plan_on(g, &shaders(), what)
+}
+
+/// [`shader_plan`] with `options`.
+fn shader_plan_on(g: &Graph, options: &CompileOptions, what: &str) -> Plan {
+    let plan = compile(g, options).unwrap_or_else(|e| panic!("{what}: {e}\n{}", ladder::text::print(g)));
     let e = plan.explanation();
     let says = [", 1 of them the attention shader", ", 1 the attention shader"];
     assert!(says.iter().any(|s| e.contains(s)), "{what}: the attention shader does not run it: {e}");
@@ -75,14 +81,17 @@ fn the_attention_shader_meets_the_tolerance_table_on_random_and_adversarial_inpu
             let scale = ["nan", "0.3", "nan"][mi % 3];
             let c = Case { causal, safe, scale, mask, ..Case::new(batch, lsd) };
             let g = graph(&c);
-            let what = format!("{c:?}");
-            let plan = shader_plan(&g, &what);
-            for (pi, profile) in
-                [Profile::Plain, Profile::Spiky, Profile::Huge, Profile::Generator].into_iter().enumerate()
-            {
-                let seed = (si * 1000 + mi * 10 + pi) as u64;
-                check(&g, &plan, &inputs(&c, profile, seed), profile, &format!("{what} {profile:?}"));
-                compared += 1;
+            for subgroups in reductions() {
+                let what = format!("{c:?}, subgroups: {subgroups}");
+                let plan = shader_plan_on(&g, &shaders_reducing(subgroups), &what);
+                reduces_as(&plan, subgroups, &what);
+                for (pi, profile) in
+                    [Profile::Plain, Profile::Spiky, Profile::Huge, Profile::Generator].into_iter().enumerate()
+                {
+                    let seed = (si * 1000 + mi * 10 + pi) as u64;
+                    check(&g, &plan, &inputs(&c, profile, seed), profile, &format!("{what} {profile:?}"));
+                    compared += 1;
+                }
             }
         }
     }
@@ -136,38 +145,48 @@ fn fully_masked_rows_and_late_maxima_follow_the_op() {
         for kind in [MaskKind::Float, MaskKind::Bool] {
             let c = Case { safe, mask: Some((kind, vec![l, s])), ..Case::new(&[2], (l, s, 8, 5)) };
             let g = graph(&c);
-            let what = format!("{c:?}");
-            let plan = shader_plan(&g, &what);
-            let mut ins = inputs(&c, Profile::Plain, 3);
-            // Row 0 attends to nothing; row 1 only to the last key (a third tile); the others
-            // to everything, the first tile's keys far below the last's.
-            let attend = |i: usize, j: usize| match i {
-                0 => false,
-                1 => j == s - 1,
-                _ => true,
-            };
-            ins[3] = match kind {
-                MaskKind::Bool => {
-                    let bits = (0..l * s).map(|e| attend(e / s, e % s)).collect();
-                    Tensor::new(vec![l, s], TensorData::Bool(bits)).unwrap()
-                }
-                MaskKind::Float => {
-                    let bias = |e: usize| match (attend(e / s, e % s), e % s < 64) {
-                        (false, _) => f32::NEG_INFINITY,
-                        (true, true) => -80.0,
-                        (true, false) => 0.0,
-                    };
-                    Tensor::from_f32(&[l, s], (0..l * s).map(bias).collect()).unwrap()
-                }
-            };
-            check(&g, &plan, &ins, Profile::Plain, &what);
-            // An infinite value under a masked key.
-            let mut v = ins[2].to_f64_vec();
-            v[3 * 5 + 2] = f64::INFINITY;
-            ins[2] = Tensor::from_f32(&[2, s, 5], v.into_iter().map(|x| x as f32).collect()).unwrap();
-            check(&g, &plan, &ins, Profile::Plain, &format!("{what} with an infinite masked value"));
+            for subgroups in reductions() {
+                let what = format!("{c:?}, subgroups: {subgroups}");
+                let plan = shader_plan_on(&g, &shaders_reducing(subgroups), &what);
+                masked_rows(&g, &c, &plan, &what);
+            }
         }
     }
+}
+
+/// [`fully_masked_rows_and_late_maxima_follow_the_op`]'s checks of `plan` (of `c`, whose
+/// graph is `g`: `L` rows, 150 keys, a mask of kind `kind`).
+fn masked_rows(g: &Graph, c: &Case, plan: &Plan, what: &str) {
+    let (l, s) = (c.l, c.s);
+    let kind = c.mask.as_ref().unwrap().0;
+    let mut ins = inputs(c, Profile::Plain, 3);
+    // Row 0 attends to nothing; row 1 only to the last key (a third tile); the others
+    // to everything, the first tile's keys far below the last's.
+    let attend = |i: usize, j: usize| match i {
+        0 => false,
+        1 => j == s - 1,
+        _ => true,
+    };
+    ins[3] = match kind {
+        MaskKind::Bool => {
+            let bits = (0..l * s).map(|e| attend(e / s, e % s)).collect();
+            Tensor::new(vec![l, s], TensorData::Bool(bits)).unwrap()
+        }
+        MaskKind::Float => {
+            let bias = |e: usize| match (attend(e / s, e % s), e % s < 64) {
+                (false, _) => f32::NEG_INFINITY,
+                (true, true) => -80.0,
+                (true, false) => 0.0,
+            };
+            Tensor::from_f32(&[l, s], (0..l * s).map(bias).collect()).unwrap()
+        }
+    };
+    check(g, plan, &ins, Profile::Plain, what);
+    // An infinite value under a masked key.
+    let mut v = ins[2].to_f64_vec();
+    v[3 * 5 + 2] = f64::INFINITY;
+    ins[2] = Tensor::from_f32(&[2, s, 5], v.into_iter().map(|x| x as f32).collect()).unwrap();
+    check(g, plan, &ins, Profile::Plain, &format!("{what} with an infinite masked value"));
 }
 
 /// More query rows than one dispatch has workgroups (65,535), symbolic sizes that change

@@ -55,7 +55,10 @@ fn library_shaders_pass_spirv_val() {
     let dir = std::env::temp_dir().join(format!("ladder-library-shaders-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let shaders = vulkan::library_shaders();
-    assert!(!shaders.is_empty());
+    let names: Vec<&str> = shaders.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["gemm_f32", "rows_f32", "rows_f32_subgroup", "attention_f32", "attention_f32_subgroup"] {
+        assert!(names.contains(&want), "{want} is not among {names:?}");
+    }
     for (name, words) in shaders {
         assert_eq!(words.first(), Some(&0x0723_0203), "{name}: not a SPIR-V module");
         let path = dir.join(format!("{name}.spv"));

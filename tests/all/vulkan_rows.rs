@@ -4,7 +4,9 @@
 //! checked on, at row lengths around its 64-lane workgroups, row counts past one dispatch,
 //! inputs of rank 1 and 3, operands in the run's arena; and the lowering that plans for a
 //! device with library shaders take (`Mode::Shaders`): the row ops recovered, nothing else.
-//! Plans here run on the process's device with library shaders on, as in `vulkan_gemm.rs`.
+//! Plans here run on the process's device with library shaders on, as in `vulkan_gemm.rs`;
+//! the tolerance tests run both ways the shader reduces (on subgroup operations, where the
+//! device has them, and in workgroup memory).
 //! Skipped where there is no device, as in `vulkan.rs`.
 
 #![cfg(feature = "vulkan")]
@@ -15,11 +17,39 @@ use ladder::numerics::{compare, random_data, CompareCtx};
 use ladder::{compile, CompileOptions, DType, Graph, OpKind, Plan, Tensor};
 
 use crate::recover_norms::{adversarial_rows, params};
-use crate::vulkan::{agree, clean, device, parse, wide_chain};
+use crate::vulkan::{agree, clean, device, parse, required, wide_chain};
 
 /// The process's device with library shaders on.
 fn shaders() -> CompileOptions {
     CompileOptions::vulkan_on(VulkanDevice::process().unwrap().with_library_shaders(true))
+}
+
+/// The ways the device's library shaders reduce across a workgroup: on subgroup operations
+/// (`true`; where it has them, which `LADDER_REQUIRE_VULKAN=1` requires), and in workgroup
+/// memory by a tree (`false`).
+pub(crate) fn reductions() -> Vec<bool> {
+    let d = VulkanDevice::process().unwrap();
+    match d.subgroup_size() {
+        Some(_) => vec![true, false],
+        None if required() => panic!("LADDER_REQUIRE_VULKAN=1 but {} has no subgroup operations", d.name()),
+        None => {
+            eprintln!("{}: no subgroup operations: the library shaders reduce in workgroup memory only", d.name());
+            vec![false]
+        }
+    }
+}
+
+/// The process's device with library shaders on, reducing on subgroup operations where
+/// `subgroups`, else in workgroup memory.
+pub(crate) fn shaders_reducing(subgroups: bool) -> CompileOptions {
+    CompileOptions::vulkan_on(VulkanDevice::process().unwrap().with_library_shaders(true).with_subgroups(subgroups))
+}
+
+/// Asserts that `plan`'s explanation says its library shaders reduce on subgroups exactly
+/// where `subgroups`.
+pub(crate) fn reduces_as(plan: &Plan, subgroups: bool, what: &str) {
+    let e = plan.explanation();
+    assert_eq!(e.contains("reducing on subgroups of "), subgroups, "{what} (subgroups: {subgroups}): {e}");
 }
 
 /// The ops: (op text, attributes, weight and bias count, op).
@@ -49,7 +79,12 @@ fn graph(op: &str, attrs: &str, params: usize, lead: &str, n: usize) -> Graph {
 
 /// The plan of `g` on the device, whose explanation says the row shader runs `rows` steps.
 fn row_plan(g: &Graph, rows: usize, what: &str) -> Plan {
-    let plan = compile(g, &shaders()).unwrap_or_else(|e| panic!("{what}: {e}\n{}", ladder::text::print(g)));
+    row_plan_on(g, rows, &shaders(), what)
+}
+
+/// [`row_plan`] with `options`.
+fn row_plan_on(g: &Graph, rows: usize, options: &CompileOptions, what: &str) -> Plan {
+    let plan = compile(g, options).unwrap_or_else(|e| panic!("{what}: {e}\n{}", ladder::text::print(g)));
     let e = plan.explanation();
     let says = [format!(", {rows} of them the row shader"), format!(", {rows} the row shader")];
     assert!(says.iter().any(|s| e.contains(s.as_str())), "{what}: {e}");
@@ -77,24 +112,29 @@ fn the_row_shader_meets_the_tolerance_table_on_random_rows() {
         return;
     }
     let mut compared = 0;
-    for (oi, &(op, attrs, count, kind)) in OPS.iter().enumerate() {
-        for n in [1usize, 7, 63, 64, 65, 200, 1024, 2049] {
-            let g = graph(op, attrs, count, "r, ", n);
-            let plan = row_plan(&g, 1, &format!("{op} {{{attrs}}} of {n}"));
-            for rows in [3usize, 1, 0, 17] {
-                let bytes = ladder::gen::seeded_bytes((oi * 10_000 + n * 10 + rows) as u64, 64);
-                let mut inputs = vec![random_data(&mut Source::new(&bytes), DType::F32, &[rows, n])];
-                inputs.extend(params(n, count));
-                check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} [{rows}, {n}]"));
-                compared += 1;
+    for subgroups in reductions() {
+        let options = shaders_reducing(subgroups);
+        for (oi, &(op, attrs, count, kind)) in OPS.iter().enumerate() {
+            for n in [1usize, 7, 63, 64, 65, 200, 1024, 2049] {
+                let g = graph(op, attrs, count, "r, ", n);
+                let what = format!("{op} {{{attrs}}} of {n}");
+                let plan = row_plan_on(&g, 1, &options, &what);
+                reduces_as(&plan, subgroups, &what);
+                for rows in [3usize, 1, 0, 17] {
+                    let bytes = ladder::gen::seeded_bytes((oi * 10_000 + n * 10 + rows) as u64, 64);
+                    let mut inputs = vec![random_data(&mut Source::new(&bytes), DType::F32, &[rows, n])];
+                    inputs.extend(params(n, count));
+                    check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} [{rows}, {n}], subgroups: {subgroups}"));
+                    compared += 1;
+                }
             }
+            // Rows of no elements.
+            let g = graph(op, attrs, count, "4, ", 0);
+            let plan = compile(&g, &options).unwrap();
+            let mut inputs = vec![Tensor::from_f32(&[4, 0], vec![]).unwrap()];
+            inputs.extend(params(0, count));
+            check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} [4, 0], subgroups: {subgroups}"));
         }
-        // Rows of no elements.
-        let g = graph(op, attrs, count, "4, ", 0);
-        let plan = compile(&g, &shaders()).unwrap();
-        let mut inputs = vec![Tensor::from_f32(&[4, 0], vec![]).unwrap()];
-        inputs.extend(params(0, count));
-        check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} [4, 0]"));
     }
     eprintln!("{compared} random cases compared");
 }
@@ -106,14 +146,19 @@ fn the_row_shader_meets_the_tolerance_table_on_adversarial_rows() {
     if !device("the_row_shader_meets_the_tolerance_table_on_adversarial_rows") {
         return;
     }
-    for &(op, attrs, count, kind) in &OPS {
-        for n in [1usize, 2, 5, 63, 64, 65, 300, 2049] {
-            let rows = adversarial_rows(n);
-            let g = graph(op, attrs, count, &format!("{}, ", rows.len()), n);
-            let plan = row_plan(&g, 1, &format!("{op} {{{attrs}}} adversarial rows of {n}"));
-            let mut inputs = vec![Tensor::from_f32(&[rows.len(), n], rows.concat()).unwrap()];
-            inputs.extend(params(n, count));
-            check(&g, &plan, kind, &inputs, &format!("{op} {{{attrs}}} adversarial rows of {n}"));
+    for subgroups in reductions() {
+        let options = shaders_reducing(subgroups);
+        for &(op, attrs, count, kind) in &OPS {
+            for n in [1usize, 2, 5, 63, 64, 65, 300, 2049] {
+                let rows = adversarial_rows(n);
+                let g = graph(op, attrs, count, &format!("{}, ", rows.len()), n);
+                let what = format!("{op} {{{attrs}}} adversarial rows of {n}, subgroups: {subgroups}");
+                let plan = row_plan_on(&g, 1, &options, &what);
+                reduces_as(&plan, subgroups, &what);
+                let mut inputs = vec![Tensor::from_f32(&[rows.len(), n], rows.concat()).unwrap()];
+                inputs.extend(params(n, count));
+                check(&g, &plan, kind, &inputs, &what);
+            }
         }
     }
 }

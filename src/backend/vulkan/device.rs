@@ -79,6 +79,9 @@ pub struct Context {
     /// Whether it is a CPU device (lavapipe, SwiftShader): plans there run the generated
     /// kernels, not the library shaders, by default.
     pub(super) cpu: bool,
+    /// The device's subgroup size, where its compute shaders have the basic and arithmetic
+    /// subgroup operations (what the library shaders' subgroup modules use).
+    pub(super) subgroup: Option<u32>,
 }
 
 // SAFETY: the handles are plain identifiers; Vulkan requires external synchronization only
@@ -298,11 +301,17 @@ impl Context {
             )
         };
         let mut float = vk::PhysicalDeviceFloatControlsProperties::default();
+        let mut groups = vk::PhysicalDeviceSubgroupProperties::default();
         if props.api_version >= vk::make_api_version(0, 1, 2, 0) {
-            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float);
+            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut float).push_next(&mut groups);
             // SAFETY: a Vulkan 1.2 device answers the 1.1 query.
             unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
         }
+        let needed = vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC;
+        let subgroup = (groups.supported_stages.contains(vk::ShaderStageFlags::COMPUTE)
+            && groups.supported_operations.contains(needed)
+            && groups.subgroup_size > 0)
+            .then_some(groups.subgroup_size);
         let float64 = enabled.unwrap_or(&supported).shader_float64 == vk::TRUE
             && supported.shader_float64 == vk::TRUE
             && float.shader_signed_zero_inf_nan_preserve_float64 == vk::TRUE;
@@ -323,6 +332,7 @@ impl Context {
             float64,
             discrete: props.device_type == vk::PhysicalDeviceType::DISCRETE_GPU,
             cpu: props.device_type == vk::PhysicalDeviceType::CPU,
+            subgroup,
         }
     }
 
@@ -362,6 +372,12 @@ impl Context {
             Ok("0") => false,
             _ => !self.cpu,
         }
+    }
+
+    /// Whether the library shaders reduce on subgroup operations where the device has them,
+    /// unless told otherwise: not where `LADDER_VULKAN_SUBGROUPS=0` is set.
+    pub(super) fn subgroups_by_default(&self) -> bool {
+        std::env::var("LADDER_VULKAN_SUBGROUPS").as_deref() != Ok("0")
     }
 }
 

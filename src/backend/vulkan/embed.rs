@@ -76,6 +76,9 @@ pub struct VulkanDevice {
     /// Whether plans run the library shaders (`None`: the device's default,
     /// [`VulkanDevice::library_shaders`]).
     library: Option<bool>,
+    /// Whether the library shaders reduce on subgroup operations where the device has them
+    /// (`None`: the default, [`VulkanDevice::subgroups`]).
+    subgroups: Option<bool>,
 }
 
 impl VulkanDevice {
@@ -114,13 +117,13 @@ impl VulkanDevice {
                 Some(&ext.enabled_features),
             )
         };
-        Ok(VulkanDevice { ctx: Arc::new(ctx), staging: None, library: None })
+        Ok(VulkanDevice { ctx: Arc::new(ctx), staging: None, library: None, subgroups: None })
     }
 
     /// Ladder's own device for this process (made on first use, as
     /// `CompileOptions::vulkan()` plans use it).
     pub fn process() -> Result<VulkanDevice, VulkanError> {
-        context().map(|ctx| VulkanDevice { ctx, staging: None, library: None })
+        context().map(|ctx| VulkanDevice { ctx, staging: None, library: None, subgroups: None })
     }
 
     /// The device's name, as its driver reports it.
@@ -165,6 +168,28 @@ impl VulkanDevice {
     /// faster.
     pub fn library_shaders(&self) -> bool {
         self.library.unwrap_or_else(|| self.ctx.library_by_default())
+    }
+
+    /// The same device, its plans' library shaders reducing across a workgroup on subgroup
+    /// operations where the device has them (`true`), or in workgroup memory by a tree
+    /// (`false`).
+    pub fn with_subgroups(mut self, on: bool) -> VulkanDevice {
+        self.subgroups = Some(on);
+        self
+    }
+
+    /// Whether the library shaders of plans compiled on it reduce on subgroup operations: where
+    /// the device's compute shaders have the basic and arithmetic ones
+    /// ([`VulkanDevice::subgroup_size`]), unless [`VulkanDevice::with_subgroups`] turned them
+    /// off or, without it, `LADDER_VULKAN_SUBGROUPS=0` is set.
+    pub fn subgroups(&self) -> bool {
+        self.ctx.subgroup.is_some() && self.subgroups.unwrap_or_else(|| self.ctx.subgroups_by_default())
+    }
+
+    /// The device's subgroup size, where its compute shaders have the basic and arithmetic
+    /// subgroup operations.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.ctx.subgroup
     }
 
     /// Whether an embedder made it ([`VulkanDevice::from_external`]).

@@ -121,6 +121,7 @@ impl Backend for VulkanBackend {
     fn prepare(&self, program: &Program, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Executable>, BackendError> {
         let device = self.device().map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let (ctx, staging, library_shaders) = (Arc::clone(&device.ctx), device.stages(), device.library_shaders());
+        let subgroups = device.subgroups().then_some(ctx.subgroup).flatten();
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
         // The generated kernels (with their steps), and what runs, in order: the next
         // generated kernel (`None`) or a library shader.
@@ -167,7 +168,7 @@ impl Backend for VulkanBackend {
                     (*step, Code::Generated(shader))
                 }
             };
-            let (k, stagings) = KernelStep::new(&ctx, step, code, (consts, staging), &mut pipes)?;
+            let (k, stagings) = KernelStep::new(&ctx, step, code, (consts, staging, subgroups.is_some()), &mut pipes)?;
             uploads.extend(stagings.into_iter().enumerate().map(|(i, h)| (h, Some(kernels.len()), i)));
             kernels.push(k);
         }
@@ -250,6 +251,11 @@ impl Backend for VulkanBackend {
             let of_them = if library_note.is_empty() { " of them" } else { "" };
             library_note += &format!(", {}{of_them} {what}", library(shader));
         }
+        if let Some(n) =
+            subgroups.filter(|_| kernels.iter().any(|k| matches!(&k.code, Code::Library(l) if l.reduces())))
+        {
+            library_note += &format!(" (reducing on subgroups of {n})");
+        }
         let explanation = format!(
             "vulkan: {} kernels as compute shaders{library_note} on {} ({memory}; {} bytes of constants on the device{arena_note})\n",
             kernels.len(),
@@ -315,12 +321,12 @@ impl KernelStep {
     /// A pipeline for `code` (of step `step`), its pools of constants filled (`consts`: the
     /// program's); with `staging`, the pools are device-local, returned with the host-visible
     /// copies to upload them from. `pipes`: the plan's library shader pipelines by shader,
-    /// each made on first use.
+    /// each made on first use (reducing on subgroup operations where `subgroups`).
     fn new(
         ctx: &Arc<Context>,
         step: usize,
         code: Code,
-        (consts, staging): (&[Option<Arc<Tensor>>], bool),
+        (consts, staging, subgroups): (&[Option<Arc<Tensor>>], bool, bool),
         pipes: &mut Vec<(&'static str, Arc<Pipe>)>,
     ) -> Result<(KernelStep, Vec<Buffer>), BackendError> {
         let failed = |e: VulkanError| BackendError::Unsupported(e.to_string());
@@ -332,7 +338,7 @@ impl KernelStep {
                     None => {
                         // Its buffers, the parameters and the status word.
                         let bindings = l.buffers().len() as u32 + 2;
-                        let pipe = Arc::new(Pipe::from_words(ctx, l.words(), bindings).map_err(failed)?);
+                        let pipe = Arc::new(Pipe::from_words(ctx, l.words(subgroups), bindings).map_err(failed)?);
                         pipes.push((l.shader(), Arc::clone(&pipe)));
                         pipe
                     }

@@ -47,20 +47,39 @@ mod words {
 }
 
 /// Every library shader's SPIR-V by name, as plans load it (NaN-preserving): what tests
-/// validate with `spirv-val`.
-pub fn library_shaders() -> Vec<(&'static str, &'static [u32])> {
-    SHADERS.iter().map(|&(name, _)| (name, loaded(name))).collect()
+/// validate with `spirv-val`. A shader's module on subgroup operations is named with
+/// `_subgroup` after the shader's name.
+pub fn library_shaders() -> Vec<(String, &'static [u32])> {
+    let mut all = Vec::new();
+    for (i, &(name, _, subgroup)) in SHADERS.iter().enumerate() {
+        all.push((name.to_string(), loaded(i, false)));
+        if subgroup.is_some() {
+            all.push((format!("{name}_subgroup"), loaded(i, true)));
+        }
+    }
+    all
 }
 
-/// Each library shader's name and the module `build.rs` wrote for it.
-const SHADERS: [(&str, &[u32]); 3] =
-    [("attention_f32", words::ATTENTION_F32), ("gemm_f32", words::GEMM_F32), ("rows_f32", words::ROWS_F32)];
+/// A library shader's name, the module `build.rs` wrote for it, and where it reduces across its
+/// workgroup, the module doing so on subgroup operations (basic and arithmetic ones).
+type Modules = (&'static str, &'static [u32], Option<&'static [u32]>);
 
-/// Library shader `name`'s module as plans load it ([`preserving`], made once).
-fn loaded(name: &str) -> &'static [u32] {
-    static LOADED: [OnceLock<Vec<u32>>; SHADERS.len()] = [const { OnceLock::new() }; SHADERS.len()];
-    let i = SHADERS.iter().position(|&(n, _)| n == name).expect("a library shader's name");
-    LOADED[i].get_or_init(|| preserving(SHADERS[i].1))
+/// Every library shader's modules.
+const SHADERS: [Modules; 3] = [
+    ("attention_f32", words::ATTENTION_F32, Some(words::ATTENTION_F32_SUBGROUP)),
+    ("gemm_f32", words::GEMM_F32, None),
+    ("rows_f32", words::ROWS_F32, Some(words::ROWS_F32_SUBGROUP)),
+];
+
+/// Library shader `i`'s module as plans load it ([`preserving`], made once): the one on
+/// subgroup operations where `subgroup` and the shader has one.
+fn loaded(i: usize, subgroup: bool) -> &'static [u32] {
+    static LOADED: [[OnceLock<Vec<u32>>; 2]; SHADERS.len()] = [const { [const { OnceLock::new() }; 2] }; SHADERS.len()];
+    let (_, plain, grouped) = SHADERS[i];
+    match grouped.filter(|_| subgroup) {
+        Some(words) => LOADED[i][1].get_or_init(|| preserving(words)),
+        None => LOADED[i][0].get_or_init(|| preserving(plain)),
+    }
 }
 
 /// `words` (a module naga wrote at build time, which `build.rs` validated) with the
@@ -126,9 +145,16 @@ impl Library {
         }
     }
 
-    /// The SPIR-V module.
-    pub fn words(&self) -> &'static [u32] {
-        loaded(self.shader())
+    /// The SPIR-V module: the one reducing on subgroup operations where `subgroup` and the
+    /// shader has one.
+    pub fn words(&self, subgroup: bool) -> &'static [u32] {
+        let i = SHADERS.iter().position(|&(n, ..)| n == self.shader()).expect("a library shader's name");
+        loaded(i, subgroup)
+    }
+
+    /// Whether the shader has a module reducing on subgroup operations.
+    pub fn reduces(&self) -> bool {
+        SHADERS.iter().any(|&(n, _, subgroup)| n == self.shader() && subgroup.is_some())
     }
 
     /// The buffers bound at bindings `0..`, before the parameters and the status word.
