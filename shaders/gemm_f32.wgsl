@@ -10,8 +10,17 @@
 // neighbouring columns of `b`'s tile). Tiles of 16 values of `k` of both operands are staged in
 // workgroup memory, read from the device once per tile rather than once per result. Each
 // result is `fma(a, b, acc)` over `k` in order from +0: matmul's reference order, and its
-// rounding (one per step) on a device whose `fma` is fused. Workgroups loop over tiles and batch indices past the dispatch
-// (`num_workgroups`), so any size fits a dispatch of at most 65,535 groups per dimension.
+// rounding (one per step) on a device whose `fma` is fused. Workgroups loop over tiles and
+// batch indices past the dispatch (`num_workgroups`), so any size fits a dispatch of at most
+// 65,535 groups per dimension.
+//
+// Split mode (a product of few rows, where a 64-row tile would be mostly idle: a matrix-vector
+// product in decoding): one workgroup per row of a batch index's result and 8 of its columns.
+// Its 128 invocations split `k` (invocation i takes k = i, i + 128, ...), each summing its
+// share of the 8 results with `fma` in order from +0, and the 8 partial sums are reduced across
+// the workgroup (`lib/reduce.wgsl`, or on subgroup operations in the module for devices that
+// have them). The order of the sum differs from the reference's; its error stays within the
+// bound of a sum of k terms in any order.
 //
 // Parameters (u32, binding 3; the host checks every index they produce lies in its buffer):
 //  0 m, 1 n, 2 k, 3 batch (product of the batch extents), 4 a's row stride, 5 a's stride in
@@ -21,13 +30,17 @@
 //  24 image mode (1) or not (0); in image mode, b is an image [channels, height, width] (its
 //  first element at b's batch offset) and: 25 taps per channel (kernel height x width),
 //  26 kernel width, 27 output width, 28 input height, 29 input width, 30 and 31 the strides,
-//  32 and 33 the padding before (rows, columns), 34 and 35 the dilations.
+//  32 and 33 the padding before (rows, columns), 34 and 35 the dilations. 36 split mode (1) or
+//  not (0).
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
 const TK: u32 = 16u;
 // Invocations per workgroup (16 x 8).
 const INVOCATIONS: u32 = 128u;
+const WG: u32 = 128u;
+// Split mode: the columns of a workgroup.
+const NC: u32 = 8u;
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
@@ -37,6 +50,88 @@ const INVOCATIONS: u32 = 128u;
 // a's tile as [TK][TM], b's as [TK][TN].
 var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
+// Split mode: the reductions' slots.
+var<workgroup> red: array<f32, 128>;
+
+// include: lib/math.wgsl
+
+// include: lib/reduce.wgsl
+
+// Batch index `z`'s first elements of a and b.
+fn batch_start(z: u32) -> vec2<u32> {
+    var rest = z;
+    var a0 = p[8];
+    var b0 = p[9];
+    for (var d = p[11]; d > 0u; d -= 1u) {
+        let at = 12u + 3u * (d - 1u);
+        let i = rest % p[at];
+        rest = rest / p[at];
+        a0 += i * p[at + 1u];
+        b0 += i * p[at + 2u];
+    }
+    return vec2<u32>(a0, b0);
+}
+
+// Split mode: column `j` of b's row at `at` (0 past the `nc` columns there are).
+fn b_at(at: u32, j: u32, nc: u32) -> f32 {
+    if (j < nc) {
+        return b[at + j * p[7]];
+    }
+    return 0.0;
+}
+
+// Split mode: the workgroup's sum of each lane's `v`, stored at `out + j` where `j` is one of
+// the `nc` columns there are.
+fn put_sum(at: Lane, v: f32, out: u32, j: u32, nc: u32) {
+    let total = reduce_sum(at, v);
+    if (at.index == 0u && j < nc) {
+        c[out + j] = total;
+    }
+}
+
+// Split mode (see the top).
+fn split(group: vec3<u32>, groups: vec3<u32>, at: Lane) {
+    let m = p[0];
+    let n = p[1];
+    let k = p[2];
+    let a_row = p[4];
+    let a_k = p[5];
+    let b_k = p[6];
+    let b_col = p[7];
+    let tiles_n = (n + NC - 1u) / NC;
+    for (var z = group.z; z < p[3]; z += groups.z) {
+        let start = batch_start(z);
+        let c0 = p[10] + z * m * n;
+        for (var row = group.y; row < m; row += groups.y) {
+            let ar = start.x + row * a_row;
+            for (var tn = group.x; tn < tiles_n; tn += groups.x) {
+                let col0 = tn * NC;
+                let nc = min(NC, n - col0);
+                // The 8 columns' partial sums, written out (not an array indexed in a loop, which
+                // a compiler may keep in memory rather than registers).
+                var lo = vec4<f32>();
+                var hi = vec4<f32>();
+                for (var kk = at.index; kk < k; kk += WG) {
+                    let av = vec4<f32>(a[ar + kk * a_k]);
+                    let bk = start.y + kk * b_k + col0 * b_col;
+                    let bl = vec4<f32>(b_at(bk, 0u, nc), b_at(bk, 1u, nc), b_at(bk, 2u, nc), b_at(bk, 3u, nc));
+                    let bh = vec4<f32>(b_at(bk, 4u, nc), b_at(bk, 5u, nc), b_at(bk, 6u, nc), b_at(bk, 7u, nc));
+                    lo = fma(av, bl, lo);
+                    hi = fma(av, bh, hi);
+                }
+                let out = c0 + row * n + col0;
+                put_sum(at, lo.x, out, 0u, nc);
+                put_sum(at, lo.y, out, 1u, nc);
+                put_sum(at, lo.z, out, 2u, nc);
+                put_sum(at, lo.w, out, 3u, nc);
+                put_sum(at, hi.x, out, 4u, nc);
+                put_sum(at, hi.y, out, 5u, nc);
+                put_sum(at, hi.z, out, 6u, nc);
+                put_sum(at, hi.w, out, 7u, nc);
+            }
+        }
+    }
+}
 
 // The input element that tap `t` (its input channel, then kernel row and column, row-major)
 // reads for output position `q` (row-major) in image mode: 0 where it is padding.
@@ -74,13 +169,20 @@ fn put(c0: u32, m: u32, n: u32, row: u32, col: u32, v: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(16, 8, 1)
+// One-dimensional (subgroup builtins need it): invocation `lane` is (lane % 16, lane / 16) of
+// the 16 x 8.
+@compute @workgroup_size(128, 1, 1)
 fn main(
     @builtin(workgroup_id) group: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_id) local: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
+    at: Lane,
 ) {
+    if (p[36] == 1u) {
+        split(group, groups, at);
+        return;
+    }
+    let lane = at.index;
+    let local = vec2<u32>(lane % 16u, lane / 16u);
     let m = p[0];
     let n = p[1];
     let k = p[2];
@@ -89,22 +191,13 @@ fn main(
     let a_k = p[5];
     let b_k = p[6];
     let b_col = p[7];
-    let dims = p[11];
     let image_mode = p[24] == 1u;
     let tiles_m = (m + TM - 1u) / TM;
     let tiles_n = (n + TN - 1u) / TN;
     for (var z = group.z; z < batch; z += groups.z) {
-        // The batch index's first elements of a and b.
-        var rest = z;
-        var a0 = p[8];
-        var b0 = p[9];
-        for (var d = dims; d > 0u; d -= 1u) {
-            let at = 12u + 3u * (d - 1u);
-            let i = rest % p[at];
-            rest = rest / p[at];
-            a0 += i * p[at + 1u];
-            b0 += i * p[at + 2u];
-        }
+        let start = batch_start(z);
+        let a0 = start.x;
+        let b0 = start.y;
         let c0 = p[10] + z * m * n;
         for (var tm = group.y; tm < tiles_m; tm += groups.y) {
             for (var tn = group.x; tn < tiles_n; tn += groups.x) {

@@ -129,9 +129,10 @@ pub enum BackendArg {
     /// on f32, f16, bf16, integer and bool values, and f64 where the device has
     /// shaderFloat64, with matmul, convolution, cat, pad, rev, gather and scatter_add written
     /// as such kernels; on a GPU (or with LADDER_VULKAN_LIBRARY=1) f32 matmuls and
-    /// convolutions run as a tiled GEMM shader, softmax, log_softmax, layer_norm and
-    /// rms_norm as a row shader, and attention as an attention shader (online softmax, no
-    /// stored scores). f32 pow with an exponent other than an integer of -4 to 4 needs f64 on
+    /// convolutions run as a tiled GEMM shader (split along k for few rows), softmax,
+    /// log_softmax, layer_norm and rms_norm as a row shader, and attention as an attention
+    /// shader (online softmax, no stored scores), reducing on subgroup operations where the
+    /// device has them (LADDER_VULKAN_SUBGROUPS=0: in workgroup memory). f32 pow with an exponent other than an integer of -4 to 4 needs f64 on
     /// the device. A program with a step the device lacks is refused with the step that stops
     /// it.
     Vulkan,

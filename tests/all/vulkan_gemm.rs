@@ -14,6 +14,7 @@ use ladder::models::Rng;
 use ladder::{compile, CompileOptions, Graph, Plan, Tensor};
 
 use crate::vulkan::{agree, device, f32s, parse, spirv_val, wide_chain, within_product_bound};
+use crate::vulkan_rows::{reduces_as, reductions, shaders_reducing};
 
 /// The process's device with library shaders on.
 fn tiled() -> CompileOptions {
@@ -56,7 +57,9 @@ fn library_shaders_pass_spirv_val() {
     std::fs::create_dir_all(&dir).unwrap();
     let shaders = vulkan::library_shaders();
     let names: Vec<&str> = shaders.iter().map(|(n, _)| n.as_str()).collect();
-    for want in ["gemm_f32", "rows_f32", "rows_f32_subgroup", "attention_f32", "attention_f32_subgroup"] {
+    let all =
+        ["gemm_f32", "gemm_f32_subgroup", "rows_f32", "rows_f32_subgroup", "attention_f32", "attention_f32_subgroup"];
+    for want in all {
         assert!(names.contains(&want), "{want} is not among {names:?}");
     }
     for (name, words) in shaders {
@@ -124,6 +127,59 @@ fn the_library_gemm_matches_the_reference() {
     }
 }
 
+/// Split mode (products of fewer than 16 rows with b transposed: a workgroup per row and 8
+/// columns, `k` split across its 128 invocations and the partial sums reduced), both ways the
+/// device reduces: a transposed too, broadcast batch dims, `k` below, at and past 128 and
+/// empty, column counts around 8, special values, more column groups than one dispatch holds.
+#[test]
+fn split_mode_matches_the_reference() {
+    if !device("split_mode_matches_the_reference") {
+        return;
+    }
+    let g = parse(
+        "graph g(%a: f32[b, 3, k], %b: f32[n, k], %c: f32[b, n, k], %d: f32[1, 1, k], %e: f32[2, 1, b, 15, k], %f: f32[1, 3, 1, n, k], %h: f32[n, k], %t: f32[k, 2]) {
+  %x = matmul(%a, %b) {transpose_b=true}
+  %y = matmul(%a, %c) {transpose_b=true}
+  %z = matmul(%d, %c) {transpose_b=true}
+  %w = matmul(%e, %f) {transpose_b=true}
+  %u = matmul(%a, %h) {transpose_b=true}
+  %v = matmul(%t, %b) {transpose_a=true, transpose_b=true}
+  return %x, %y, %z, %w, %u, %v
+}",
+    );
+    let sizes = [(2, 5, 4), (1, 128, 8), (1, 129, 9), (2, 300, 7), (3, 1, 1), (2, 0, 3), (1, 5, 0), (1, 1000, 17)];
+    for subgroups in reductions() {
+        let plan = compile(&g, &shaders_reducing(subgroups)).unwrap();
+        assert!(plan.explanation().contains(", 6 of them the library GEMM"), "{}", plan.explanation());
+        reduces_as(&plan, subgroups, "split mode");
+        let reference = compile(&g, &CompileOptions::reference()).unwrap();
+        let mut rng = Rng::new(33);
+        for (i, (b, k, n)) in sizes.into_iter().enumerate() {
+            let special = i % 2 == 1;
+            let inputs = [
+                values(&mut rng, &[b, 3, k], special),
+                values(&mut rng, &[n, k], special),
+                values(&mut rng, &[b, n, k], special),
+                values(&mut rng, &[1, 1, k], special),
+                values(&mut rng, &[2, 1, b, 15, k], special),
+                values(&mut rng, &[1, 3, 1, n, k], special),
+                values(&mut rng, &[n, k], special),
+                values(&mut rng, &[k, 2], special),
+            ];
+            let what = format!("b={b} k={k} n={n}, special values: {special}, subgroups: {subgroups}");
+            within_product_bound(&plan, &reference, &inputs, k, &what);
+        }
+        // More column groups than one dispatch's 65,535 workgroups per dimension.
+        let wide =
+            parse("graph g(%a: f32[1, 7], %b: f32[n, 7]) {\n  %x = matmul(%a, %b) {transpose_b=true}\n  return %x\n}");
+        let plan = compile(&wide, &shaders_reducing(subgroups)).unwrap();
+        let n = 65_536 * 8 + 13;
+        let inputs = [values(&mut rng, &[1, 7], false), values(&mut rng, &[n, 7], true)];
+        let reference = compile(&wide, &CompileOptions::reference()).unwrap();
+        within_product_bound(&plan, &reference, &inputs, 7, &format!("n={n}, subgroups: {subgroups}"));
+    }
+}
+
 /// More batch indices, and more row tiles, than one dispatch's 65,535 workgroups per
 /// dimension: workgroups loop over the rest.
 #[test]
@@ -174,7 +230,8 @@ fn the_library_gemm_reads_and_writes_the_arena() {
 
 /// The default: library shaders on a GPU, generated kernels on a CPU device (where they are
 /// faster); `with_library_shaders` overrides it either way, and a plan compiled without them
-/// runs matmuls as generated kernels, as one with them does products of few rows.
+/// runs matmuls as generated kernels. With them, a product of few rows takes split mode where
+/// `b` is transposed and stays generated kernels otherwise.
 #[test]
 fn library_shaders_default_to_gpus() {
     if !device("library_shaders_default_to_gpus") {
@@ -193,12 +250,20 @@ fn library_shaders_default_to_gpus() {
     let mut rng = Rng::new(2);
     let inputs = [values(&mut rng, &[3, 4], false), values(&mut rng, &[4, 5], false)];
     agree(&plan.run(&inputs).unwrap().outputs, &reference.run(&inputs).unwrap().outputs, "generated");
-    // A product of fewer than 16 rows stays generated kernels with library shaders on (a
-    // 64-row tile would be mostly idle); 16 or more, or a symbolic count, take the shader.
-    for (rows, library) in [("3", false), ("15", false), ("16", true), ("m", true)] {
-        let g =
-            parse(&format!("graph g(%a: f32[{rows}, 4], %b: f32[4, 5]) {{\n  %x = matmul(%a, %b)\n  return %x\n}}"));
-        let plan = compile(&g, &CompileOptions::vulkan_on(d.clone().with_library_shaders(true))).unwrap();
-        assert_eq!(plan.explanation().contains("library GEMM"), library, "{rows} rows: {}", plan.explanation());
+    // A product of fewer than 16 rows takes split mode (a 64-row tile would be mostly idle),
+    // which reduces across the workgroup, where b is transposed, and stays generated kernels
+    // otherwise; 16 or more, or a symbolic count, take the tiles.
+    for (rows, few) in [("3", true), ("15", true), ("16", false), ("m", false)] {
+        for (b, transposed) in [("%b: f32[4, 5]", false), ("%b: f32[5, 4]", true)] {
+            let g = parse(&format!(
+                "graph g(%a: f32[{rows}, 4], {b}) {{\n  %x = matmul(%a, %b) {{transpose_b={transposed}}}\n  return %x\n}}"
+            ));
+            for subgroups in reductions() {
+                let plan = compile(&g, &shaders_reducing(subgroups)).unwrap();
+                let (e, what) = (plan.explanation(), format!("{rows} rows, b transposed: {transposed}"));
+                assert_eq!(e.contains("library GEMM"), !few || transposed, "{what}: {e}");
+                reduces_as(&plan, few && transposed && subgroups, &what);
+            }
+        }
     }
 }

@@ -30,7 +30,10 @@ fn shaders() -> CompileOptions {
 pub(crate) fn reductions() -> Vec<bool> {
     let d = VulkanDevice::process().unwrap();
     match d.subgroup_size() {
-        Some(_) => vec![true, false],
+        Some(n) => {
+            eprintln!("{}: subgroups of {n}: the library shaders reduce both ways", d.name());
+            vec![true, false]
+        }
         None if required() => panic!("LADDER_REQUIRE_VULKAN=1 but {} has no subgroup operations", d.name()),
         None => {
             eprintln!("{}: no subgroup operations: the library shaders reduce in workgroup memory only", d.name());

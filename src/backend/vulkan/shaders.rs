@@ -11,7 +11,9 @@
 //!   dilations, zero padding, symbolic sizes) as the product of its weights and its input's
 //!   patches, gathered by the tile loads (implicit GEMM), in the reference's order (input
 //!   channel, then taps row-major); its bias-and-ReLU post-op runs after it as a generated
-//!   kernel.
+//!   kernel. A matmul of fewer than [`MIN_ROWS`] rows with `b` transposed takes its split
+//!   mode instead: a workgroup per row and 8 columns, `k` split across its invocations and the
+//!   partial sums reduced across the workgroup.
 //! - [`Rows`] (`shaders/rows_f32.wgsl`): a recovered f32 `softmax`, `log_softmax`,
 //!   `layer_norm` or `rms_norm` over the last axis (plans for a device with library shaders
 //!   recover those four: [`crate::recover::Mode::Shaders`]), one workgroup per row reducing
@@ -25,6 +27,12 @@
 //!   [`BLOCK_ROWS`] query rows (a workgroup per row, its invocations splitting each tile of
 //!   keys), by block from there (a workgroup per 64 rows of a head, one per invocation, each
 //!   tile of keys and values staged in workgroup memory once for all 64), chosen per run.
+//!
+//! The shaders that reduce across a workgroup (rows, attention by row, the GEMM's split mode)
+//! have a second module, built from the same WGSL with `shaders/lib/reduce_subgroup.wgsl` in
+//! place of `shaders/lib/reduce.wgsl`, which reduces on subgroup operations (basic and
+//! arithmetic): a plan loads it where the device has them and subgroups are on
+//! ([`super::VulkanDevice::subgroups`]).
 //!
 //! Every library shader's module is given the `SignedZeroInfNanPreserve` mode for f32 when a
 //! plan first loads it (naga does not write it), as the generated kernels have: without it a
@@ -67,7 +75,7 @@ type Modules = (&'static str, &'static [u32], Option<&'static [u32]>);
 /// Every library shader's modules.
 const SHADERS: [Modules; 3] = [
     ("attention_f32", words::ATTENTION_F32, Some(words::ATTENTION_F32_SUBGROUP)),
-    ("gemm_f32", words::GEMM_F32, None),
+    ("gemm_f32", words::GEMM_F32, Some(words::GEMM_F32_SUBGROUP)),
     ("rows_f32", words::ROWS_F32, Some(words::ROWS_F32_SUBGROUP)),
 ];
 
@@ -152,9 +160,13 @@ impl Library {
         loaded(i, subgroup)
     }
 
-    /// Whether the shader has a module reducing on subgroup operations.
+    /// Whether the step reduces across workgroups (the row ops, attention, a split product):
+    /// the shader's module on subgroup operations does so there.
     pub fn reduces(&self) -> bool {
-        SHADERS.iter().any(|&(n, _, subgroup)| n == self.shader() && subgroup.is_some())
+        match self {
+            Library::Gemm(g) => g.split,
+            Library::Rows(_) | Library::Attention(_) => true,
+        }
     }
 
     /// The buffers bound at bindings `0..`, before the parameters and the status word.
@@ -194,9 +206,15 @@ const TILE: (u64, u64) = (64, 64);
 /// The values of `k` per tile.
 const TILE_K: u64 = 16;
 /// Below this many rows (a matmul's, a convolution's output channels per group) where it is
-/// static, a product stays generated kernels: a 64-row tile would be mostly idle (a depthwise
-/// convolution, one channel per group, ran 20 times slower on lavapipe through the shader).
+/// static, a 64-row tile would be mostly idle: a matmul with `b` transposed takes the shader's
+/// split mode instead (a workgroup per row and 8 columns, `k` split across its invocations),
+/// and other products stay generated kernels (a depthwise convolution, one channel per group,
+/// ran 20 times slower on lavapipe through the tiles).
 const MIN_ROWS: u64 = 16;
+/// Split mode's columns per workgroup.
+const SPLIT_COLS: u64 = 8;
+/// Split mode's invocations per workgroup, which split `k`.
+const SPLIT_LANES: u64 = 128;
 
 /// Whether `rows` (a dim) may be small enough to leave most of a tile's rows idle.
 fn few(rows: &crate::ir::Dim) -> bool {
@@ -458,7 +476,9 @@ fn merged(sizes: &[u64], strides: &[u64]) -> Vec<(u64, u64)> {
 }
 
 /// Parameter words the GEMM shader reads (`shaders/gemm_f32.wgsl`).
-const PARAMS: usize = 36;
+const PARAMS: usize = 37;
+/// The word saying split mode.
+const SPLIT: usize = 36;
 /// Where image mode's parameters start.
 const IMAGE: usize = 24;
 
@@ -467,6 +487,8 @@ const IMAGE: usize = 24;
 pub(super) struct Gemm {
     pub product: Product,
     pub name: String,
+    /// Split mode: a matmul of fewer than [`MIN_ROWS`] rows.
+    pub split: bool,
 }
 
 /// The step a [`Gemm`] computes.
@@ -485,14 +507,18 @@ pub(super) enum Product {
 
 impl Gemm {
     /// The library GEMM for matmul `m` of `p` (named `name`), where the shader computes it:
-    /// f32 operands and result, at most [`BATCH_DIMS`] batch dims, no fused activation, not
-    /// fewer than [`MIN_ROWS`] rows.
+    /// f32 operands and result, at most [`BATCH_DIMS`] batch dims, no fused activation. With
+    /// fewer than [`MIN_ROWS`] rows it takes split mode where `b` is transposed (contiguous
+    /// along `k`, which the generated kernels, an invocation per result summing along `k`,
+    /// read a row per invocation), and stays generated kernels otherwise (neighbouring
+    /// invocations read neighbouring columns of `b` there).
     pub fn new(m: &MatmulCall, p: &Program, name: String) -> Option<Gemm> {
         let f32s = [m.a, m.b, m.out].iter().all(|&b| p.buffers[b].dtype == DType::F32);
         let ranks = [m.a, m.b, m.out].map(|b| p.buffers[b].shape.rank());
         let shaped = ranks.iter().all(|&r| r >= 2) && ranks[2] - 2 <= BATCH_DIMS;
-        let rows = shaped && !few(&p.buffers[m.out].shape.dims()[ranks[2] - 2]);
-        (f32s && rows && m.activation.is_none()).then(|| Gemm { product: Product::Matmul(m.clone()), name })
+        let split = shaped && few(&p.buffers[m.out].shape.dims()[ranks[2] - 2]);
+        let taken = f32s && shaped && m.activation.is_none() && (!split || m.transpose_b);
+        taken.then(|| Gemm { product: Product::Matmul(m.clone()), name, split })
     }
 
     /// The library GEMM for convolution `c` of `p`, where the shader computes it: f32, 1-D
@@ -523,7 +549,7 @@ impl Gemm {
         let pad = dims(&c.padding, 2 * n, 0, 0)?;
         let (stride, dilation) = (dims(&c.stride, n, 1, 1)?, dims(&c.dilation, n, 1, 1)?);
         let product = Product::Conv { call: c.clone(), pad, stride, dilation };
-        Some(Gemm { product, name })
+        Some(Gemm { product, name, split: false })
     }
 
     /// The buffers bound at bindings 0, 1, 2: `a`, `b` and the result (a convolution's
@@ -574,6 +600,8 @@ impl Gemm {
         for d in 0..nb {
             params.extend([u(&out, d), sa[d], sb[d]]);
         }
+        params.resize(SPLIT, 0);
+        params.push(u64::from(self.split));
         // The last element each operand's indices reach (every index the shader forms is at
         // most that), checked to fit the shader's 32-bit arithmetic.
         let last = |first: u64, strides: &[u64], matrix: u64| -> u64 {
@@ -588,7 +616,7 @@ impl Gemm {
             // a tile (loads and stores there are skipped, but the counters are formed).
             rows + TILE.0,
             cols + TILE.1,
-            depth + TILE_K,
+            depth + TILE_K.max(SPLIT_LANES),
         ];
         narrow(params, &reach, PARAMS)
     }
@@ -597,7 +625,10 @@ impl Gemm {
     /// most `most` per dimension does not cover), or `None` where the result is empty.
     pub fn groups(params: &[u32], most: [u32; 3]) -> Option<[u32; 3]> {
         let (rows, cols, batch) = (u64::from(params[0]), u64::from(params[1]), u64::from(params[3]));
-        let want = [cols.div_ceil(TILE.1), rows.div_ceil(TILE.0), batch];
+        let want = match params[SPLIT] {
+            1 => [cols.div_ceil(SPLIT_COLS), rows, batch],
+            _ => [cols.div_ceil(TILE.1), rows.div_ceil(TILE.0), batch],
+        };
         if want.contains(&0) {
             return None;
         }
