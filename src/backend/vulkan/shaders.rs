@@ -160,7 +160,7 @@ impl Library {
         loaded(i, subgroup)
     }
 
-    /// Whether the step reduces across workgroups (the row ops, attention, a split product):
+    /// Whether the step reduces across its workgroup (the row ops, attention, a split product):
     /// the shader's module on subgroup operations does so there.
     pub fn reduces(&self) -> bool {
         match self {
@@ -487,7 +487,7 @@ const IMAGE: usize = 24;
 pub(super) struct Gemm {
     pub product: Product,
     pub name: String,
-    /// Split mode: a matmul of fewer than [`MIN_ROWS`] rows.
+    /// Split mode: a matmul of fewer than [`MIN_ROWS`] rows, `b` transposed.
     pub split: bool,
 }
 
