@@ -50,8 +50,8 @@ const NC: u32 = 8u;
 // a's tile as [TK][TM], b's as [TK][TN].
 var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
-// Split mode: the reductions' slots.
-var<workgroup> red: array<f32, 128>;
+// Split mode: the reductions' slots (8 per invocation).
+var<workgroup> red: array<f32, 1024>;
 
 // include: lib/math.wgsl
 
@@ -78,15 +78,6 @@ fn b_at(at: u32, j: u32, nc: u32) -> f32 {
         return b[at + j * p[7]];
     }
     return 0.0;
-}
-
-// Split mode: the workgroup's sum of each lane's `v`, stored at `out + j` where `j` is one of
-// the `nc` columns there are.
-fn put_sum(at: Lane, v: f32, out: u32, j: u32, nc: u32) {
-    let total = reduce_sum(at, v);
-    if (at.index == 0u && j < nc) {
-        c[out + j] = total;
-    }
 }
 
 // Split mode (see the top).
@@ -119,15 +110,11 @@ fn split(group: vec3<u32>, groups: vec3<u32>, at: Lane) {
                     lo = fma(av, bl, lo);
                     hi = fma(av, bh, hi);
                 }
-                let out = c0 + row * n + col0;
-                put_sum(at, lo.x, out, 0u, nc);
-                put_sum(at, lo.y, out, 1u, nc);
-                put_sum(at, lo.z, out, 2u, nc);
-                put_sum(at, lo.w, out, 3u, nc);
-                put_sum(at, hi.x, out, 4u, nc);
-                put_sum(at, hi.y, out, 5u, nc);
-                put_sum(at, hi.z, out, 6u, nc);
-                put_sum(at, hi.w, out, 7u, nc);
+                // Lane j < 8 has column j's sum.
+                let total = reduce_sum8(at, lo, hi);
+                if (at.index < nc) {
+                    c[c0 + row * n + col0 + at.index] = total;
+                }
             }
         }
     }

@@ -29,6 +29,29 @@ fn reduce_sum(at: Lane, v: f32) -> f32 {
     return r;
 }
 
+// The sums over the workgroup of each lane's 8 values `lo` and `hi`: lane j < 8 gets the sum
+// of value j, the other lanes 0.
+fn reduce_sum8(at: Lane, lo: vec4<f32>, hi: vec4<f32>) -> f32 {
+    let sl = subgroupAdd(lo);
+    let sh = subgroupAdd(hi);
+    if (at.in_subgroup == 0u) {
+        for (var j = 0u; j < 4u; j++) {
+            red[at.subgroup * 8u + j] = sl[j];
+            red[at.subgroup * 8u + 4u + j] = sh[j];
+        }
+    }
+    workgroupBarrier();
+    var r = 0.0;
+    if (at.index < 8u) {
+        r = red[at.index];
+        for (var i = 1u; i < at.subgroups; i++) {
+            r = r + red[i * 8u + at.index];
+        }
+    }
+    workgroupBarrier();
+    return r;
+}
+
 // The maximum over the workgroup of each lane's `v`, NaN if any is NaN (a subgroup's maximum
 // skips NaN, so whether there was one is reduced beside it).
 fn reduce_max(at: Lane, v: f32) -> f32 {
