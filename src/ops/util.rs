@@ -125,6 +125,24 @@ pub fn broadcast_concrete(a: &[usize], b: &[usize]) -> Result<Vec<usize>, EvalEr
     Ok(out)
 }
 
+/// The element strides of a dense row-major tensor of `shape` broadcast to `target` (NumPy
+/// rules: `shape` aligned to the right, each of its dims the target's or 1), 0 along the dims
+/// it broadcasts and the leading ones it lacks; `None` where it does not broadcast or its
+/// element count overflows. What the attention kernels read a mask through.
+pub fn broadcast_strides(shape: &[usize], target: &[usize]) -> Option<SmallVec<[usize; 6]>> {
+    let off = target.len().checked_sub(shape.len())?;
+    let mut strides = SmallVec::from_elem(0, target.len());
+    let mut numel = 1usize;
+    for (i, &n) in shape.iter().enumerate().rev() {
+        if n != target[off + i] && n != 1 {
+            return None;
+        }
+        strides[off + i] = if n == 1 { 0 } else { numel };
+        numel = numel.checked_mul(n)?;
+    }
+    Some(strides)
+}
+
 /// A stride-0 view of `v` broadcast to `shape` (NumPy rules; `v`'s rank must not exceed it).
 pub fn broadcast_view(v: &View, shape: &[usize]) -> Result<View, EvalError> {
     let rank = shape.len();
@@ -276,4 +294,23 @@ pub fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 /// accumulators (`Iterator::sum` starts from -0, which would make an empty sum -0).
 pub fn sum_f64(values: impl IntoIterator<Item = f64>) -> f64 {
     values.into_iter().fold(0.0, |acc, x| acc + x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broadcast_strides;
+
+    #[test]
+    fn broadcast_strides_follow_numpy_rules() {
+        let s = |shape: &[usize], target: &[usize]| broadcast_strides(shape, target).map(|v| v.to_vec());
+        assert_eq!(s(&[2, 1, 4], &[3, 2, 5, 4]), Some(vec![0, 4, 0, 1]));
+        assert_eq!(s(&[], &[3, 2]), Some(vec![0, 0]));
+        assert_eq!(s(&[1, 1], &[1, 1]), Some(vec![0, 0]));
+        assert_eq!(s(&[0, 3], &[0, 3]), Some(vec![3, 1]));
+        // Not broadcastable: a dim that is neither the target's nor 1, more dims than the
+        // target, an element count past usize.
+        assert_eq!(s(&[2, 3], &[2, 4]), None);
+        assert_eq!(s(&[1, 2, 3], &[2, 3]), None);
+        assert_eq!(s(&[usize::MAX, 2], &[usize::MAX, 2]), None);
+    }
 }

@@ -150,20 +150,10 @@ impl<'a> Mask<'a> {
         s: usize,
     ) -> Result<Mask<'a>, KernelError> {
         let target: SmallVec<[usize; 6]> = batch.iter().copied().chain([l, s]).collect();
-        let bad = || KernelError::Shape(format!("mask of shape {shape:?} does not broadcast to {target:?}"));
-        if shape.len() > target.len() {
-            return Err(bad());
-        }
-        let off = target.len() - shape.len();
-        let mut strides: SmallVec<[usize; 6]> = SmallVec::from_elem(0, target.len());
-        let mut numel = 1usize;
-        for (i, &n) in shape.iter().enumerate().rev() {
-            if n != target[off + i] && n != 1 {
-                return Err(bad());
-            }
-            strides[off + i] = if n == 1 { 0 } else { numel };
-            numel = numel.checked_mul(n).ok_or_else(bad)?;
-        }
+        let strides = crate::ops::util::broadcast_strides(shape, &target)
+            .ok_or_else(|| KernelError::Shape(format!("mask of shape {shape:?} does not broadcast to {target:?}")))?;
+        // `broadcast_strides` checked that the product does not overflow.
+        let numel: usize = shape.iter().product();
         if values.len() != numel {
             return Err(KernelError::Len { name: "mask", got: values.len(), want: numel });
         }

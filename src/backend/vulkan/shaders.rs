@@ -404,7 +404,13 @@ impl Attention {
             let bool_mask = p.buffers[m].dtype == DType::Bool;
             flags |= 1 | (bool_mask as u64) << 1;
             let shape = shape(m)?;
-            let strides = mask_strides(&shape, batch, l, s)?;
+            let target: Vec<usize> = batch.iter().chain([&l, &s]).map(|&d| d as usize).collect();
+            let mask: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let strides: Vec<u64> = crate::ops::util::broadcast_strides(&mask, &target)
+                .ok_or_else(|| format!("a mask of shape {shape:?} does not broadcast to the scores {target:?}"))?
+                .iter()
+                .map(|&st| st as u64)
+                .collect();
             (row, col) = (strides[r - 2], strides[r - 1]);
             dims = merged(batch, &strides[..r - 2]);
             if dims.len() > MASK_DIMS {
@@ -441,24 +447,6 @@ impl Attention {
         let groups = if params[5] & 16 != 0 { nb * l.div_ceil(ATTENTION_TILE) } else { nb * l };
         (groups > 0 && params[4] > 0).then(|| [groups.min(u64::from(most[0].min(65_535))) as u32, 1, 1])
     }
-}
-
-/// The element strides of a mask of `shape` broadcast to the scores `[batch..., l, s]` (numpy
-/// rules), 0 along the dims it broadcasts; why not, where it does not broadcast.
-fn mask_strides(shape: &[u64], batch: &[u64], l: u64, s: u64) -> Result<Vec<u64>, String> {
-    let target: Vec<u64> = batch.iter().copied().chain([l, s]).collect();
-    let bad = || format!("a mask of shape {shape:?} does not broadcast to the scores {target:?}");
-    let off = target.len().checked_sub(shape.len()).ok_or_else(bad)?;
-    let mut strides = vec![0; target.len()];
-    let mut numel = 1u64;
-    for (i, &n) in shape.iter().enumerate().rev() {
-        if n != target[off + i] && n != 1 {
-            return Err(bad());
-        }
-        strides[off + i] = if n == 1 { 0 } else { numel };
-        numel = numel.checked_mul(n).ok_or_else(bad)?;
-    }
-    Ok(strides)
 }
 
 /// The batch dims `sizes` with their `strides`, innermost first, size-1 dims dropped and
