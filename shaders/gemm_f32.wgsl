@@ -47,11 +47,11 @@ const NC: u32 = 8u;
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 @group(0) @binding(3) var<storage, read> p: array<u32>;
 
-// a's tile as [TK][TM], b's as [TK][TN].
-var<workgroup> ta: array<f32, 1024>;
-var<workgroup> tb: array<f32, 1024>;
-// Split mode: the reductions' slots (8 per invocation).
+// a's tile as [TK][TM] (`red`: the same memory holds split mode's reductions, 8 slots per
+// invocation, which `lib/reduce*.wgsl` know by that name; one array for both keeps the
+// workgroup memory of the tiles at 8 KiB), b's as [TK][TN].
 var<workgroup> red: array<f32, 1024>;
+var<workgroup> tb: array<f32, 1024>;
 
 // include: lib/math.wgsl
 
@@ -216,7 +216,7 @@ fn main(
                         if (row0 + r < m && k0 + kk < k) {
                             v = a[a0 + (row0 + r) * a_row + (k0 + kk) * a_k];
                         }
-                        ta[kk * TM + r] = v;
+                        red[kk * TM + r] = v;
                     }
                     for (var t = 0u; t < 8u; t += 1u) {
                         let e = lane + INVOCATIONS * t;
@@ -242,14 +242,14 @@ fn main(
                         let at = kk * TN + local.x;
                         let bv = vec4<f32>(tb[at], tb[at + 16u], tb[at + 32u], tb[at + 48u]);
                         let ar = kk * TM + local.y;
-                        acc0 = fma(vec4<f32>(ta[ar]), bv, acc0);
-                        acc1 = fma(vec4<f32>(ta[ar + 8u]), bv, acc1);
-                        acc2 = fma(vec4<f32>(ta[ar + 16u]), bv, acc2);
-                        acc3 = fma(vec4<f32>(ta[ar + 24u]), bv, acc3);
-                        acc4 = fma(vec4<f32>(ta[ar + 32u]), bv, acc4);
-                        acc5 = fma(vec4<f32>(ta[ar + 40u]), bv, acc5);
-                        acc6 = fma(vec4<f32>(ta[ar + 48u]), bv, acc6);
-                        acc7 = fma(vec4<f32>(ta[ar + 56u]), bv, acc7);
+                        acc0 = fma(vec4<f32>(red[ar]), bv, acc0);
+                        acc1 = fma(vec4<f32>(red[ar + 8u]), bv, acc1);
+                        acc2 = fma(vec4<f32>(red[ar + 16u]), bv, acc2);
+                        acc3 = fma(vec4<f32>(red[ar + 24u]), bv, acc3);
+                        acc4 = fma(vec4<f32>(red[ar + 32u]), bv, acc4);
+                        acc5 = fma(vec4<f32>(red[ar + 40u]), bv, acc5);
+                        acc6 = fma(vec4<f32>(red[ar + 48u]), bv, acc6);
+                        acc7 = fma(vec4<f32>(red[ar + 56u]), bv, acc7);
                     }
                     workgroupBarrier();
                 }
